@@ -1,0 +1,32 @@
+# cbasr: `make demo` runs the synthetic recipe end to end; `make test` runs the test suite.
+# Both create the project virtual environment (.venv) with pinned dependencies when missing.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help install demo test test-slow clean-demo
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+install: $(STAMP)  ## create .venv and install cbasr with pinned dependencies
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
+	touch $@
+
+demo: $(STAMP)  ## synthetic corpus -> features -> BLSTM-CTC -> decode -> PER table (recipes/synth)
+	PATH="$(CURDIR)/$(BIN):$$PATH" recipes/synth/run.sh
+
+test: $(STAMP)  ## the fast test suite (a few minutes on 2 CPU cores)
+	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+
+test-slow: $(STAMP)  ## the slow tests as well
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+clean-demo:  ## delete the demo's data, experiments and logs
+	rm -rf recipes/synth/data recipes/synth/exp recipes/synth/log

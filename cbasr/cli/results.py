@@ -1,0 +1,29 @@
+"""cbasr-results: one Markdown table of the scored splits of several experiments."""
+
+import argparse
+import json
+from pathlib import Path
+
+
+def results_table(exp_dirs: list[Path]) -> str:
+    """A Markdown table with a row per (experiment, split)."""
+    lines = ["| experiment | split | error rate (%) | sub | del | ins | ref tokens | utts | skipped | epoch |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for exp in exp_dirs:
+        for score_file in sorted((exp / "decode").glob("*/score.json")):
+            s = json.loads(score_file.read_text())
+            lines.append(f"| {exp.name} | {score_file.parent.name} | {s['error_rate']:.2f} | {s['sub']} | "
+                         f"{s['del']} | {s['ins']} | {s['ref_tokens']} | {s['utts']} | "
+                         f"{s.get('skipped', 0)} | {s.get('epoch', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("exp_dirs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    print(results_table(args.exp_dirs), end="")
+
+
+if __name__ == "__main__":
+    main()

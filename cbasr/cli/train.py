@@ -1,0 +1,34 @@
+"""cbasr-train: train (or resume) an experiment; a Hydra app over the configs in ``conf/``.
+
+    cbasr-train exp_dir=exp/blstm_ctc encoder.hidden=192 optim.lr=2e-3 trainer.max_epochs=12
+
+Running the same command again in the same ``exp_dir`` resumes where it stopped.
+"""
+
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from cbasr.config.schema import register_configs
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+if not CONF_DIR.is_dir():
+    raise RuntimeError(f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)")
+
+register_configs()
+log = logging.getLogger("cbasr-train")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def main(cfg: DictConfig) -> None:
+    from cbasr.engines.trainer import train  # after Hydra has set up logging
+
+    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    log.info("experiment %s", cfg.exp_dir)
+    train(container, cfg.exp_dir)
+
+
+if __name__ == "__main__":
+    main()

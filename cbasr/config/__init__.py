@@ -1,0 +1,1 @@
+"""Typed configuration schemas (dataclasses) registered in Hydra's ConfigStore."""

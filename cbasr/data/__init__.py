@@ -1,0 +1,1 @@
+"""Data layer: manifests, features, vocabularies, datasets and batching."""

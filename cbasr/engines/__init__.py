@@ -1,0 +1,1 @@
+"""Engines: training, checkpointing, decoding and scoring."""

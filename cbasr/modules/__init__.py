@@ -1,0 +1,1 @@
+"""Neural network modules: encoders, decoders and the models that compose them."""

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The synthetic eSpeak recipe: corpus -> features -> phone vocabulary -> BLSTM-CTC training ->
+# greedy decoding of dev and test -> scoring -> results table. Every stage skips itself when
+# its outputs are complete; deleting data/ or exp/ and rerunning regenerates them.
+#
+#   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--exp DIR] [hydra overrides...]
+#
+# Stages: 0 corpus, 1 features, 2 vocabulary, 3 training, 4 decoding, 5 scoring.
+# Overrides go to cbasr-train, e.g. ./run.sh --stage 3 encoder.hidden=192 trainer.max_epochs=12
+set -euo pipefail
+cd "$(dirname "$0")"
+
+stage=0
+stop_stage=5
+size=default
+config=blstm_ctc
+exp=""
+workers=2
+seed=1
+overrides=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --config) config=$2; shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) overrides+=("$1"); shift ;;
+  esac
+done
+exp=${exp:-exp/${config}}
+
+if ! command -v cbasr-train > /dev/null; then
+  if [[ -x ../../.venv/bin/cbasr-train ]]; then
+    PATH="$(cd ../.. && pwd)/.venv/bin:$PATH"
+  else
+    echo "run.sh: cbasr is not installed; run 'make demo' from the repository root" >&2
+    exit 1
+  fi
+fi
+
+mkdir -p log
+logfile=log/run-$(date +%Y%m%d-%H%M%S).log
+exec > >(tee -a "$logfile") 2>&1
+log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [synth] $*"; }
+start=$(date +%s)
+log "run.sh $* (log: $PWD/$logfile)"
+
+if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
+  log "stage 0: synthetic corpus ($size) -> data/synth"
+  cbasr-synth --out data/synth --size "$size" --seed "$seed" --workers "$workers"
+fi
+
+if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
+  log "stage 1: 80-dim log-mel filterbanks -> data/fbank"
+  cbasr-features --manifest-dir data/synth --out data/fbank --splits train dev test \
+    --num-mel-bins 80 --workers "$workers"
+fi
+
+if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
+  log "stage 2: phone vocabulary -> data/lang/phones.txt"
+  cbasr-vocab --manifest data/synth/train.jsonl --units phones --out data/lang/phones.txt \
+    --check data/synth/dev.jsonl data/synth/test.jsonl
+fi
+
+if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+  log "stage 3: training $exp (resumes if interrupted)"
+  cbasr-train --config-dir conf --config-name "$config" exp_dir="$exp" ${overrides[@]+"${overrides[@]}"}
+fi
+
+if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
+  log "stage 4: greedy decoding of dev and test with $exp/checkpoints/best.pt"
+  cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test
+fi
+
+if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
+  log "stage 5: scoring"
+  cbasr-score --exp-dir "$exp" --splits dev test
+  echo
+  cbasr-results "$exp"
+  echo
+fi
+
+log "done in $(( $(date +%s) - start )) s"

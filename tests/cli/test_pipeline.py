@@ -1,0 +1,78 @@
+"""The entry points as a user runs them: cbasr-train (a subprocess), then decode, score, results."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cbasr.cli import decode, results, score
+
+BIN = Path(sys.executable).parent
+
+
+def _train_cli(tone_data, exp, *overrides):
+    cmd = [str(BIN / "cbasr-train"), f"exp_dir={exp}", f"data.manifest_dir={tone_data / 'corpus'}",
+           f"data.feature_dir={tone_data / 'fbank'}", f"data.vocab={tone_data / 'lang/phones.txt'}",
+           "encoder.hidden=24", "encoder.num_layers=1", "data.max_frames=1200", "optim.lr=5e-3", *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+
+
+def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
+    run = _train_cli(tone_data, tmp_path / "exp", "encoder.hiden=3")
+    assert run.returncode != 0
+    assert "Key 'hiden' not in 'RNNEncoderConfig'" in run.stderr
+    assert not (tmp_path / "exp").exists()
+    run = _train_cli(tone_data, tmp_path / "exp", "optim.lr=fast")
+    assert run.returncode != 0 and "optim.lr" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tone_data, tmp_path_factory):
+    exp = tmp_path_factory.mktemp("cli") / "exp"
+    run = _train_cli(tone_data, exp, "trainer.max_epochs=10")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return exp
+
+
+def test_train_decode_score_results(tone_data, trained, capsys):
+    resolved = (trained / ".hydra/config.yaml").read_text()
+    assert "hidden: 24" in resolved and "max_epochs: 10" in resolved
+    args = ["--exp-dir", str(trained), "--manifest-dir", str(tone_data / "corpus"),
+            "--feature-dir", str(tone_data / "fbank"), "--splits", "dev", "test"]
+    decode.main(args)
+    stamp = (trained / "decode/dev/hyp.trn").stat().st_mtime_ns
+    decode.main(args)  # up to date: skipped
+    assert (trained / "decode/dev/hyp.trn").stat().st_mtime_ns == stamp
+    score.main(["--exp-dir", str(trained), "--splits", "dev", "test"])
+    for split in ("dev", "test"):
+        s = json.loads((trained / f"decode/{split}/score.json").read_text())
+        assert s["utts"] == 16 and s["skipped"] == 0 and s["error_rate"] < 20.0
+        refs = (trained / f"decode/{split}/ref.trn").read_text().splitlines()
+        corpus = [json.loads(line) for line in (tone_data / f"corpus/{split}.jsonl").read_text().splitlines()]
+        assert refs == [f"{' '.join(r['phones'])} ({r['id']})" for r in corpus]
+    capsys.readouterr()
+    results.main([str(trained)])
+    table = capsys.readouterr().out
+    assert table.count(f"| {trained.name} |") == 2 and "| dev |" in table
+
+
+def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, tmp_path):
+    corpus = [json.loads(line) for line in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    corpus.append({**corpus[0], "id": "ghost", "audio": "wav/dev/ghost.wav"})
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (tmp_path / "dev").symlink_to(tone_data / "fbank/dev")
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    decode.main(["--exp-dir", str(exp), "--manifest-dir", str(tmp_path), "--feature-dir", str(tmp_path),
+                 "--splits", "dev", "--force"])
+    score.main(["--exp-dir", str(exp), "--splits", "dev"])
+    s = json.loads((exp / "decode/dev/score.json").read_text())
+    assert (s["utts"], s["skipped"]) == (16, 1)
+    assert (exp / "decode/dev/skipped.tsv").read_text() == "ghost\tno features\n"
+    (exp / "decode/dev/hyp.trn").write_text("a (dev-0000)\n")
+    with pytest.raises(ValueError, match="hyp.trn lacks 15 utterances"):
+        score.main(["--exp-dir", str(exp), "--splits", "dev"])

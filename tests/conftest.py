@@ -1,0 +1,40 @@
+"""Shared pytest options: ``--device`` and the ``slow`` / ``gpu`` markers."""
+
+import pytest
+import torch
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="torch device for device-parametrised tests (cpu, cuda, cuda:1, ...)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available() and config.getoption("--device").startswith("cuda"):
+        return
+    skip_gpu = pytest.mark.skip(reason="needs --device cuda and a visible GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    return torch.device(request.config.getoption("--device"))
+
+
+@pytest.fixture(scope="session")
+def tone_data(tmp_path_factory):
+    """A prepared tone corpus (see tests/fakes.py): ``corpus/``, ``fbank/`` (40 mel bins), ``lang/phones.txt``."""
+    from cbasr.cli import features, vocab
+    from tests.fakes import make_tone_corpus
+
+    root = tmp_path_factory.mktemp("tone")
+    make_tone_corpus(root / "corpus", {"train": 160, "dev": 16, "test": 16})
+    features.main(["--manifest-dir", str(root / "corpus"), "--out", str(root / "fbank"),
+                   "--num-mel-bins", "40", "--workers", "0"])
+    vocab.main(["--manifest", str(root / "corpus" / "train.jsonl"), "--out", str(root / "lang" / "phones.txt")])
+    return root

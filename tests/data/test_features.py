@@ -1,0 +1,84 @@
+import json
+import logging
+
+import pytest
+import soundfile
+import torch
+
+from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, extract_split, frames_of, load_cmvn, write_cmvn
+from tests.fakes import make_tone_corpus
+
+OPTS = FbankOptions(num_mel_bins=23)
+
+
+def test_fbank_frames_and_resampling():
+    wave = torch.randn(16000) * 0.1
+    feats = compute_fbank(wave, 16000, OPTS)
+    assert feats.shape == (98, 23) == (frames_of(1.0, OPTS), 23)  # 1 + (16000 - 400) // 160
+    wave8k = torch.sin(torch.arange(8000) * 0.3) * 0.1
+    assert compute_fbank(wave8k, 8000, OPTS).shape[0] == 98  # resampled to 16 kHz first
+    assert compute_fbank(torch.zeros(100), 16000, OPTS).shape == (0, 23)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return make_tone_corpus(tmp_path / "corpus", {"train": 12})
+
+
+def test_store_returns_what_compute_fbank_gives(corpus, tmp_path):
+    summary = extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0, accumulate_stats=True)
+    store = FeatureStore(tmp_path / "f")
+    records = [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
+    assert len(store) == summary["kept"] == 12
+    all_frames = []
+    for r in records:
+        wave, sr = soundfile.read(corpus / r["audio"], dtype="float32")
+        expected = compute_fbank(torch.from_numpy(wave), sr, OPTS)
+        got = store[r["id"]]
+        assert got.dtype == torch.float32 and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, atol=0.02, rtol=2e-3)  # stored as float16
+        all_frames.append(got.double())
+    write_cmvn(summary, tmp_path / "cmvn.json")
+    mean, std = load_cmvn(tmp_path / "cmvn.json")
+    stacked = torch.cat(all_frames)
+    torch.testing.assert_close(mean.double(), stacked.mean(0), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(std.double(), stacked.std(0, unbiased=False), atol=1e-4, rtol=1e-4)
+
+
+def test_parallel_workers_give_the_same_features(corpus, tmp_path):
+    extract_split(corpus / "train.jsonl", tmp_path / "a", OPTS, workers=0)
+    extract_split(corpus / "train.jsonl", tmp_path / "b", OPTS, workers=2)
+    assert (tmp_path / "a/feats.bin").read_bytes() == (tmp_path / "b/feats.bin").read_bytes()
+    assert (tmp_path / "a/index.tsv").read_text() == (tmp_path / "b/index.tsv").read_text()
+
+
+def test_missing_and_corrupt_audio_are_skipped_by_id(corpus, tmp_path, caplog):
+    (corpus / "wav/train/train-0003.wav").unlink()
+    (corpus / "wav/train/train-0005.wav").write_bytes(b"RIFF garbage")
+    with caplog.at_level(logging.WARNING):
+        summary = extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0)
+    assert (summary["kept"], summary["skipped"]) == (10, 2)
+    skipped = (tmp_path / "f/skipped.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in skipped] == ["train-0003", "train-0005"]
+    assert "skipping utterance train-0003" in caplog.text and "skipped 2 of 12" in caplog.text
+    assert "train-0003" not in FeatureStore(tmp_path / "f")
+
+
+def test_complete_extraction_is_skipped_and_incomplete_redone(corpus, tmp_path, caplog):
+    extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0)
+    stamp = (tmp_path / "f/feats.bin").stat().st_mtime_ns
+    with caplog.at_level(logging.INFO):
+        extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0)
+    assert "skipping" in caplog.text and (tmp_path / "f/feats.bin").stat().st_mtime_ns == stamp
+    extract_split(corpus / "train.jsonl", tmp_path / "f", FbankOptions(num_mel_bins=40), workers=0)
+    assert FeatureStore(tmp_path / "f").dim == 40  # other options: redone
+    (tmp_path / "f/.done").unlink()  # as if killed before finishing
+    with pytest.raises(FileNotFoundError, match="features incomplete"):
+        FeatureStore(tmp_path / "f")
+    extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0)
+    assert FeatureStore(tmp_path / "f").dim == 23
+
+
+def test_cmvn_needs_frames(tmp_path):
+    with pytest.raises(ValueError, match="no frames"):
+        write_cmvn({"frames": 0, "sum": [], "sum_sq": []}, tmp_path / "cmvn.json")

@@ -1,0 +1,50 @@
+import pytest
+import torch
+
+from cbasr.modules.encoders import Conv2dSubsampling, FrameStacking, RNNEncoder
+
+
+def test_frame_stacking_concatenates_in_time_order():
+    x = torch.arange(2 * 7 * 2, dtype=torch.float).reshape(2, 7, 2)
+    lens = torch.tensor([7, 5])
+    y, out_lens = FrameStacking(2, stack=3, stride=3)(x, lens)
+    assert out_lens.tolist() == [3, 2] and y.shape == (2, 3, 6)
+    assert y[0, 1].tolist() == x[0, 3:6].flatten().tolist()
+    assert y[0, 2].tolist() == x[0, 6].tolist() + [0.0] * 4  # zero beyond the end
+    assert y[1, 1].tolist() == x[1, 3:5].flatten().tolist() + [0.0, 0.0]  # padding is zeroed
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(subsampling="stack", stack=3, stride=3),
+    dict(subsampling="stack", stack=4, stride=2),
+    dict(subsampling="conv"),
+    dict(subsampling="none", rnn_type="gru", bidirectional=False),
+])
+def test_padding_never_changes_a_result(kwargs):
+    torch.manual_seed(0)
+    enc = RNNEncoder(input_dim=20, hidden=8, num_layers=2, **kwargs).eval()
+    utts = [torch.randn(t, 20) for t in (31, 17, 24)]
+    lens = torch.tensor([u.shape[0] for u in utts])
+    padded = torch.nn.utils.rnn.pad_sequence(utts, batch_first=True)
+    padded = torch.cat([padded, torch.randn(3, 9, 20)], dim=1)  # extra garbage padding
+    h, out_lens = enc(padded, lens)
+    assert out_lens.tolist() == enc.output_lengths(lens).tolist()
+    for i, u in enumerate(utts):
+        alone, n = enc(u.unsqueeze(0), lens[i:i + 1])
+        assert int(n) == int(out_lens[i])
+        torch.testing.assert_close(h[i, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_conv_subsampling_lengths_match_convolution_arithmetic():
+    conv = Conv2dSubsampling(40)
+    for t in (7, 8, 9, 100, 101):
+        y, n = conv(torch.randn(1, t, 40), torch.tensor([t]))
+        assert y.shape[1] == int(n) == ((t - 1) // 2 - 1) // 2
+    assert conv.output_dim == y.shape[2]
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="subsampling must be"):
+        RNNEncoder(10, subsampling="pool")
+    with pytest.raises(ValueError, match="rnn_type must be"):
+        RNNEncoder(10, rnn_type="transformer")
