@@ -1,0 +1,1 @@
+"""Corpus preparation: corpora that cbasr can make or import (``synth``: synthetic eSpeak speech)."""
