@@ -1,0 +1,28 @@
+"""Sequence losses, each returning per-utterance values ``(B,)``.
+
+- :func:`cb_marginal_nll`, :func:`cb_posteriors`, :func:`cb_viterbi`: the Conditional
+  Bernoulli exact marginal of CB paper eq. (38), its alignment posteriors and best path.
+- :func:`cb_marginal_nll_windowed`: the second-order CB model with emission gaps ``<= W``.
+- :func:`ctc_nll`: CTC (PyTorch's kernel).
+- :func:`rnnt_nll`: RNN-T (torchaudio's kernel); :func:`transducer_lattice_nll`: the same
+  lattice from gathered per-node edge log-weights.
+- :func:`hat_nll`, :func:`hat_internal_lm_score`: HAT paper eqs. (4) and (8).
+"""
+
+from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
+from cbasr.losses.conditional_bernoulli_second_order import cb_marginal_nll_windowed
+from cbasr.losses.ctc import ctc_nll
+from cbasr.losses.hat import hat_internal_lm_score, hat_nll
+from cbasr.losses.transducer import rnnt_nll, transducer_lattice_nll
+
+__all__ = [
+    "cb_marginal_nll",
+    "cb_marginal_nll_windowed",
+    "cb_posteriors",
+    "cb_viterbi",
+    "ctc_nll",
+    "hat_internal_lm_score",
+    "hat_nll",
+    "rnnt_nll",
+    "transducer_lattice_nll",
+]

@@ -1,0 +1,346 @@
+"""Exact Conditional Bernoulli marginal likelihood, posteriors and Viterbi alignment.
+
+CB paper (``papers/conditional_bernoulli_2020.txt``) section 2.4. With independent emission
+Bernoullis ``B_t ~ Bernoulli(sigmoid(a_t))`` and a label model that depends on the emission
+times only through the current one, ``P(y_l | t_l, y_<l)``, eq. (38) is a first-order HMM over
+states ``(t, l)`` = (frames read, labels emitted). Because ``P(L) P(b | L) = P(b)`` (section
+2.4, before eq. 39), each frame either does not emit, with weight ``log sigmoid(-a_t)``, or emits
+the next label ``y_l``, with weight ``log sigmoid(a_t) + log P(y_l | t_l = t, y_<l)``; the
+forward sum over this lattice is ``log P(y) = log P(L) + log E_{b|L}[P(y | b)]`` (eq. 18),
+``P(L)`` being the Poisson-Binomial.
+
+Conventions: frames and emission times are 0-based; utterance ``b`` uses frames
+``t < input_lengths[b]`` and labels ``l < target_lengths[b]``; values at padded positions are
+ignored (they may hold anything finite or not) and receive zero gradient. Logits are assumed
+finite on valid frames. ``target_lengths[b] > input_lengths[b]`` has no alignment: a ``ValueError`` naming the
+batch index by default, or, with ``impossible="inf"``, a ``+inf`` loss with zero gradient;
+count such utterances with ``torch.isinf(loss).sum()``. An utterance whose every alignment has
+probability 0 (``-inf`` label log-probabilities) also gets ``+inf`` and zero gradient.
+Memory is ``O(B T L)``.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from cbasr.losses._checks import check_floating, check_lengths, check_shape
+
+__all__ = ["cb_marginal_nll", "cb_posteriors", "cb_viterbi"]
+
+_NEG_INF = float("-inf")
+
+
+def _work_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """At least float32: half-precision inputs run the lattice in float32."""
+    dtype = torch.float32
+    for x in tensors:
+        dtype = torch.promote_types(dtype, x.dtype)
+    return dtype
+
+
+def _apply_impossible_policy(
+    input_lengths: torch.Tensor, target_lengths: torch.Tensor, impossible: str
+) -> None:
+    """Apply the ``impossible`` policy to utterances with more labels than frames."""
+    if impossible not in ("inf", "raise"):
+        raise ValueError(f"impossible must be 'inf' or 'raise'; got {impossible!r}")
+    if impossible == "raise":
+        bad = (target_lengths > input_lengths.to(target_lengths.device)).nonzero().flatten()
+        if bad.numel():
+            b = int(bad[0])
+            raise ValueError(
+                f"target_lengths[{b}] = {int(target_lengths[b])} > input_lengths[{b}] = "
+                f"{int(input_lengths[b])}: the CB lattice emits at most one label per frame, "
+                f"so no alignment exists (batch indices {bad.tolist()[:10]}); "
+                "pass impossible='inf' to get +inf losses instead"
+            )
+
+
+def _cb_weights(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked lattice weights, with every frame's non-emission weight factored out.
+
+    Each path takes one transition per frame, so ``sum_t log sigmoid(-a_t)`` is common to all
+    paths; what is left is weight 0 for not emitting and, for emitting label ``l`` at frame
+    ``t``, ``log sigmoid(a_t) - log sigmoid(-a_t) + log P(y_l | t, y_<l) = a_t + lp[t, l]``.
+
+    Args:
+        emit_logits: ``(B, T)``.
+        label_log_probs: ``(B, T, L)``, or ``(B, T, W, L)`` for the second-order lattice
+            (masked the same way for every ``d``).
+        input_lengths, target_lengths: ``(B,)``.
+
+    Returns:
+        ``stay`` ``(B,)``: ``sum_{t < T_b} log P(B_t = 0)``.
+        ``emit``: like ``label_log_probs``; ``a_t + lp[t, ..., l]`` on valid ``(t, l)``,
+        ``-inf`` elsewhere.
+    """
+    dtype = _work_dtype(emit_logits, label_log_probs)
+    B, T, L = label_log_probs.shape[0], label_log_probs.shape[1], label_log_probs.shape[-1]
+    inner = [1] * (label_log_probs.dim() - 3)  # [] or [1] for the window dimension
+    device = emit_logits.device
+    valid_t = torch.arange(T, device=device)[None, :] < input_lengths.to(device)[:, None]  # (B, T)
+    valid_l = torch.arange(L, device=device)[None, :] < target_lengths.to(device)[:, None]  # (B, L)
+    valid = (valid_t[:, :, None] & valid_l[:, None, :]).view(B, T, *inner, L)  # (B, T, [1,] L)
+    # Padded entries are replaced before any nonlinearity so that NaN or inf there cannot
+    # reach a gradient.
+    a = torch.where(valid_t, emit_logits.to(dtype), 0.0)  # (B, T)
+    stay = F.logsigmoid(-a).masked_fill(~valid_t, 0.0).sum(dim=1)  # (B,)
+    lp = torch.where(valid, label_log_probs.to(dtype), 0.0)  # (B, T, [W,] L)
+    emit = torch.where(valid, a.view(B, T, *inner, 1) + lp, _NEG_INF)  # (B, T, [W,] L)
+    return stay, emit
+
+
+def _cb_alpha(emit_t: torch.Tensor) -> torch.Tensor:
+    """Forward variables of eq. (38), vectorised over labels: ``T`` serial steps.
+
+    ``alpha[t, b, l + 1] = log sum over paths through frames < t having emitted l labels``
+    (non-emission weights factored out, see :func:`_cb_weights`); column 0 is a ``-inf``
+    sentinel for ``l = -1``. Recursion (CB paper section 2.4, the HMM reading of eq. 38):
+    ``alpha[t+1, l] = logaddexp(alpha[t, l], alpha[t, l-1] + emit[t, l-1])``.
+
+    Args:
+        emit_t: ``(T, B, L)`` emission weights, frame-major.
+
+    Returns:
+        ``(T + 1, B, L + 2)``.
+    """
+    T, B, L = emit_t.shape
+    alpha = emit_t.new_full((T + 1, B, L + 2), _NEG_INF)
+    alpha[0, :, 1] = 0.0
+    arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1): weight of arriving in l
+    # Per-frame views made once (unbind) rather than sliced in the loop: the loop is
+    # dispatch-bound, each step being two small ops.
+    came_from, stay_at = alpha[:, :, :-1].unbind(0), alpha[:, :, 1:].unbind(0)
+    arrive = arrive.unbind(0)
+    step = emit_t.new_empty(B, L + 1)
+    for t in range(T):
+        torch.add(came_from[t], arrive[t], out=step)
+        torch.logaddexp(stay_at[t], step, out=stay_at[t + 1])
+    return alpha
+
+
+def _cb_beta(emit_t: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """Backward variables: ``beta[t, b, l]`` = log weight of completing from state (t, l).
+
+    ``beta[T, l] = 0`` iff ``l = L_b``; padded frames carry weight 0 for not emitting and
+    ``-inf`` for emitting, so ``beta[T_b] = beta[T]``. Recursion:
+    ``beta[t, l] = logaddexp(beta[t+1, l], beta[t+1, l+1] + emit[t, l])``.
+
+    Args:
+        emit_t: ``(T, B, L)``.
+        target_lengths: ``(B,)``.
+
+    Returns:
+        ``(T + 1, B, L + 2)``; column ``l`` is state ``l``, column ``L + 1`` a ``-inf`` sentinel.
+    """
+    T, B, L = emit_t.shape
+    beta = emit_t.new_full((T + 1, B, L + 2), _NEG_INF)
+    beta[T, torch.arange(B, device=emit_t.device), target_lengths.to(emit_t.device)] = 0.0
+    leave = F.pad(emit_t, (0, 1), value=_NEG_INF)  # (T, B, L + 1): weight of emitting from l
+    go_to, stay_at, leave = beta[:, :, 1:].unbind(0), beta[:, :, :-1].unbind(0), leave.unbind(0)
+    step = emit_t.new_empty(B, L + 1)
+    for t in range(T - 1, -1, -1):
+        torch.add(go_to[t + 1], leave[t], out=step)
+        torch.logaddexp(stay_at[t + 1], step, out=stay_at[t])
+    return beta
+
+
+def _cb_emission_posteriors(
+    alpha: torch.Tensor, beta: torch.Tensor, emit_t: torch.Tensor, log_z: torch.Tensor
+) -> torch.Tensor:
+    """``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t+1, l+1] - log Z)``.
+
+    Args:
+        alpha, beta: ``(T + 1, B, L + 2)`` from :func:`_cb_alpha` / :func:`_cb_beta`.
+        emit_t: ``(T, B, L)``.
+        log_z: ``(B,)``; ``-inf`` (no path) gives all-zero posteriors.
+
+    Returns:
+        ``(T, B, L)``.
+    """
+    L = emit_t.shape[2]
+    # With no path every alpha + emit + beta is -inf too; log Z := 0 there gives exp(-inf) = 0
+    # instead of NaN from -inf - (-inf).
+    log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)
+    log_post = alpha[:-1, :, 1 : L + 1] + emit_t + beta[1:, :, 1 : L + 1] - log_z[None, :, None]
+    return torch.exp(log_post)
+
+
+def _shift_labels(emit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Subtract from each label column its best frame's weight; the lattice runs on the rest.
+
+    Every path emits each label exactly once, so ``log Z = log Z' + sum_l c_l`` exactly and the
+    edge posteriors do not change; the forward variables then stay near 0 instead of growing
+    like ``sum_l lp``, which keeps float32 round-off small for long utterances.
+
+    Args:
+        emit: ``(B, T, L)`` weights, ``-inf`` where masked.
+
+    Returns:
+        ``(T, B, L)`` shifted weights (frame-major, contiguous) and ``(B,)`` ``sum_l c_l``.
+    """
+    B, T, L = emit.shape
+    c = emit.amax(dim=1) if T else emit.new_zeros(B, L)  # (B, L); -inf for padded labels
+    c = torch.where(torch.isfinite(c), c, 0.0)
+    shifted = (emit - c[:, None, :]).transpose(0, 1).contiguous()  # (B, T, L) -> (T, B, L)
+    return shifted, c.sum(dim=1)
+
+
+class _CBForwardBackward(torch.autograd.Function):
+    """``log Z = log sum_paths exp(sum of emission weights)`` with an explicit backward.
+
+    The gradient of ``log Z`` w.r.t. each emission weight is its edge posterior, so backward is
+    one beta recursion (``T`` steps) plus one vectorised ``exp``; no per-step autograd graph.
+    """
+
+    @staticmethod
+    def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+        emit_t, shift = _shift_labels(emit.detach())  # (T, B, L), (B,)
+        alpha = _cb_alpha(emit_t)
+        batch = torch.arange(emit.shape[0], device=emit.device)
+        log_z = alpha[-1, batch, target_lengths.to(emit.device) + 1]  # (B,)
+        ctx.save_for_backward(emit_t, alpha, target_lengths, log_z)
+        return log_z + shift
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_z: torch.Tensor):
+        emit_t, alpha, target_lengths, log_z = ctx.saved_tensors
+        beta = _cb_beta(emit_t, target_lengths)
+        post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
+        grad = post * grad_log_z[None, :, None]
+        return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
+
+
+def _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths) -> None:
+    check_floating("emit_logits", emit_logits)
+    check_floating("label_log_probs", label_log_probs)
+    check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
+    B, T = emit_logits.shape
+    check_shape("label_log_probs", label_log_probs, "(B, T, L)", (B, T, None))
+    check_lengths("input_lengths", input_lengths, B, T)
+    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[2])
+
+
+def cb_marginal_nll(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    *,
+    impossible: str = "raise",
+) -> torch.Tensor:
+    """``-log P(y)`` of CB paper eq. (38), exactly, one value per utterance.
+
+    ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, y_<l)`` over every emission pattern
+    ``b`` with exactly ``L`` ones, which equals ``P(L) E_{b|L}[P(y|b)]`` (eq. 18).
+    Forward: ``T`` serial steps vectorised over ``(B, L)``; backward: an explicit beta
+    recursion (edge posteriors), not autograd through the loop. Memory ``O(B T L)``.
+
+    Args:
+        emit_logits: ``(B, T)`` logits ``a_t`` of ``P(B_t = 1) = sigmoid(a_t)``.
+        label_log_probs: ``(B, T, L)``; ``[b, t, l] = log P(y_l | t_l = t, y_<l)``, already
+            gathered for the reference labels (any normalisation is the caller's).
+        input_lengths: ``(B,)`` valid frames ``T_b <= T``.
+        target_lengths: ``(B,)`` valid labels ``L_b <= L``; ``0`` gives ``-sum_t log P(B_t=0)``.
+        impossible: ``"raise"`` (default): an utterance with ``L_b > T_b`` is a
+            ``ValueError`` naming its batch index; ``"inf"``: it gets ``+inf`` and zero gradient.
+
+    Returns:
+        ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs,
+        in their (at least float32) dtype.
+    """
+    _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    _apply_impossible_policy(input_lengths, target_lengths, impossible)
+    stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
+    log_z = _CBForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
+    # -inf log Z means no alignment: return +inf with zero gradient for that utterance.
+    return torch.where(torch.isneginf(log_z), float("inf"), -(stay + log_z))
+
+
+@torch.no_grad()
+def cb_posteriors(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """Alignment posteriors ``P(t_l = t | y)`` by forward-backward (CB paper section 2.4).
+
+    Args:
+        emit_logits, label_log_probs, input_lengths, target_lengths: as
+            :func:`cb_marginal_nll`.
+
+    Returns:
+        ``(B, T, L)`` posteriors, not differentiable; for each valid ``l`` they sum to 1 over
+        ``t < T_b``. Zero at padded ``(t, l)`` and for utterances with no alignment.
+    """
+    _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    _, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
+    emit_t, _ = _shift_labels(emit)  # (T, B, L)
+    target_lengths = target_lengths.to(emit.device)
+    alpha = _cb_alpha(emit_t)
+    log_z = alpha[-1, torch.arange(emit.shape[0], device=emit.device), target_lengths + 1]
+    beta = _cb_beta(emit_t, target_lengths)
+    post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
+    return post.transpose(0, 1)  # (T, B, L) -> (B, T, L)
+
+
+@torch.no_grad()
+def cb_viterbi(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Most likely emission times ``b* = argmax_b P(b, y)`` (the Viterbi extension the CB paper
+    names after eq. 40), by a max-product pass over the eq. (38) lattice and a backtrace.
+
+    Ties are broken towards earlier emission times.
+
+    Args:
+        emit_logits, label_log_probs, input_lengths, target_lengths: as
+            :func:`cb_marginal_nll`.
+
+    Returns:
+        ``times``: ``(B, L)`` int64, 0-based frame at which label ``l`` is emitted, strictly
+        increasing over ``l < L_b``; ``-1`` at padded labels and for utterances with no
+        alignment.
+        ``log_prob``: ``(B,)`` ``log P(b*, y)``; ``-inf`` where no alignment exists.
+    """
+    _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
+    emit_t, shift = _shift_labels(emit)  # (T, B, L), (B,)
+    T, B, L = emit_t.shape
+    arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1)
+    score = emit_t.new_full((B, L + 2), _NEG_INF)  # column l + 1: best score with l emitted
+    score[:, 1] = 0.0
+    emitted = torch.empty(T, B, L + 1, dtype=torch.bool, device=emit.device)
+    came_from, stay_at = score[:, :-1], score[:, 1:]
+    arrive, emitted_at = arrive.unbind(0), emitted.unbind(0)
+    step = emit_t.new_empty(B, L + 1)
+    for t in range(T):
+        torch.add(came_from, arrive[t], out=step)
+        torch.gt(step, stay_at, out=emitted_at[t])
+        torch.maximum(stay_at, step, out=stay_at)
+    lengths = target_lengths.to(emit.device)
+    log_prob = score[torch.arange(B, device=emit.device), lengths + 1] + shift + stay  # (B,)
+
+    # Backtrace on the host: T steps of small index updates.
+    emitted_np = emitted.cpu().numpy()  # (T, B, L + 1)
+    state = lengths.cpu().numpy().astype(np.int64).copy()  # (B,) labels emitted so far
+    times = np.full((B, L), -1, dtype=np.int64)
+    rows = np.arange(B)
+    for t in range(T - 1, -1, -1):
+        hit = rows[emitted_np[t, rows, state]]
+        times[hit, state[hit] - 1] = t
+        state[hit] -= 1
+    times = torch.from_numpy(times).to(emit.device)
+    times[torch.isneginf(log_prob)] = -1
+    return times, log_prob

@@ -1,0 +1,181 @@
+"""Second-order Conditional Bernoulli marginal likelihood with a bounded emission window.
+
+The CB paper names, right after eq. (40), the extension of eq. (38) to higher-order models in
+which ``P(y_l | ...)`` depends on a fixed-length history of emission times; section 3 argues
+that a second-order model, ``P(y_l | t_l, t_{l-1}, y_<l)``, can already penalise emissions
+that are too close. Here the label term depends on the current emission frame and on the gap
+``t_l - t_{l-1}`` in ``{1, ..., W}``; a gap larger than ``W`` has probability zero. This is
+the lattice of a variable-window monotonic attention decoder, whose window for label ``l``
+covers the ``W`` frames after the previous emission.
+
+Conventions (0-based frames):
+
+- ``label_log_probs[b, t, d, l] = log P(y_l | t_l = t, t_l - t_{l-1} = d + 1, y_<l)``.
+- The first label's previous emission is the start, ``t_{-1} = -1``: ``y_0`` at frame ``t``
+  uses ``d = t``, so it must be emitted in frames ``0 .. W-1``; entries with ``d != t`` are
+  never read for ``l = 0``. Only gaps between emissions are bounded: after the last label any
+  number of frames may pass.
+- ``P(b) = prod_t P(b_t)`` as in the first-order model, so with ``W >= T`` and a label term
+  constant over ``d`` this equals :func:`cb_marginal_nll`.
+- Padding, ``impossible`` and the ``+inf`` / zero-gradient rule are as in
+  :mod:`cbasr.losses.conditional_bernoulli`. Memory is ``O(B T W L)``.
+"""
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from cbasr.losses._checks import check_floating, check_lengths, check_shape
+from cbasr.losses.conditional_bernoulli import _apply_impossible_policy, _cb_weights
+
+__all__ = ["cb_marginal_nll_windowed"]
+
+_NEG_INF = float("-inf")
+
+
+def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> torch.Tensor:
+    """Forward variables of the second-order lattice: ``T`` serial steps over frames.
+
+    ``alpha[W + t, b, l + 1]`` = log weight of all prefixes whose label ``l`` is emitted at
+    frame ``t``; column 0 is the start state, finite only at frame ``-1`` (row ``W - 1``).
+    Second-order form of eq. (38): ``alpha[t, l] = logsumexp_d alpha[t - d - 1, l - 1] +
+    emit[t, d, l]``.
+
+    Args:
+        emit_rev: ``(T + W, W, B, L)``, ``emit_rev[t, k] = emit[t, d = W - 1 - k]`` for
+            ``t < T``, ``-inf`` rows after.
+        L: number of label positions.
+
+    Returns:
+        ``(W + T, B, L + 1)``; row ``r`` is frame ``r - W``.
+    """
+    T = emit_rev.shape[0] - emit_rev.shape[1]
+    _, W, B, _ = emit_rev.shape
+    alpha = emit_rev.new_full((W + T, B, L + 1), _NEG_INF)
+    alpha[W - 1, :, 0] = 0.0
+    # window[t] = rows t .. t + W - 1 = frames t - W .. t - 1, i.e. gaps W .. 1 (k = 0 .. W - 1).
+    window = alpha.unfold(0, W, 1)[:, :, :L]  # (T + 1, B, L, W)
+    window = window.permute(0, 3, 1, 2)  # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    window, arrive, out = window.unbind(0), emit_rev.unbind(0), alpha[W:, :, 1:].unbind(0)
+    step = emit_rev.new_empty(W, B, L)
+    for t in range(T):
+        torch.add(window[t], arrive[t], out=step)
+        torch.logsumexp(step, dim=0, out=out[t])
+    return alpha
+
+
+def _windowed_beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """Backward variables: ``beta[t, b, l]`` = log weight of completing the path given that
+    ``l`` labels are emitted, the last at frame ``t``.
+
+    ``beta[t, L_b] = 0``; otherwise ``beta[t, l] = logsumexp_d emit[t + d + 1, d, l] +
+    beta[t + d + 1, l + 1]``.
+
+    Args:
+        emit_rev: ``(T + W, W, B, L)`` as in :func:`_windowed_alpha`.
+        target_lengths: ``(B,)``.
+
+    Returns:
+        ``(T + W, B, L + 1)``; row ``r`` is frame ``r`` (rows ``>= T`` are ``-inf``).
+    """
+    T = emit_rev.shape[0] - emit_rev.shape[1]
+    _, W, B, L = emit_rev.shape
+    # next_emit[t, d] = emit_rev[t + 1 + d, W - 1 - d] = emit[t + 1 + d, d]: a strided view.
+    s0, s1, s2, s3 = emit_rev.stride()
+    next_emit = emit_rev.as_strided(
+        (T, W, B, L), (s0, s0 - s1, s2, s3), emit_rev.storage_offset() + s0 + (W - 1) * s1
+    )
+    beta = emit_rev.new_full((T + W, B, L + 1), _NEG_INF)
+    end = torch.zeros(B, L + 1, dtype=torch.bool, device=emit_rev.device)  # (B, L + 1)
+    end[torch.arange(B, device=emit_rev.device), target_lengths] = True
+    beta[:T].masked_fill_(end, 0.0)
+    # window[t] = rows t + 1 .. t + W = frames after t, gaps 1 .. W (d = 0 .. W - 1).
+    window = beta[1:].unfold(0, W, 1)[:, :, 1:]  # (T, B, L, W)
+    window = window.permute(0, 3, 1, 2)  # (T, B, L, W) -> (T, W, B, L)
+    window, next_emit, rows = window.unbind(0), next_emit.unbind(0), beta.unbind(0)
+    step = emit_rev.new_empty(W, B, L)
+    for t in range(T - 1, -1, -1):
+        torch.add(next_emit[t], window[t], out=step)
+        torch.logsumexp(step, dim=0, out=rows[t][:, :L])
+        rows[t].masked_fill_(end, 0.0)
+    return beta
+
+
+class _WindowedForwardBackward(torch.autograd.Function):
+    """``log Z`` of the second-order lattice with an explicit posterior backward."""
+
+    @staticmethod
+    def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+        B, T, W, L = emit.shape
+        # Each path emits every label once: shifting a label's weights by their maximum is
+        # exact and keeps float32 round-off small (as in the first-order lattice).
+        shift = emit.detach().amax(dim=(1, 2)) if T else emit.new_zeros(B, L)  # (B, L)
+        shift = torch.where(torch.isfinite(shift), shift, 0.0)
+        emit_rev = emit.new_full((T + W, W, B, L), _NEG_INF)
+        # (B, T, W, L) -> (T, W, B, L), with d reversed so that k = W - 1 - d
+        emit_rev[:T] = (emit.detach() - shift[:, None, None, :]).flip(2).permute(1, 2, 0, 3)
+        alpha = _windowed_alpha(emit_rev, L)
+        ends = alpha[:, torch.arange(B, device=emit.device), target_lengths]  # (W + T, B)
+        log_z = torch.logsumexp(ends, dim=0)  # (B,)
+        ctx.save_for_backward(emit_rev, alpha, target_lengths, log_z)
+        return log_z + shift.sum(dim=1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_z: torch.Tensor):
+        emit_rev, alpha, target_lengths, log_z = ctx.saved_tensors
+        W = emit_rev.shape[1]
+        T = emit_rev.shape[0] - W
+        L = alpha.shape[2] - 1
+        beta = _windowed_beta(emit_rev, target_lengths)
+        log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)  # no path: avoid -inf - (-inf)
+        # source[t, k] = alpha row t + k = frame t - W + k = t - d - 1 for d = W - 1 - k.
+        source = alpha.unfold(0, W, 1)[:T, :, :L]  # (T, B, L, W)
+        source = source.permute(0, 3, 1, 2)  # (T, B, L, W) -> (T, W, B, L)
+        log_post = source + emit_rev[:T] + beta[:T, None, :, 1:] - log_z[None, None, :, None]
+        post = torch.exp(log_post) * grad_log_z[None, None, :, None]
+        return post.flip(1).permute(2, 0, 1, 3), None  # (T, W, B, L) -> (B, T, W, L), d order
+
+
+def cb_marginal_nll_windowed(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    *,
+    impossible: str = "raise",
+) -> torch.Tensor:
+    """``-log P(y)`` of the second-order CB model with emission gaps bounded by ``W``.
+
+    ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, t_l - t_{l-1}, y_<l)`` over emission
+    patterns with ``L`` ones and every gap ``t_l - t_{l-1} <= W`` (``t_{-1} = -1``). Forward:
+    ``T`` serial steps, each a log-sum-exp over the ``W`` previous frames vectorised over
+    ``(B, L)``; backward: explicit beta recursion. Memory ``O(B T W L)``.
+
+    Args:
+        emit_logits: ``(B, T)`` logits of ``P(B_t = 1)``.
+        label_log_probs: ``(B, T, W, L)``; ``[b, t, d, l] = log P(y_l | t_l = t,
+            t_l - t_{l-1} = d + 1, y_<l)`` (see the module docstring for ``l = 0``).
+        input_lengths: ``(B,)`` valid frames.
+        target_lengths: ``(B,)`` valid labels.
+        impossible: ``"inf"`` or ``"raise"`` for ``L_b > T_b``, as in
+            :func:`cb_marginal_nll`. Utterances whose only alignments need a gap ``> W`` also
+            get ``+inf`` and zero gradient (that is a property of the inputs, not an error).
+
+    Returns:
+        ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs.
+    """
+    check_floating("emit_logits", emit_logits)
+    check_floating("label_log_probs", label_log_probs)
+    check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
+    B, T = emit_logits.shape
+    check_shape("label_log_probs", label_log_probs, "(B, T, W, L)", (B, T, None, None))
+    if label_log_probs.shape[2] < 1:
+        raise ValueError("label_log_probs must have a window W >= 1 (its dimension 2)")
+    check_lengths("input_lengths", input_lengths, B, T)
+    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[3])
+    _apply_impossible_policy(input_lengths, target_lengths, impossible)
+
+    # Same masking and non-emission factoring as the first-order lattice, for every gap d.
+    stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
+    log_z = _WindowedForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
+    return torch.where(torch.isneginf(log_z), float("inf"), -(stay + log_z))

@@ -1,0 +1,225 @@
+"""RNN Transducer lattice (Graves, 2012): torchaudio's loss and a gather-first lattice.
+
+Lattice convention (torchaudio's, and the HAT paper's section 3.1 "RNNT lattice"): nodes
+``(t, u)`` for frames ``0 <= t < T_b`` and labels emitted ``0 <= u <= U_b``; from ``(t, u)``
+a blank edge goes to ``(t + 1, u)`` and a label edge emitting ``y_{u+1}`` (0-based
+``targets[u]``) to ``(t, u + 1)``. A path starts at ``(0, 0)`` and ends with the blank leaving
+``(T_b - 1, U_b)``: ``T_b`` blanks and ``U_b`` labels, ``T_b + U_b`` edges, and any number of
+labels per frame.
+
+:func:`transducer_lattice_nll` sums over that lattice given per-node edge log-weights, which
+are only ``B * T * (U + 1)`` numbers: it walks the anti-diagonals ``n = t + u`` (``T + U + 1``
+serial steps, each vectorised over ``(B, U + 1)``) forward and, in an explicit backward, in
+reverse; its gradients are the edge posteriors.
+"""
+
+import torch
+import torch.nn.functional as F
+import torchaudio.functional as AF
+from torch.autograd.function import once_differentiable
+
+from cbasr.losses._checks import check_floating, check_label_ids, check_lengths, check_shape
+
+__all__ = ["rnnt_nll", "transducer_lattice_nll"]
+
+_NEG_INF = float("-inf")
+
+
+def _skew(x: torch.Tensor) -> torch.Tensor:
+    """Anti-diagonal layout: ``(B, T1, U1) -> (T1 + U1 - 1, B, U1)``,
+    ``out[n, b, u] = x[b, n - u, u]`` and ``-inf`` where ``n - u`` is outside ``[0, T1)``."""
+    B, T1, U1 = x.shape
+    n = torch.arange(T1 + U1 - 1, device=x.device)[:, None]
+    u = torch.arange(U1, device=x.device)[None, :]
+    t = n - u  # (N, U1)
+    rows = t.clamp(0, T1 - 1)[:, None, :].expand(-1, B, -1)  # (N, B, U1)
+    out = torch.gather(x.transpose(0, 1), 0, rows)  # (B, T1, U1) -> (T1, B, U1) -> (N, B, U1)
+    return out.masked_fill(((t < 0) | (t >= T1))[:, None, :], _NEG_INF)
+
+
+def _unskew(xs: torch.Tensor, T1: int) -> torch.Tensor:
+    """Inverse of :func:`_skew`: ``(N, B, U1) -> (T1, B, U1)``,
+    ``out[t, b, u] = xs[t + u, b, u]``."""
+    _, B, U1 = xs.shape
+    rows = torch.arange(T1, device=xs.device)[:, None] + torch.arange(U1, device=xs.device)
+    return torch.gather(xs, 0, rows[:, None, :].expand(-1, B, -1))
+
+
+def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(torch.isfinite(x), x, 0.0)
+
+
+class _TransducerForwardBackward(torch.autograd.Function):
+    """``log P(y)`` over the lattice from masked per-node edge weights.
+
+    Inputs must already be masked: ``blank[b, t, :] = 0`` for padded frames ``t >= T_b`` (a
+    free pass to the last row), ``emit[b, t, u] = -inf`` for ``t >= T_b`` or ``u >= U_b``.
+    An extra node row ``t = T`` collects every utterance: its label edges are free for
+    ``u >= U_b``, so all paths end at node ``(T, U)`` and ``log P(y) = alpha(T, U)``.
+    """
+
+    @staticmethod
+    def forward(ctx, blank, emit, target_lengths):
+        B, T, U1 = blank.shape
+        U = U1 - 1
+        device = blank.device
+        # Every path takes one blank per frame and emits every label once, so shifting each
+        # frame's blank weights and each label's emission weights by their maximum is exact
+        # (posteriors unchanged) and keeps the forward variables near 0 in float32.
+        blank_shift = _finite_or_zero(blank.detach().amax(dim=2))  # (B, T)
+        emit_shift = _finite_or_zero(emit.detach().amax(dim=1))  # (B, U)
+        blank = blank.detach() - blank_shift[:, :, None]
+        emit = emit.detach() - emit_shift[:, None, :]
+        # Node weights over T + 1 rows; row T is the collecting row.
+        last_blank = blank.new_full((B, 1, U1), _NEG_INF)
+        u = torch.arange(U1, device=device)
+        last_emit = torch.where(
+            (u[None, :] >= target_lengths[:, None]) & (u[None, :] < U), 0.0, _NEG_INF
+        ).to(blank.dtype)  # (B, U1)
+        emit_nodes = torch.cat([F.pad(emit, (0, 1), value=_NEG_INF), last_emit[:, None]], 1)
+        blank_s = _skew(torch.cat([blank, last_blank], dim=1))  # (N, B, U1), N = T + U + 1
+        emit_s = _skew(emit_nodes)  # (N, B, U1)
+        N = blank_s.shape[0]
+
+        # Forward variables on anti-diagonals, RNN-T recursion (HAT paper eq. 4 edges):
+        # alpha(t, u) = logaddexp(alpha(t-1, u) + blank(t-1, u), alpha(t, u-1) + emit(t, u-1)).
+        alpha = blank.new_full((N, B, U1 + 1), _NEG_INF)  # column u + 1 is u; 0 is a sentinel
+        alpha[0, :, 1] = 0.0
+        arrive = F.pad(emit_s, (1, 0), value=_NEG_INF)[:, :, :U1]  # emit from (t, u - 1)
+        # Per-diagonal views made once (unbind): the loop is dispatch-bound.
+        at, left = alpha[:, :, 1:].unbind(0), alpha[:, :, :-1].unbind(0)
+        blank_n, arrive = blank_s.unbind(0), arrive.unbind(0)
+        via_blank, via_emit = blank.new_empty(B, U1), blank.new_empty(B, U1)
+        for n in range(1, N):
+            torch.add(at[n - 1], blank_n[n - 1], out=via_blank)
+            torch.add(left[n - 1], arrive[n - 1], out=via_emit)
+            torch.logaddexp(via_blank, via_emit, out=at[n])
+        log_p = alpha[N - 1, :, U1]  # node (T, U)
+        ctx.save_for_backward(blank, emit, blank_s, emit_s, alpha, log_p)
+        return log_p + blank_shift.sum(dim=1) + emit_shift.sum(dim=1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_p):
+        blank, emit, blank_s, emit_s, alpha, log_p = ctx.saved_tensors
+        N, B, U1 = blank_s.shape
+        T = blank.shape[1]
+        # beta(t, u) = logaddexp(beta(t+1, u) + blank(t, u), beta(t, u+1) + emit(t, u)).
+        beta = blank.new_full((N, B, U1 + 1), _NEG_INF)  # column u is u; U1 is a sentinel
+        beta[N - 1, :, U1 - 1] = 0.0
+        at, right = beta[:, :, :-1].unbind(0), beta[:, :, 1:].unbind(0)
+        blank_n, emit_n = blank_s.unbind(0), emit_s.unbind(0)
+        via_blank, via_emit = blank.new_empty(B, U1), blank.new_empty(B, U1)
+        for n in range(N - 2, -1, -1):
+            torch.add(at[n + 1], blank_n[n], out=via_blank)
+            torch.add(right[n + 1], emit_n[n], out=via_emit)
+            torch.logaddexp(via_blank, via_emit, out=at[n])
+        alpha_n = _unskew(alpha[:, :, 1:], T + 1)  # (T + 1, B, U1)
+        beta_n = _unskew(beta[:, :, :-1], T + 1)  # (T + 1, B, U1)
+        scale = grad_log_p[None, :, None]
+        # No path: every alpha + weight + beta is -inf too; avoid -inf - (-inf).
+        log_z = torch.where(torch.isneginf(log_p), 0.0, log_p)[None, :, None]
+        # Edge posteriors: alpha(tail) + weight + beta(head) - log P(y).
+        post_blank = torch.exp(alpha_n[:-1] + blank.transpose(0, 1) + beta_n[1:] - log_z)
+        post_emit = torch.exp(
+            alpha_n[:-1, :, :-1] + emit.transpose(0, 1) + beta_n[:-1, :, 1:] - log_z
+        )
+        # (T, B, U1) -> (B, T, U1) and (T, B, U) -> (B, T, U)
+        return (post_blank * scale).transpose(0, 1), (post_emit * scale).transpose(0, 1), None
+
+
+def transducer_lattice_nll(
+    blank_log_probs: torch.Tensor,
+    emit_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """``-log P(y)`` summed over the RNN-T lattice from per-node edge log-weights.
+
+    Gather first, lattice second: only ``B * T * (U + 1)`` values enter the lattice, whatever
+    the vocabulary. Forward and backward are ``T + U + 1`` serial anti-diagonal steps each,
+    vectorised over ``(B, U + 1)``; memory ``O(B (T + U) U)``.
+
+    Args:
+        blank_log_probs: ``(B, T, U + 1)``; log weight of the blank edge leaving ``(t, u)``.
+        emit_log_probs: ``(B, T, U)``; log weight of the edge emitting ``y_{u+1}`` at
+            ``(t, u)``.
+        input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
+        target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
+
+    Returns:
+        ``(B,)`` negative log likelihoods (``+inf`` with zero gradient where every path has
+        weight zero), differentiable once w.r.t. both weight tensors. Padded entries get
+        zero gradient.
+    """
+    check_floating("blank_log_probs", blank_log_probs)
+    check_floating("emit_log_probs", emit_log_probs)
+    check_shape("blank_log_probs", blank_log_probs, "(B, T, U + 1)", (None, None, None))
+    B, T, U1 = blank_log_probs.shape
+    check_shape("emit_log_probs", emit_log_probs, "(B, T, U)", (B, T, U1 - 1))
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    device = blank_log_probs.device
+    dtype = torch.promote_types(
+        torch.promote_types(blank_log_probs.dtype, emit_log_probs.dtype), torch.float32
+    )
+    in_lens, tgt_lens = input_lengths.to(device), target_lengths.to(device)
+    pad_t = (torch.arange(T, device=device)[None, :] >= in_lens[:, None])[:, :, None]  # (B, T, 1)
+    u = torch.arange(U1, device=device)[None, None, :]
+    beyond_u = u > tgt_lens[:, None, None]  # (B, 1, U1): nodes no path visits
+    blank = torch.where(pad_t, 0.0, torch.where(beyond_u, _NEG_INF, blank_log_probs.to(dtype)))
+    valid_emit = ~pad_t & (u[..., :-1] < tgt_lens[:, None, None])  # (B, T, U)
+    emit = torch.where(valid_emit, emit_log_probs.to(dtype), _NEG_INF)
+    log_p = _TransducerForwardBackward.apply(blank, emit, tgt_lens)  # (B,)
+    return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
+
+
+def rnnt_nll(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    blank: int = 0,
+) -> torch.Tensor:
+    """RNN-T ``-log P(y | x)`` per utterance: a thin wrapper over
+    :func:`torchaudio.functional.rnnt_loss` (``reduction="none"``, fused log-softmax).
+
+    torchaudio needs the logits' time and label dimensions to equal the batch's longest
+    ``T_b`` and ``U_b + 1``; longer padding is sliced off here (which copies the joint).
+
+    Args:
+        logits: ``(B, T, U + 1, V)`` unnormalised joint scores over ``V`` classes including
+            ``blank``; float32 or float16 (torchaudio has no float64 kernel).
+        targets: ``(B, U)`` label ids in ``[0, V)``, never ``blank``; padded entries ignored.
+        input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
+        target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
+        blank: id of the blank class.
+
+    Returns:
+        ``(B,)`` negative log likelihoods, differentiable w.r.t. ``logits``.
+    """
+    check_floating("logits", logits)
+    check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
+    B, T, U1, V = logits.shape
+    if logits.dtype not in (torch.float32, torch.float16):
+        raise ValueError(
+            f"logits must be float32 or float16 for torchaudio's rnnt_loss; got {logits.dtype} "
+            "(transducer_lattice_nll accepts float64)"
+        )
+    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    if not 0 <= blank < V:
+        raise ValueError(f"blank = {blank} must be in [0, {V})")
+    check_label_ids("targets", targets, target_lengths, V, blank=blank)
+    max_t, max_u = int(input_lengths.max()), int(target_lengths.max())
+    if (max_t, max_u + 1) != (T, U1):
+        logits = logits[:, :max_t, : max_u + 1]
+    return AF.rnnt_loss(
+        logits.contiguous(),
+        targets[:, :max_u].to(device=logits.device, dtype=torch.int32).contiguous(),
+        input_lengths.to(device=logits.device, dtype=torch.int32),
+        target_lengths.to(device=logits.device, dtype=torch.int32),
+        blank=blank,
+        reduction="none",
+    )

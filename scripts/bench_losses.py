@@ -1,0 +1,244 @@
+"""Forward + backward time and peak extra memory of the sequence losses (issue 4).
+
+Compares, at equal ``(B, T, U, V)``:
+
+- ``ctc_nll`` (PyTorch's kernel) and ``cb_marginal_nll`` (explicit forward-backward), plus a
+  plain autograd version of the same CB lattice (``T`` logaddexp steps recorded by autograd);
+  the CTC and CB rows both start from ``(B, T, V)`` logits and include the log-softmax (and,
+  for CB, the gather of the ``L`` reference labels);
+- ``rnnt_nll`` (torchaudio, fused log-softmax over ``V`` classes including blank) and
+  ``hat_nll`` (blank logits ``(B, T, U + 1)`` and label logits over ``V - 1`` labels, with the
+  log-softmax included; a second HAT row takes the log-probabilities as given).
+
+Each measurement runs in a fresh subprocess. Peak extra memory is the growth of the process's
+peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after the inputs exist)
+on CPU, and ``torch.cuda.max_memory_allocated`` growth on CUDA; it includes the gradients.
+Times are medians over up to ``--repeats`` runs after one warm-up run (which is the only run
+when it alone exceeds ``--budget-s``).
+
+On a CPU shared with other jobs, OpenMP worker threads that spin-wait after each parallel op
+can slow loops of small ops (the CB and transducer lattices) by 10x or more with two threads;
+use ``--omp-wait-policy passive`` or ``--threads 1`` there.
+
+    .venv/bin/python scripts/bench_losses.py --device cpu --threads 2 --omp-wait-policy passive
+    .venv/bin/python scripts/bench_losses.py --sizes 8,200,50,64 --losses cb,cb_autograd,ctc
+"""
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cbasr.losses import cb_marginal_nll, ctc_nll, hat_nll, rnnt_nll  # noqa: E402
+
+LOSSES = ["ctc", "cb", "cb_autograd", "rnnt", "hat", "hat_given_log_probs"]
+DEFAULT_SIZES = "8,200,50,64;8,400,80,256;4,1000,200,1000"
+
+
+def cb_autograd_lattice(emit_logits, label_log_probs, input_lengths, target_lengths):
+    """The CB lattice of eq. (38) written plainly and differentiated by autograd: the baseline
+    the explicit forward-backward is measured against. Impossible states start at a finite
+    floor because autograd's logaddexp backward turns ``-inf`` + ``-inf`` into NaN (the
+    package's explicit backward does not need this)."""
+    B, T, L = label_log_probs.shape
+    floor = -1e30
+    frames = torch.arange(T, device=emit_logits.device)
+    valid_t = frames[None, :] < input_lengths[:, None]  # (B, T)
+    valid_l = torch.arange(L, device=emit_logits.device)[None, :] < target_lengths[:, None]
+    a = torch.where(valid_t, emit_logits, 0.0)
+    stay = F.logsigmoid(-a).masked_fill(~valid_t, 0.0).sum(1)  # (B,)
+    valid = valid_t[:, :, None] & valid_l[:, None, :]  # (B, T, L)
+    emit = torch.where(valid, a[:, :, None] + label_log_probs, floor)  # (B, T, L)
+    alpha = torch.full((B, L + 1), floor, device=a.device, dtype=a.dtype)
+    alpha[:, 0] = 0.0
+    for t in range(T):
+        moved = torch.cat([alpha.new_full((B, 1), floor), alpha[:, :-1] + emit[:, t]], dim=1)
+        alpha = torch.logaddexp(alpha, moved)  # (B, L + 1)
+    return -(stay + alpha.gather(1, target_lengths[:, None])[:, 0])
+
+
+def _make_inputs(loss, B, T, U, V, device):
+    """Leaf tensors (requiring grad) and a closure computing the per-utterance losses."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    il = torch.full((B,), T, dtype=torch.long, device=device)
+    tl = torch.full((B,), U, dtype=torch.long, device=device)
+    targets = torch.randint(1, V, (B, U), generator=g).to(device)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g).to(device).requires_grad_()
+
+    if loss == "ctc":
+        z = leaf(B, T, V)
+        return [z], lambda: ctc_nll(z.log_softmax(-1), targets, il, tl)
+    if loss in ("cb", "cb_autograd"):
+        z, a = leaf(B, T, V), leaf(B, T)
+        fn = cb_marginal_nll if loss == "cb" else cb_autograd_lattice
+
+        def run():
+            lp = z.log_softmax(-1).gather(2, targets[:, None, :].expand(B, T, U))  # (B, T, L)
+            return fn(a, lp, il, tl)
+
+        return [z, a], run
+    if loss == "rnnt":
+        z = leaf(B, T, U + 1, V)
+        return [z], lambda: rnnt_nll(z, targets, il, tl, blank=0)
+    blank_logits = leaf(B, T, U + 1)
+    if loss == "hat":
+        z = leaf(B, T, U + 1, V - 1)
+        return [blank_logits, z], lambda: hat_nll(
+            blank_logits, z.log_softmax(-1), targets - 1, il, tl
+        )
+    with torch.no_grad():
+        lp = torch.randn(B, T, U + 1, V - 1, generator=g).to(device).log_softmax(-1)
+    lp.requires_grad_()
+    return [blank_logits, lp], lambda: hat_nll(blank_logits, lp, targets - 1, il, tl)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _release_and_reset(device) -> int:
+    """Free what can be freed and reset the peak counter; returns the baseline in bytes."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    return _rss_kib("VmRSS") * 1024
+
+
+def _peak(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _rss_kib("VmHWM") * 1024
+
+
+def measure(loss, B, T, U, V, device_name, threads, max_repeats, budget_s):
+    """Child process body: median forward + backward time and peak extra memory."""
+    torch.set_num_threads(threads)
+    device = torch.device(device_name)
+    leaves, run = _make_inputs(loss, B, T, U, V, device)
+
+    def once(leaves, run):
+        for x in leaves:
+            x.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run().sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    # Load and initialise the kernels on a tiny problem so that the measured peak is the
+    # loss's own memory, not code pages or thread pools touched for the first time.
+    once(*_make_inputs(loss, 2, 8, 3, min(V, 8), device))
+    base = _release_and_reset(device)
+    first = once(leaves, run)  # warm-up, and the only timed run when it exceeds the budget
+    peak = _peak(device) - base
+    times = []
+    while len(times) < max_repeats and sum(times) + first < budget_s:
+        times.append(once(leaves, run))
+    times = times or [first]
+    return {"time_s": statistics.median(times), "peak_bytes": peak, "runs": len(times)}
+
+
+def _child(args, omp_wait_policy: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", json.dumps(args)]
+    env = dict(os.environ)
+    if omp_wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = omp_wait_policy.upper()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="B,T,U,V;B,T,U,V;...")
+    parser.add_argument("--losses", default=",".join(LOSSES), help=",".join(LOSSES))
+    parser.add_argument("--repeats", type=int, default=5, help="most timed runs per cell")
+    parser.add_argument("--budget-s", type=float, default=10.0, help="time budget per cell")
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=["default", "passive", "active"],
+        default="default",
+        help="OMP_WAIT_POLICY for the measuring processes; 'passive' avoids OpenMP workers "
+        "spinning against the main thread on a CPU shared with other jobs",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(*json.loads(args.child))))
+        return
+
+    sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes.split(";")]
+    losses = args.losses.split(",")
+    print(
+        f"device={args.device} threads={args.threads} omp_wait_policy={args.omp_wait_policy} "
+        f"torch={torch.__version__}\n"
+    )
+    print("| loss | (B, T, U, V) | fwd+bwd ms | peak extra MiB | extra / joint |")
+    print("|---|---|---:|---:|---:|")
+    results = {}
+    for B, T, U, V in sizes:
+        joint = B * T * (U + 1) * V * 4  # float32 bytes of the (B, T, U + 1, V) joint
+        for loss in losses:
+            r = _child(
+                [loss, B, T, U, V, args.device, args.threads, args.repeats, args.budget_s],
+                args.omp_wait_policy,
+            )
+            results[(loss, B, T, U, V)] = r
+            if "error" in r:
+                print(f"| {loss} | ({B}, {T}, {U}, {V}) | error: {r['error']} | | |")
+                continue
+            transducer = loss in ("rnnt", "hat", "hat_given_log_probs")
+            ratio = f"{r['peak_bytes'] / joint:.2f}" if transducer else ""
+            print(
+                f"| {loss} | ({B}, {T}, {U}, {V}) | {1e3 * r['time_s']:.1f} "
+                f"| {r['peak_bytes'] / 2**20:.1f} | {ratio} |",
+                flush=True,
+            )
+    print("\n| (B, T, U, V) | cb / ctc time | cb autograd / cb explicit time | "
+          "hat / rnnt time | hat / rnnt memory | hat (given log-probs) / rnnt time | "
+          "hat (given log-probs) / rnnt memory |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for B, T, U, V in sizes:
+        def ratio(num, den, key):
+            a, b = results.get((num, B, T, U, V), {}), results.get((den, B, T, U, V), {})
+            if key not in a or key not in b or b[key] == 0:
+                return "n/a"
+            return f"{a[key] / b[key]:.2f}"
+
+        print(
+            f"| ({B}, {T}, {U}, {V}) | {ratio('cb', 'ctc', 'time_s')} "
+            f"| {ratio('cb_autograd', 'cb', 'time_s')} | {ratio('hat', 'rnnt', 'time_s')} "
+            f"| {ratio('hat', 'rnnt', 'peak_bytes')} "
+            f"| {ratio('hat_given_log_probs', 'rnnt', 'time_s')} "
+            f"| {ratio('hat_given_log_probs', 'rnnt', 'peak_bytes')} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""cb_marginal_nll_windowed: the second-order CB model with emission gaps bounded by W."""
+
+import math
+
+import pytest
+import torch
+
+from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
+from tests.reference import lattice_enumeration as ref
+
+F64 = torch.float64
+
+LENGTHS = [(7, 3), (6, 2), (3, 3), (5, 0), (4, 1)]
+
+
+def _batch(seed, W, lengths=LENGTHS, dtype=F64, device="cpu", pad_value=None):
+    g = torch.Generator().manual_seed(seed)
+    B = len(lengths)
+    T = max(t for t, _ in lengths)
+    L = max(l for _, l in lengths)
+    emit_logits = 2 * torch.randn(B, T, generator=g, dtype=F64)
+    label_log_probs = -3 * torch.rand(B, T, W, L, generator=g, dtype=F64)
+    if pad_value is not None:
+        for b, (tb, lb) in enumerate(lengths):
+            emit_logits[b, tb:] = pad_value
+            label_log_probs[b, tb:] = pad_value
+            label_log_probs[b, ..., lb:] = pad_value
+    return (
+        emit_logits.to(device=device, dtype=dtype).requires_grad_(),
+        label_log_probs.to(device=device, dtype=dtype).requires_grad_(),
+        torch.tensor([t for t, _ in lengths], device=device),
+        torch.tensor([l for _, l in lengths], device=device),
+    )
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 8])
+def test_matches_enumeration_values_and_gradients(W, device):
+    a, lp, il, tl = _batch(W, W, device=device)
+    nll = cb_marginal_nll_windowed(a, lp, il, tl)
+    ga, glp = torch.autograd.grad(nll.sum(), (a, lp))
+    for b, (tb, lb) in enumerate(LENGTHS):
+        ra = a[b].detach().cpu().clone().requires_grad_()
+        rlp = lp[b].detach().cpu().clone().requires_grad_()
+        want = -ref.cb_windowed_log_marginal(ra[:tb], rlp[:tb, :, :lb])
+        if math.isinf(want.item()):  # no alignment fits the window
+            assert nll[b].item() == float("inf")
+            assert ga[b].abs().sum() == 0 and glp[b].abs().sum() == 0
+            continue
+        want_ga, want_glp = torch.autograd.grad(want, (ra, rlp), allow_unused=True)
+        want_glp = torch.zeros_like(rlp) if want_glp is None else want_glp
+        torch.testing.assert_close(nll[b].cpu(), want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ga[b].cpu(), want_ga, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(glp[b].cpu(), want_glp, rtol=1e-10, atol=1e-12)
+
+
+def test_gradcheck():
+    a, lp, il, tl = _batch(20, 3, lengths=[(6, 3), (4, 1), (3, 0)])
+    assert torch.autograd.gradcheck(lambda x, y: cb_marginal_nll_windowed(x, y, il, tl), (a, lp))
+
+
+@pytest.mark.parametrize("extra", [0, 3])
+def test_constant_over_gap_and_wide_window_equals_first_order(extra):
+    # With P(y_l | t_l, t_l - t_{l-1}) = P(y_l | t_l) and W >= T no gap constraint binds.
+    a, lp, il, tl = _batch(21, 1)
+    T = a.shape[1]
+    lp_wide = lp.expand(-1, -1, T + extra, -1)  # (B, T, W, L), constant over d
+    windowed = cb_marginal_nll_windowed(a, lp_wide, il, tl)
+    first = cb_marginal_nll(a, lp[:, :, 0], il, tl)
+    torch.testing.assert_close(windowed, first, rtol=1e-12, atol=1e-12)
+    g_w = torch.autograd.grad(windowed.sum(), (a, lp))
+    g_1 = torch.autograd.grad(first.sum(), (a, lp))
+    torch.testing.assert_close(g_w, g_1, rtol=1e-10, atol=1e-12)
+
+
+def test_hand_worked_value():
+    # T = 3, L = 1, W = 2, every P(B_t = 1) = sigmoid(0) = 1/2, so every b has P(b) = 1/8.
+    # t_{-1} = -1: y_0 at frame 0 has gap 1 (d = 0), at frame 1 gap 2 (d = 1), at frame 2
+    # gap 3 > W (impossible). With P(y_0 | t=0, d=0) = 0.5 and P(y_0 | t=1, d=1) = 0.3:
+    # P(y) = (0.5 + 0.3) / 8 = 0.1, so -log P(y) = log 10. Entries with d != t are never used.
+    lp = torch.full((1, 3, 2, 1), 0.9, dtype=F64).log()
+    lp[0, 0, 0, 0], lp[0, 1, 1, 0] = math.log(0.5), math.log(0.3)
+    a = torch.zeros(1, 3, dtype=F64)
+    nll = cb_marginal_nll_windowed(a, lp, torch.tensor([3]), torch.tensor([1]))
+    torch.testing.assert_close(nll, torch.tensor([math.log(10.0)], dtype=F64))
+
+
+def test_gap_beyond_window_is_inf_with_zero_gradient():
+    # y_0 may only come in frames 0..W-1 = 0..1; make it impossible there.
+    a, lp, il, tl = _batch(22, 2, lengths=[(5, 1), (5, 1)])
+    blocked = lp.detach().clone()
+    blocked[0, :2] = float("-inf")
+    blocked.requires_grad_()
+    nll = cb_marginal_nll_windowed(a, blocked, il, tl)
+    assert nll[0].item() == float("inf") and torch.isfinite(nll[1])
+    ga, glp = torch.autograd.grad(nll.sum(), (a, blocked))
+    assert ga[0].abs().sum() == 0 and glp[0].abs().sum() == 0
+    assert torch.isfinite(ga).all() and torch.isfinite(glp).all()
+
+
+def test_batch_and_padding_invariance():
+    a, lp, il, tl = _batch(23, 3, pad_value=float("nan"))
+    nll = cb_marginal_nll_windowed(a, lp, il, tl)
+    ga, glp = torch.autograd.grad(nll.sum(), (a, lp))
+    assert torch.isfinite(ga).all() and torch.isfinite(glp).all()
+    for b, (tb, lb) in enumerate(LENGTHS):
+        a1 = a[b : b + 1, :tb].detach().clone().requires_grad_()
+        lp1 = lp[b : b + 1, :tb, :, :lb].detach().clone().requires_grad_()
+        one = cb_marginal_nll_windowed(a1, lp1, torch.tensor([tb]), torch.tensor([lb]))
+        g1a, g1lp = torch.autograd.grad(one.sum(), (a1, lp1))
+        torch.testing.assert_close(nll[b : b + 1], one, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ga[b, :tb], g1a[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(glp[b, :tb, :, :lb], g1lp[0], rtol=1e-12, atol=1e-12)
+        assert ga[b, tb:].abs().sum() == 0
+        assert glp[b, tb:].abs().sum() == 0 and glp[b, ..., lb:].abs().sum() == 0
+
+
+def test_float32_is_close_to_float64():
+    g = torch.Generator().manual_seed(24)
+    B, T, W, L = 2, 500, 8, 100
+    a64 = torch.randn(B, T, generator=g, dtype=F64)
+    lp64 = 3 * torch.randn(B, T, W, L, generator=g, dtype=F64).log_softmax(-1)
+    il, tl = torch.tensor([500, 420]), torch.tensor([100, 90])
+    out = {}
+    for dtype in (torch.float32, F64):
+        a, lp = a64.to(dtype).requires_grad_(), lp64.to(dtype).requires_grad_()
+        nll = cb_marginal_nll_windowed(a, lp, il, tl)
+        out[dtype] = (nll, *torch.autograd.grad(nll.sum(), (a, lp)))
+    for x32, x64 in zip(out[torch.float32], out[F64]):
+        assert torch.isfinite(x32).all()
+    torch.testing.assert_close(out[torch.float32][0].double(), out[F64][0], rtol=1e-6, atol=0)
+    torch.testing.assert_close(out[torch.float32][2].double(), out[F64][2], rtol=0, atol=1e-3)
+
+
+def test_errors_name_the_argument():
+    a, lp, il, tl = _batch(25, 2, lengths=[(5, 3), (4, 2)])
+    with pytest.raises(ValueError, match="label_log_probs must have shape"):
+        cb_marginal_nll_windowed(a, lp[:, :, 0], il, tl)
+    with pytest.raises(ValueError, match="label_log_probs must have shape"):
+        cb_marginal_nll_windowed(a, lp[:, :3], il, tl)
+    with pytest.raises(ValueError, match="window W >= 1"):
+        cb_marginal_nll_windowed(a, lp[:, :, :0], il, tl)
+    with pytest.raises(ValueError, match=r"target_lengths\[0\] = 4"):
+        cb_marginal_nll_windowed(a, lp, il, torch.tensor([4, 2]))
+    with pytest.raises(ValueError, match=r"target_lengths\[0\] = 3 > input_lengths\[0\] = 2"):
+        cb_marginal_nll_windowed(a, lp, torch.tensor([2, 4]), tl)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_sizes_match_enumeration(seed):
+    g = torch.Generator().manual_seed(100 + seed)
+    W = int(torch.randint(1, 5, (1,), generator=g))
+    lengths = []
+    for _ in range(3):
+        tb = int(torch.randint(1, 8, (1,), generator=g))
+        lengths.append((tb, int(torch.randint(0, min(tb, 4) + 1, (1,), generator=g))))
+    a, lp, il, tl = _batch(seed, W, lengths=lengths)
+    nll = cb_marginal_nll_windowed(a, lp, il, tl)
+    for b, (tb, lb) in enumerate(lengths):
+        want = -ref.cb_windowed_log_marginal(a[b, :tb], lp[b, :tb, :, :lb])
+        torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,129 @@
+"""rnnt_nll (torchaudio wrapper) and transducer_lattice_nll (the gather-first lattice)."""
+
+import math
+
+import pytest
+import torch
+import torchaudio.functional as AF
+
+from cbasr.losses import rnnt_nll, transducer_lattice_nll
+from tests.reference import lattice_enumeration as ref
+
+F64 = torch.float64
+
+# (T_b, targets): U_b = U, shorter, one frame, empty.
+UTTERANCES = [(5, [1, 2, 2]), (4, [2]), (1, [1, 1]), (3, [])]
+
+
+def _joint(seed, utterances=UTTERANCES, V=3, extra_t=0, extra_u=0, dtype=torch.float32):
+    """Random RNN-T logits ``(B, T, U + 1, V)`` with blank 0, padded ``extra_*`` beyond the
+    longest utterance, and ``-1`` in padded target positions."""
+    g = torch.Generator().manual_seed(seed)
+    B = len(utterances)
+    T = max(t for t, _ in utterances) + extra_t
+    U = max(len(y) for _, y in utterances) + extra_u
+    logits = 2 * torch.randn(B, T, U + 1, V, generator=g)
+    targets = torch.full((B, U), -1, dtype=torch.long)
+    for b, (_, y) in enumerate(utterances):
+        targets[b, : len(y)] = torch.tensor(y, dtype=torch.long)
+    il = torch.tensor([t for t, _ in utterances])
+    tl = torch.tensor([len(y) for _, y in utterances])
+    return logits.to(dtype).requires_grad_(), targets, il, tl
+
+
+def test_rnnt_equals_torchaudio():
+    logits, targets, il, tl = _joint(0)
+    got = rnnt_nll(logits, targets, il, tl, blank=0)
+    want = AF.rnnt_loss(
+        logits, targets.clamp(min=0).int(), il.int(), tl.int(), blank=0, reduction="none"
+    )
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("extra", [(0, 0), (2, 1)])
+def test_rnnt_matches_enumeration_and_ignores_extra_padding(extra):
+    # extra padding beyond the longest utterance is sliced off before torchaudio.
+    logits, targets, il, tl = _joint(1, extra_t=extra[0], extra_u=extra[1])
+    nll = rnnt_nll(logits, targets, il, tl)
+    (grad,) = torch.autograd.grad(nll.sum(), (logits,))
+    for b, (tb, y) in enumerate(UTTERANCES):
+        z = logits[b].detach().double().requires_grad_()
+        want = -ref.rnnt_log_marginal(z[:tb, : len(y) + 1], y, blank=0)
+        (want_grad,) = torch.autograd.grad(want, (z,))
+        torch.testing.assert_close(nll[b].double(), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(grad[b].double(), want_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_rnnt_hand_worked_value():
+    # T = 2, U = 1, V = {blank, a}, all logits 0: every edge has probability 1/2. The two
+    # paths (a, -, -) and (-, a, -) have 3 edges each: P(y) = 2 / 8, -log P(y) = log 4.
+    nll = rnnt_nll(
+        torch.zeros(1, 2, 2, 2), torch.tensor([[1]]), torch.tensor([2]), torch.tensor([1])
+    )
+    torch.testing.assert_close(nll, torch.tensor([math.log(4.0)]))
+
+
+def test_rnnt_errors():
+    logits, targets, il, tl = _joint(2)
+    with pytest.raises(ValueError, match="float32 or float16"):
+        rnnt_nll(logits.double(), targets, il, tl)
+    with pytest.raises(ValueError, match=r"targets\[0, 0\] = 0 must be in \[0, 3\) and != blank"):
+        rnnt_nll(logits, torch.where(targets == 1, 0, targets), il, tl)
+    with pytest.raises(ValueError, match=r"targets\[0, 1\] = 5"):
+        rnnt_nll(logits, torch.where(targets == 2, 5, targets), il, tl)
+    with pytest.raises(ValueError, match=r"input_lengths\[3\] = 0 is outside \[1, 5\]"):
+        rnnt_nll(logits, targets, torch.tensor([5, 4, 1, 0]), tl)
+    with pytest.raises(ValueError, match="targets must have shape"):
+        rnnt_nll(logits, targets[:, :2], il, tl)
+
+
+def _lattice_inputs(seed, utterances=UTTERANCES):
+    g = torch.Generator().manual_seed(seed)
+    B = len(utterances)
+    T = max(t for t, _ in utterances)
+    U = max(len(y) for _, y in utterances)
+    blank = -2 * torch.rand(B, T, U + 1, generator=g, dtype=F64)
+    emit = -2 * torch.rand(B, T, U, generator=g, dtype=F64)
+    il = torch.tensor([t for t, _ in utterances])
+    tl = torch.tensor([len(y) for _, y in utterances])
+    return blank.requires_grad_(), emit.requires_grad_(), il, tl
+
+
+def test_lattice_matches_enumeration_and_gradcheck(device):
+    blank, emit, il, tl = _lattice_inputs(3)
+    blank_d = blank.detach().to(device).requires_grad_()
+    emit_d = emit.detach().to(device).requires_grad_()
+    nll = transducer_lattice_nll(blank_d, emit_d, il.to(device), tl.to(device))
+    g_blank, g_emit = torch.autograd.grad(nll.sum(), (blank_d, emit_d))
+    for b, (tb, y) in enumerate(UTTERANCES):
+        rb = blank[b].detach().clone().requires_grad_()
+        re = emit[b].detach().clone().requires_grad_()
+        want = -ref.transducer_log_marginal(rb[:tb, : len(y) + 1], re[:tb, : len(y)])
+        wb, we = torch.autograd.grad(want, (rb, re), allow_unused=True)
+        we = torch.zeros_like(re) if we is None else we
+        torch.testing.assert_close(nll[b].cpu(), want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g_blank[b].cpu(), wb, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g_emit[b].cpu(), we, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda x, y: transducer_lattice_nll(x, y, il, tl), (blank, emit)
+    )
+
+
+def test_lattice_zero_probability_gives_inf_and_zero_gradient():
+    blank, emit, il, tl = _lattice_inputs(4, utterances=[(3, [1, 2]), (3, [1, 2])])
+    dead = emit.detach().clone()
+    dead[0, :, 1] = float("-inf")  # label 2 of utterance 0 can never be emitted
+    dead.requires_grad_()
+    nll = transducer_lattice_nll(blank, dead, il, tl)
+    assert nll[0].item() == float("inf") and torch.isfinite(nll[1])
+    g_blank, g_emit = torch.autograd.grad(nll.sum(), (blank, dead))
+    assert torch.isfinite(g_blank).all() and torch.isfinite(g_emit).all()
+    assert g_blank[0].abs().sum() == 0 and g_emit[0].abs().sum() == 0
+
+
+def test_lattice_errors():
+    blank, emit, il, tl = _lattice_inputs(5)
+    with pytest.raises(ValueError, match="emit_log_probs must have shape"):
+        transducer_lattice_nll(blank, emit[:, :, :2], il, tl)
+    with pytest.raises(ValueError, match=r"target_lengths\[0\] = 4"):
+        transducer_lattice_nll(blank, emit, il, torch.tensor([4, 1, 2, 0]))
