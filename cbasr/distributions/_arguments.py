@@ -1,0 +1,118 @@
+"""Argument handling shared by the Conditional Bernoulli functions.
+
+Every public function takes ``logits (*, T)`` with an optional ``total (*,)`` and
+``lengths (*,)``. They are broadcast to one batch shape here and flattened to ``B`` rows, so
+the algorithms see ``(B, T)`` tensors only. Values with extra leading (sample) dimensions are
+flattened to ``N = S * B`` rows with ``row_index (N,)`` pointing at their parameter row.
+"""
+
+from typing import NamedTuple
+
+import torch
+
+__all__: list[str] = []  # private helpers only
+
+
+class Arguments(NamedTuple):
+    """Broadcast and flattened arguments.
+
+    Attributes:
+        logits: ``(B, T)``.
+        total: ``(B,)`` int64, or None when the function has no total.
+        lengths: ``(B,)`` int64; ``T`` where no lengths were given.
+        batch_shape: the broadcast batch shape ``*`` with ``prod(*) == B``.
+    """
+
+    logits: torch.Tensor
+    total: torch.Tensor | None
+    lengths: torch.Tensor
+    batch_shape: torch.Size
+
+
+def broadcast_arguments(
+    logits: torch.Tensor,
+    total: torch.Tensor | int | None = None,
+    lengths: torch.Tensor | int | None = None,
+) -> Arguments:
+    """Broadcast ``logits (*, T)``, ``total (*,)`` and ``lengths (*,)`` and flatten the batch."""
+    if logits.dim() < 1:
+        raise ValueError("logits must have a frame dimension: shape (*, T)")
+    T = logits.shape[-1]
+    device = logits.device
+    shapes = [logits.shape[:-1]]
+    if total is not None:
+        total = torch.as_tensor(total, device=device)
+        shapes.append(total.shape)
+    if lengths is not None:
+        lengths = torch.as_tensor(lengths, device=device)
+        shapes.append(lengths.shape)
+    batch_shape = torch.broadcast_shapes(*shapes)
+    logits = logits.expand(batch_shape + (T,)).reshape(batch_shape.numel(), T)  # (*, T) -> (B, T)
+    if total is not None:
+        total = total.expand(batch_shape).reshape(-1).long()  # (*,) -> (B,)
+    if lengths is None:
+        lengths = torch.full((logits.shape[0],), T, dtype=torch.long, device=device)
+    else:
+        lengths = lengths.expand(batch_shape).reshape(-1).long()  # (*,) -> (B,)
+    return Arguments(logits, total, lengths, batch_shape)
+
+
+def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """``(B,)`` lengths -> ``(B, T)`` bool, True on frames that exist (``t < lengths``)."""
+    frames = torch.arange(num_frames, device=lengths.device)
+    return frames < lengths.unsqueeze(-1)
+
+
+def value_rows(
+    value: torch.Tensor, batch_shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor, torch.Size]:
+    """Flatten a value ``(*sample, *batch, E)`` to rows ``(N, E)`` and their parameter rows.
+
+    ``value`` must broadcast against the parameters' batch shape, with any extra leading
+    dimensions being sample dimensions.
+
+    Returns:
+        ``(N, E)`` value rows, ``(N,)`` int64 index of each row's parameter row, and the
+        value's full batch shape ``(*sample, *batch)``.
+    """
+    event = value.shape[-1:]
+    full = torch.broadcast_shapes(value.shape[:-1], batch_shape)
+    if full[len(full) - len(batch_shape) :] != batch_shape:
+        raise ValueError(
+            f"value batch shape {tuple(value.shape[:-1])} does not end with the parameters' "
+            f"batch shape {tuple(batch_shape)}"
+        )
+    rows = value.expand(full + event).reshape(full.numel(), event[0])  # (*sample, *batch, E) -> (N, E)
+    num_params = batch_shape.numel()
+    row_index = torch.arange(rows.shape[0], device=value.device) % max(num_params, 1)
+    return rows, row_index, full
+
+
+def check_lengths(lengths: torch.Tensor, num_frames: int) -> None:
+    """Raise ValueError unless ``0 <= lengths <= T``."""
+    bad = (lengths < 0) | (lengths > num_frames)
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"lengths must lie in [0, T={num_frames}]; got lengths={int(lengths[index])} "
+            f"at (flattened) batch index {index}"
+        )
+
+
+def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
+    """Raise ValueError unless ``0 <= total <= lengths`` (room for every high)."""
+    bad = (total < 0) | (total > lengths)
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            "total (number of highs) must satisfy 0 <= total <= lengths; got "
+            f"total={int(total[index])} with lengths={int(lengths[index])} at (flattened) "
+            f"batch index {index}"
+        )
+
+
+def max_total(total: torch.Tensor, num_frames: int) -> int:
+    """The largest total in the batch, clamped to ``[0, T]`` (host sync)."""
+    if total.numel() == 0:
+        return 0
+    return int(total.max().clamp(0, num_frames))

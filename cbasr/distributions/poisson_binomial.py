@@ -1,0 +1,109 @@
+"""The Poisson-Binomial distribution, CB paper eq. (5).
+
+``K = sum_t B_t`` for independent ``B_t ~ Bernoulli(sigmoid(logit_t))``: the prior ``P(L)``
+of the number of highs in eq. (18), and the normaliser that turns eq. (6) into eq. (4).
+"""
+
+import torch
+from torch.distributions import Distribution, constraints
+
+from cbasr.distributions._arguments import broadcast_arguments, check_lengths, frame_mask, value_rows
+from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
+
+__all__ = ["PoissonBinomial"]
+
+
+class PoissonBinomial(Distribution):
+    """Number of highs ``K`` among independent Bernoulli trials (eq. 5).
+
+    ``log_prob`` runs the count recursion on the trials' log probabilities (values in
+    ``(-inf, 0]``, so float32 stays accurate): O(B * T * k_max) work for the largest queried
+    ``k``, T serial steps.
+
+    Args:
+        logits: ``(*, T)`` log odds of the trials; ``+-inf`` allowed.
+        lengths: ``(*,)`` number of existing trials; trials ``t >= lengths`` are ignored.
+        validate_args: check arguments and that values are integers in ``{0, ..., T}``
+            (counts above ``lengths`` have log probability ``-inf``).
+    """
+
+    arg_constraints = {
+        "logits": constraints.independent(constraints.real, 1),
+        "lengths": constraints.nonnegative_integer,
+    }
+    has_enumerate_support = True
+
+    def __init__(self, logits, lengths=None, validate_args=None):
+        args = broadcast_arguments(logits, None, lengths)
+        T = logits.shape[-1]
+        self.logits = args.logits.reshape(args.batch_shape + (T,))  # (B, T) -> (*, T)
+        self.lengths = args.lengths.reshape(args.batch_shape)
+        super().__init__(args.batch_shape, validate_args=validate_args)
+        if self._validate_args:
+            check_lengths(args.lengths, T)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self):
+        # {0..T} for every row, as enumerate_support needs one set for the whole batch;
+        # counts above a row's lengths are in it with probability 0.
+        return constraints.integer_interval(0, self.logits.shape[-1])
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(PoissonBinomial, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.logits = self.logits.expand(batch_shape + self.logits.shape[-1:])
+        new.lengths = self.lengths.expand(batch_shape)
+        super(PoissonBinomial, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def _probs(self) -> torch.Tensor:
+        """``(*, T)`` trial probabilities, 0 on padding."""
+        T = self.logits.shape[-1]
+        valid = frame_mask(self.lengths.reshape(-1), T).reshape(self.logits.shape)
+        return torch.where(valid, torch.sigmoid(self.logits), 0.0)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """``sum_t p_t``: ``(*,)``."""
+        return self._probs().sum(-1)
+
+    @property
+    def variance(self) -> torch.Tensor:
+        """``sum_t p_t (1 - p_t)``: ``(*,)``."""
+        probs = self._probs()
+        return (probs * (1 - probs)).sum(-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``log P(K = value)`` (eq. 5) for ``value (*sample, *)``; ``-inf`` outside the support."""
+        if self._validate_args:
+            self._validate_sample(value)
+        args = broadcast_arguments(self.logits, None, self.lengths)
+        T = args.logits.shape[-1]
+        value = torch.as_tensor(value, device=self.logits.device)
+        rows, row_index, shape = value_rows(value.unsqueeze(-1), self.batch_shape)  # (N, 1)
+        rows = rows.double()
+        count = torch.where(rows == rows.floor(), rows, -1).long()  # non-integers are impossible
+        num_states = int(count.max().clamp(0, T)) + 1 if count.numel() else 1
+        log_off, log_on = bernoulli_log_weights(args.logits, frame_mask(args.lengths, T))
+        final = count_table(log_off, log_on, num_states)[T]  # (B, V): log P(K = v)
+        return gather_states(final[row_index], count).reshape(shape)
+
+    def sample(
+        self, sample_shape=torch.Size(), generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Counts of independent Bernoulli draws: ``(*sample_shape, *)`` float."""
+        shape = torch.Size(sample_shape) + self.logits.shape
+        with torch.no_grad():
+            draws = torch.bernoulli(self._probs().expand(shape), generator=generator)
+        return draws.sum(-1)
+
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
+        """``0..T`` shaped ``(T + 1, *)`` (or ``(T + 1, 1, ...)``); values above ``lengths``
+        have probability 0."""
+        T = self.logits.shape[-1]
+        values = torch.arange(T + 1, dtype=self.logits.dtype, device=self.logits.device)
+        values = values.view((-1,) + (1,) * len(self.batch_shape))  # (T + 1,) -> (T + 1, 1, ...)
+        if expand:
+            values = values.expand((-1,) + self.batch_shape)
+        return values
