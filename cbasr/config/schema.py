@@ -11,8 +11,10 @@ from typing import Any
 from omegaconf import MISSING
 
 __all__ = [
-    "RNNEncoderConfig", "PointwiseDecoderConfig", "CTCLossConfig", "DataConfig",
-    "OptimConfig", "TrainerConfig", "TrainConfig", "register_configs",
+    "RNNEncoderConfig", "ConformerEncoderConfig", "PointwiseDecoderConfig", "AutoregressiveDecoderConfig",
+    "MonotonicDecoderConfig", "AttentionEmissionDecoderConfig", "TransducerDecoderConfig", "CTCLossConfig",
+    "CBMarginalLossConfig", "TransducerLossConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
+    "register_configs",
 ]
 
 
@@ -23,17 +25,35 @@ class RNNEncoderConfig:
     name: str = "rnn"
     hidden: int = 128
     num_layers: int = 2
-    bidirectional: bool = True
+    bidirectional: bool = True  # false: a unidirectional (online) encoder
     rnn_type: str = "lstm"  # lstm | gru
     dropout: float = 0.1
-    subsampling: str = "stack"  # none | stack | conv
+    subsampling: str = "stack"  # none | stack | conv | embed (token ids: text input)
     stack: int = 3
     stride: int = 3
+    embedding_dim: int = 256  # subsampling=embed only
+
+
+@dataclass
+class ConformerEncoderConfig:
+    """:class:`cbasr.modules.encoders.ConformerEncoder` (torchaudio's Conformer layers)."""
+
+    name: str = "conformer"
+    d_model: int = 144
+    num_heads: int = 4
+    ffn_dim: int = 576
+    num_layers: int = 4
+    kernel_size: int = 15
+    dropout: float = 0.1
+    subsampling: str = "conv"  # none | stack | conv | embed
+    stack: int = 3
+    stride: int = 3
+    embedding_dim: int = 256
 
 
 @dataclass
 class PointwiseDecoderConfig:
-    """:class:`cbasr.modules.decoders.PointwiseDecoder`."""
+    """:class:`cbasr.modules.decoders.PointwiseDecoder` (CTC and CB)."""
 
     name: str = "pointwise"
     hidden: int = 0
@@ -41,8 +61,81 @@ class PointwiseDecoderConfig:
 
 
 @dataclass
+class AttentionEmissionDecoderConfig:
+    """:class:`cbasr.modules.decoders.AttentionEmissionDecoder` (Wu et al.)."""
+
+    name: str = "attention_emission"
+    embed_dim: int = 64
+    hidden: int = 128
+    num_layers: int = 1
+    context: int = -1  # label history: -1 unlimited (LSTM), or the last N labels
+    joint_dim: int = 128
+    emission_hidden: int = 0
+    dropout: float = 0.1
+
+
+@dataclass
+class MonotonicDecoderConfig:
+    """:class:`cbasr.modules.decoders.MonotonicAttentionDecoder` (MoChA-like windows)."""
+
+    name: str = "monotonic"
+    window: int = 4  # fixed window size, or the largest gap t_l - t_(l-1) when variable
+    variable: bool = False  # window from the previous emission (second-order CB)
+    attention_dim: int = 64
+    embed_dim: int = 64
+    hidden: int = 128
+    num_layers: int = 1
+    context: int = -1
+    joint_dim: int = 128
+    emission_hidden: int = 0
+    dropout: float = 0.1
+
+
+@dataclass
+class AutoregressiveDecoderConfig:
+    """:class:`cbasr.modules.decoders.AutoregressiveDecoder` (Raffel et al.; Luo et al.)."""
+
+    name: str = "autoregressive"
+    embed_dim: int = 64
+    hidden: int = 128
+    num_layers: int = 1
+    emission: str = "encoder"  # encoder | decoder (Luo et al.'s autoregressive emissions)
+    emission_hidden: int = 64
+    dropout: float = 0.1
+
+
+@dataclass
+class TransducerDecoderConfig:
+    """:class:`cbasr.modules.decoders.TransducerDecoder` (RNN-T or HAT joint)."""
+
+    name: str = "transducer"
+    joint: str = "rnnt"  # rnnt | hat
+    embed_dim: int = 64
+    hidden: int = 128
+    num_layers: int = 1
+    context: int = -1  # prediction network: -1 LSTM, or the last N labels (HAT Table 2)
+    joint_dim: int = 128
+    dropout: float = 0.1
+
+
+@dataclass
 class CTCLossConfig:
     name: str = "ctc"
+
+
+@dataclass
+class CBMarginalLossConfig:
+    """Exact CB marginal, eq. (38) (second-order windowed form for a variable window)."""
+
+    name: str = "cb_marginal"
+
+
+@dataclass
+class TransducerLossConfig:
+    """RNN-T (torchaudio) or HAT (eq. 4); the decoder's joint must match."""
+
+    name: str = "rnnt"  # rnnt | hat
+    max_symbols: int = 4  # greedy search: most labels per frame
 
 
 @dataclass
@@ -100,8 +193,15 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="encoder", name="rnn_schema", node=RNNEncoderConfig)
+    cs.store(group="encoder", name="conformer_schema", node=ConformerEncoderConfig)
     cs.store(group="decoder", name="pointwise_schema", node=PointwiseDecoderConfig)
+    cs.store(group="decoder", name="autoregressive_schema", node=AutoregressiveDecoderConfig)
+    cs.store(group="decoder", name="monotonic_schema", node=MonotonicDecoderConfig)
+    cs.store(group="decoder", name="attention_emission_schema", node=AttentionEmissionDecoderConfig)
+    cs.store(group="decoder", name="transducer_schema", node=TransducerDecoderConfig)
     cs.store(group="loss", name="ctc_schema", node=CTCLossConfig)
+    cs.store(group="loss", name="cb_marginal_schema", node=CBMarginalLossConfig)
+    cs.store(group="loss", name="transducer_schema", node=TransducerLossConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="optim", name="optim_schema", node=OptimConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)

@@ -25,6 +25,7 @@ from cbasr.data.vocab import Vocabulary
 from cbasr.engines.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from cbasr.engines.scoring import error_counts
 from cbasr.fileio import write_json
+from cbasr.models import LossOutput
 
 __all__ = ["train", "select_device", "MODEL_KEYS"]
 
@@ -156,16 +157,19 @@ class Trainer:
         return True
 
     # --- steps -------------------------------------------------------------------------
-    def _step(self, batch: Batch) -> tuple[float, float] | None:
-        """One optimizer step; ``(summed nll, grad norm)``, or None when it was skipped."""
+    def _loss(self, batch: Batch) -> LossOutput:
+        return self.model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+
+    def _step(self, batch: Batch) -> tuple[float, float, dict] | None:
+        """One optimizer step; ``(summed nll, grad norm, stats)``, or None when it was skipped."""
         self.model.train()
-        nll = self.model.loss(batch)  # (B,)
-        bad = ~torch.isfinite(nll)
+        out = self._loss(batch)
+        bad = ~torch.isfinite(out.loss)
         if bad.any():
             ids = [i for i, b in zip(batch.ids, bad.tolist()) if b]
             log.warning("step %d: non-finite loss for %s; skipping the step", self.state.step, ids)
             return None
-        loss = nll.sum() / batch.target_lens.sum()
+        loss = out.loss.sum() / batch.target_lens.sum()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = self.cfg["optim"]["grad_clip"]
@@ -177,7 +181,7 @@ class Trainer:
             return None
         self.optimizer.step()
         self.scheduler.step()
-        return float(nll.detach().sum()), float(norm)
+        return float(out.nll.sum()), float(norm), out.stats
 
     @torch.no_grad()
     def validate(self) -> dict:
@@ -187,7 +191,7 @@ class Trainer:
         sampler = BucketBatchSampler(self.valid_set.num_frames, self.cfg["data"]["max_frames"], shuffle=False)
         for indices in sampler:
             batch = collate([self.valid_set[i] for i in indices]).to(self.device)
-            nll += float(self.model.loss(batch).sum())
+            nll += float(self._loss(batch).nll.sum())
             tokens += int(batch.target_lens.sum())
             hyps += self.model.greedy_decode(batch.feats, batch.feat_lens)
             refs += [y[:n].tolist() for y, n in zip(batch.targets, batch.target_lens.tolist())]
@@ -248,13 +252,15 @@ class Trainer:
         bar.close()
         self._end_epoch(writer, time.monotonic() - start)
 
-    def _log_progress(self, writer: SummaryWriter, result: tuple[float, float], start: float) -> None:
+    def _log_progress(self, writer: SummaryWriter, result: tuple[float, float, dict], start: float) -> None:
         state = self.state
         loss = state.epoch_nll / max(state.epoch_tokens, 1)
         lr = self.scheduler.get_last_lr()[0]
         writer.add_scalar("train/loss", loss, state.step)
         writer.add_scalar("train/grad_norm", result[1], state.step)
         writer.add_scalar("train/lr", lr, state.step)
+        for key, value in result[2].items():  # e.g. the CB emission rate against L / T
+            writer.add_scalar(f"train/{key}", value, state.step)
         log.info("epoch %d batch %d/%d step %d: loss %.4f lr %.2e grad-norm %.2f (%.0f s)", state.epoch + 1,
                  state.batch_in_epoch, self.steps_per_epoch, state.step, loss, lr, result[1],
                  time.monotonic() - start)

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-__all__ = ["FrameStacking", "Conv2dSubsampling", "RNNEncoder"]
+__all__ = ["FrameStacking", "Conv2dSubsampling", "TokenEmbedding", "RNNEncoder", "ConformerEncoder", "make_front_end"]
 
 
 def _zero_padding(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -62,28 +62,61 @@ class Conv2dSubsampling(nn.Module):
         return x, self.output_lengths(lens)
 
 
+class TokenEmbedding(nn.Module):
+    """Token-embedding front end for text input (Gigaword): ids ``(B, T)`` -> ``(B, T, D)``.
+
+    ``input_dim`` is the source vocabulary size; id 0 is padding and embeds to zeros. No
+    subsampling: every source token is a frame (the CB losses then need ``L <= T``).
+    """
+
+    def __init__(self, input_dim: int, embedding_dim: int = 256):
+        super().__init__()
+        self.embedding = nn.Embedding(input_dim, embedding_dim, padding_idx=0)
+        self.output_dim = embedding_dim
+
+    def output_lengths(self, lens: torch.Tensor) -> torch.Tensor:
+        return lens
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dtype.is_floating_point:
+            raise TypeError("the embedding front end takes token ids (B, T), not features (B, T, F)")
+        mask = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T)
+        return self.embedding(x * mask), lens
+
+
+def make_front_end(input_dim: int, subsampling: str, stack: int = 3, stride: int = 3,
+                   embedding_dim: int = 256) -> nn.Module | None:
+    """The front end named by ``subsampling``: ``none``, ``stack``, ``conv`` or ``embed`` (text)."""
+    if subsampling == "stack":
+        return FrameStacking(input_dim, stack, stride)
+    if subsampling == "conv":
+        return Conv2dSubsampling(input_dim)
+    if subsampling == "embed":
+        return TokenEmbedding(input_dim, embedding_dim)
+    if subsampling == "none":
+        return None
+    raise ValueError(f"subsampling must be none, stack, conv or embed, got {subsampling!r}")
+
+
 class RNNEncoder(nn.Module):
     """(B)LSTM or GRU stack after optional frame stacking or convolutional subsampling.
 
     Args:
         input_dim: feature dimension F.
         hidden: units per direction.
-        subsampling: ``"none"``, ``"stack"`` (:class:`FrameStacking` with ``stack``/``stride``)
-            or ``"conv"`` (:class:`Conv2dSubsampling`, factor 4).
+        subsampling: ``"none"``, ``"stack"`` (:class:`FrameStacking` with ``stack``/``stride``),
+            ``"conv"`` (:class:`Conv2dSubsampling`, factor 4) or ``"embed"``
+            (:class:`TokenEmbedding` of ``embedding_dim``; ``input_dim`` is then the source
+            vocabulary size).
+        bidirectional: False for a unidirectional (online) encoder: frame ``t``'s state then
+            depends on frames ``<= t`` only (with ``stack``, on the stacked frames up to ``t``).
     """
 
     def __init__(self, input_dim: int, hidden: int = 256, num_layers: int = 3,
                  bidirectional: bool = True, rnn_type: str = "lstm", dropout: float = 0.0,
-                 subsampling: str = "stack", stack: int = 3, stride: int = 3):
+                 subsampling: str = "stack", stack: int = 3, stride: int = 3, embedding_dim: int = 256):
         super().__init__()
-        if subsampling == "stack":
-            self.subsampling = FrameStacking(input_dim, stack, stride)
-        elif subsampling == "conv":
-            self.subsampling = Conv2dSubsampling(input_dim)
-        elif subsampling == "none":
-            self.subsampling = None
-        else:
-            raise ValueError(f"subsampling must be none, stack or conv, got {subsampling!r}")
+        self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
         rnn_dim = input_dim if self.subsampling is None else self.subsampling.output_dim
         rnns = {"lstm": nn.LSTM, "gru": nn.GRU}
         if rnn_type not in rnns:
@@ -104,3 +137,78 @@ class RNNEncoder(nn.Module):
         h, _ = self.rnn(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
         return self.dropout(h), lens
+
+
+class _MaskPadding(nn.Module):
+    """Zeroes frames at or beyond the lengths set by :class:`ConformerEncoder` for this call.
+
+    Inserted before each Conformer layer's depthwise convolution, so that the convolution
+    never reads padded frames: padding then changes no valid output (in eval mode; in
+    training mode batch normalisation mixes utterances by design).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.mask: torch.Tensor | None = None  # (B, 1, T), set per forward call
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, T)
+        return x if self.mask is None else x * self.mask
+
+
+class ConformerEncoder(nn.Module):
+    """Conformer (Gulati et al., 2020) on :class:`torchaudio.models.Conformer`, after a front end.
+
+    ``front end -> Linear(d_model) -> dropout -> Conformer layers``. torchaudio's layers have
+    no positional encoding (position comes from the convolutions) and convolve over padded
+    frames; a masking step before each depthwise convolution keeps padding out (see
+    :class:`_MaskPadding`). Full-context self-attention: for online recognition use a
+    unidirectional :class:`RNNEncoder`.
+
+    Args:
+        input_dim: feature dimension F (or source vocabulary size with ``subsampling="embed"``).
+        d_model: model width D; ``num_heads`` must divide it.
+        ffn_dim: feed-forward hidden width.
+        kernel_size: depthwise convolution kernel (odd).
+        subsampling: front end, as for :class:`RNNEncoder` (default ``conv``, factor 4).
+    """
+
+    def __init__(self, input_dim: int, d_model: int = 144, num_heads: int = 4, ffn_dim: int = 576,
+                 num_layers: int = 4, kernel_size: int = 15, dropout: float = 0.1,
+                 subsampling: str = "conv", stack: int = 3, stride: int = 3, embedding_dim: int = 256):
+        super().__init__()
+        from torchaudio.models import Conformer
+
+        if d_model % num_heads:
+            raise ValueError(f"num_heads ({num_heads}) must divide d_model ({d_model})")
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd, got {kernel_size}")
+        self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
+        front_dim = input_dim if self.subsampling is None else self.subsampling.output_dim
+        self.proj = nn.Sequential(nn.Linear(front_dim, d_model), nn.Dropout(dropout))
+        self.conformer = Conformer(d_model, num_heads, ffn_dim, num_layers, kernel_size, dropout)
+        self.masks = []
+        for layer in self.conformer.conformer_layers:
+            mask = _MaskPadding()
+            layer.conv_module.sequential.insert(2, mask)  # after pointwise conv + GLU, before depthwise
+            self.masks.append(mask)
+        self.output_dim = d_model
+
+    def output_lengths(self, lens: torch.Tensor) -> torch.Tensor:
+        return lens if self.subsampling is None else self.subsampling.output_lengths(lens)
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.subsampling is not None:
+            x, lens = self.subsampling(x, lens)
+        total = x.shape[1]
+        # torchaudio sizes its attention mask by the longest utterance (at least one frame).
+        x = self.proj(x[:, : max(1, int(lens.max()))])  # (B, T', F') -> (B, T'', D)
+        valid = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T'')
+        for mask in self.masks:
+            mask.mask = valid.unsqueeze(1).to(x.dtype)  # (B, T'') -> (B, 1, T'')
+        try:
+            h, _ = self.conformer(x, lens.clamp(min=1))
+        finally:
+            for mask in self.masks:
+                mask.mask = None
+        h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))  # back to (B, T', D)
+        return h, lens

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from cbasr.cli.train import CONF_DIR
 from cbasr.engines import trainer as trainer_module
 from cbasr.engines.trainer import Trainer, train
-from cbasr.modules.asr import CTCModel
+from cbasr.models import CTCModel, LossOutput
 
 
 def make_cfg(data, exp_dir, *overrides):
@@ -85,10 +85,10 @@ def test_finished_run_is_a_no_op_and_a_changed_model_is_refused(tone_data, tmp_p
 def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch, caplog):
     real_loss, calls = CTCModel.loss, {"n": 0}
 
-    def sometimes_inf(self, batch):
+    def sometimes_inf(self, *batch):
         calls["n"] += 1
-        nll = real_loss(self, batch)
-        return nll + float("inf") if calls["n"] == 2 else nll
+        out = real_loss(self, *batch)
+        return LossOutput(out.loss + float("inf"), out.nll, {}) if calls["n"] == 2 else out
 
     monkeypatch.setattr(CTCModel, "loss", sometimes_inf)
     with caplog.at_level(logging.WARNING):
@@ -96,7 +96,8 @@ def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch
     assert t.state.bad_steps == 1 and t.state.step == t.steps_per_epoch - 1
     assert "non-finite loss for ['" in caplog.text
 
-    monkeypatch.setattr(CTCModel, "loss", lambda self, batch: real_loss(self, batch) * float("nan"))
+    monkeypatch.setattr(CTCModel, "loss", lambda self, *batch: LossOutput(real_loss(self, *batch).loss * float("nan"),
+                                                                           real_loss(self, *batch).nll, {}))
     monkeypatch.setattr(trainer_module, "MAX_BAD_STEPS_IN_A_ROW", 3)
     with pytest.raises(RuntimeError, match="3 steps in a row had a non-finite loss"):
         train(make_cfg(tone_data, tmp_path / "b", "trainer.max_epochs=1"), tmp_path / "b")

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from cbasr.modules.encoders import Conv2dSubsampling, FrameStacking, RNNEncoder
+from cbasr.modules import encoders
+from cbasr.modules.encoders import ConformerEncoder, Conv2dSubsampling, FrameStacking, RNNEncoder, TokenEmbedding
 
 
 def test_frame_stacking_concatenates_in_time_order():
@@ -23,6 +24,27 @@ def test_frame_stacking_concatenates_in_time_order():
 def test_padding_never_changes_a_result(kwargs):
     torch.manual_seed(0)
     enc = RNNEncoder(input_dim=20, hidden=8, num_layers=2, **kwargs).eval()
+    _check_padding(enc)
+
+
+@pytest.mark.parametrize("subsampling", ["conv", "stack", "none"])
+def test_conformer_padding_never_changes_a_result(subsampling):
+    torch.manual_seed(0)
+    enc = ConformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5,
+                           subsampling=subsampling).eval()
+    _check_padding(enc)
+
+
+def test_conformer_needs_the_padding_mask(monkeypatch):
+    # Without masking before the depthwise convolutions, padded frames leak into valid ones.
+    monkeypatch.setattr(encoders._MaskPadding, "forward", lambda self, x: x)
+    torch.manual_seed(0)
+    enc = ConformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5).eval()
+    with pytest.raises(AssertionError):
+        _check_padding(enc)
+
+
+def _check_padding(enc):
     utts = [torch.randn(t, 20) for t in (31, 17, 24)]
     lens = torch.tensor([u.shape[0] for u in utts])
     padded = torch.nn.utils.rnn.pad_sequence(utts, batch_first=True)
@@ -48,3 +70,34 @@ def test_bad_options_are_named():
         RNNEncoder(10, subsampling="pool")
     with pytest.raises(ValueError, match="rnn_type must be"):
         RNNEncoder(10, rnn_type="transformer")
+    with pytest.raises(ValueError, match="num_heads"):
+        ConformerEncoder(10, d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match="kernel_size must be odd"):
+        ConformerEncoder(10, kernel_size=4)
+
+
+def test_unidirectional_encoder_is_causal():
+    torch.manual_seed(0)
+    enc = RNNEncoder(input_dim=20, hidden=8, num_layers=2, bidirectional=False, subsampling="stack").eval()
+    x = torch.randn(1, 30, 20)
+    y = x.clone()
+    y[:, 15:] = torch.randn(1, 15, 20)  # change the future from input frame 15 (stacked frame 5) on
+    hx, _ = enc(x, torch.tensor([30]))
+    hy, _ = enc(y, torch.tensor([30]))
+    torch.testing.assert_close(hx[:, :5], hy[:, :5])
+    assert not torch.allclose(hx[:, 5], hy[:, 5])
+
+
+def test_token_embedding_front_end_reads_ids():
+    torch.manual_seed(0)
+    enc = RNNEncoder(input_dim=11, hidden=4, num_layers=1, subsampling="embed", embedding_dim=6).eval()
+    ids, lens = torch.tensor([[3, 4, 5, 9], [2, 7, 0, 0]]), torch.tensor([4, 2])
+    h, out_lens = enc(ids, lens)
+    assert h.shape == (2, 4, 8) and out_lens.tolist() == [4, 2]
+    alone, _ = enc(ids[1:, :2], lens[1:])
+    torch.testing.assert_close(h[1, :2], alone[0])
+    with pytest.raises(TypeError, match="token ids"):
+        TokenEmbedding(11, 6)(torch.randn(1, 4, 3), torch.tensor([4]))
+    conformer = ConformerEncoder(11, d_model=8, num_heads=2, ffn_dim=16, num_layers=1, kernel_size=3,
+                                 subsampling="embed", embedding_dim=6).eval()
+    assert conformer(ids, lens)[0].shape == (2, 4, 8)

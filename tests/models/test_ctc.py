@@ -1,7 +1,7 @@
 import torch
 
 from cbasr.builder import build_model
-from cbasr.modules.asr import CTCModel
+from cbasr.models import CTCModel
 from cbasr.data.dataset import Batch
 
 
@@ -48,4 +48,6 @@ def test_loss_matches_ctc_on_the_model_outputs():
     log_probs, out_lens = model(feats, lens)
     expected = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens,
                                             reduction="none")
-    torch.testing.assert_close(model.loss(batch), expected)
+    out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+    torch.testing.assert_close(out.loss, expected)
+    torch.testing.assert_close(out.nll, expected)

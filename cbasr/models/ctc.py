@@ -1,38 +1,36 @@
-"""An ASR model: encoder -> decoder -> loss, with the queries training and decoding need."""
+"""CTC: a pointwise decoder's blank-augmented frame posteriors, summed over alignments."""
 
 import torch
-from torch import nn
 
-from cbasr.data.dataset import Batch
 from cbasr.losses import ctc_nll
+from cbasr.models.base import AsrModel, LossOutput
+from cbasr.modules.decoders import PointwiseDecoder
 
 __all__ = ["CTCModel"]
 
 
-class CTCModel(nn.Module):
+class CTCModel(AsrModel):
     """Encoder + frame-wise decoder trained with CTC (blank id 0)."""
 
-    def __init__(self, encoder: nn.Module, decoder: nn.Module):
-        super().__init__()
-        self.encoder = encoder
-        self.decoder = decoder
+    @classmethod
+    def supports(cls, decoder, **loss_options):
+        if not isinstance(decoder, PointwiseDecoder):
+            return "CTC needs frame-wise posteriors from a pointwise decoder"
+        return None
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``feats (B, T, F) -> (log_probs (B, T', V), lens (B,))``."""
         h, lens = self.encoder(feats, feat_lens)
         return self.decoder(h, lens), lens
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        """``(B,)`` negative log likelihoods."""
-        log_probs, lens = self(batch.feats, batch.feat_lens)
-        return ctc_nll(log_probs, batch.targets, lens, batch.target_lens)
+    def loss(self, feats, feat_lens, targets, target_lens):
+        log_probs, lens = self(feats, feat_lens)
+        nll = ctc_nll(log_probs, targets, lens, target_lens)
+        return LossOutput(nll, nll.detach(), {})
 
     def check_utterance(self, num_frames: int, targets: list[int]) -> str | None:
-        """Why CTC cannot align ``targets`` to ``num_frames`` input frames, or None if it can.
-
-        CTC needs one frame per label plus one blank between each pair of repeated labels.
-        """
-        frames = int(self.encoder.output_lengths(torch.tensor([num_frames]))[0])
+        """CTC needs one frame per label plus one blank between each pair of repeated labels."""
+        frames = self.output_frames(num_frames)
         repeats = sum(a == b for a, b in zip(targets, targets[1:]))
         if frames < len(targets) + repeats:
             return (f"{num_frames} frames ({frames} after subsampling) cannot hold "
@@ -40,7 +38,7 @@ class CTCModel(nn.Module):
         return None
 
     @torch.no_grad()
-    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> list[list[int]]:
+    def greedy_decode(self, feats, feat_lens):
         """Best-path decoding: frame-wise argmax, repeats merged, blanks removed."""
         log_probs, lens = self(feats, feat_lens)
         best = log_probs.argmax(-1)  # (B, T')

@@ -1,0 +1,99 @@
+"""Label-history networks: the transducer prediction network and the CB label decoders' state.
+
+A :class:`LabelContext` reads the labels emitted so far, ``y_{0:u}`` with ``y_0 = <S>`` (id 0,
+the blank, doubles as the start symbol), and gives one vector ``g_u`` per prefix: ``g(Y) =
+g_{0:U}`` in the HAT paper's notation (section 2, RNNT). It never sees the acoustics, so the
+decoders built on it stay memoryless in the emission times (CB paper section 5.2, decoder 4).
+
+``context = -1`` is an LSTM over the whole history; ``context = c >= 0`` keeps only the last
+``c`` labels and looks their embeddings up (HAT paper Table 2: 0, 1, 2, 4): ``g_u = tanh(W
+[e(y_{u-c+1}); ...; e(y_u)])``, positions before the start holding the start symbol; with
+``c = 0`` ``g_u`` is one learned vector.
+
+Teacher-forced :meth:`LabelContext.forward` and step-wise :meth:`LabelContext.step` give the
+same vectors (tested), so search and training agree.
+"""
+
+import torch
+from torch import nn
+
+__all__ = ["LabelContext", "START"]
+
+START = 0  # the start symbol <S>; shares id 0 with the blank, which is never a label
+
+
+class LabelContext(nn.Module):
+    """``y_{0:U}`` -> ``g_{0:U}``, teacher-forced or one label at a time.
+
+    Args:
+        vocab_size: number of ids V, blank / start (id 0) included.
+        embed_dim: label embedding width.
+        hidden: output width D of ``g_u`` (LSTM units, or the finite-context projection).
+        num_layers: LSTM layers (``context = -1`` only).
+        context: -1 for the full history (LSTM), or the number ``c >= 0`` of labels kept.
+        dropout: on the embeddings.
+    """
+
+    def __init__(self, vocab_size: int, embed_dim: int = 128, hidden: int = 256, num_layers: int = 1,
+                 context: int = -1, dropout: float = 0.0):
+        super().__init__()
+        if context < -1:
+            raise ValueError(f"context must be -1 (unlimited) or >= 0 labels, got {context}")
+        self.context = context
+        self.output_dim = hidden
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        if context == -1:
+            self.rnn = nn.LSTM(embed_dim, hidden, num_layers=num_layers, batch_first=True)
+        elif context == 0:
+            self.constant = nn.Parameter(torch.zeros(hidden))
+        else:
+            self.proj = nn.Linear(context * embed_dim, hidden)
+
+    def forward(self, targets: torch.Tensor) -> torch.Tensor:
+        """``targets (B, U)`` label ids (padding: anything in range) -> ``g (B, U + 1, D)``.
+
+        ``g[:, u]`` depends on ``targets[:, :u]`` only, so padded labels change no valid row.
+        """
+        B, U = targets.shape
+        start = targets.new_full((B, 1), START)
+        inputs = torch.cat([start, targets], dim=1)  # (B, U + 1): y_0 = <S>, y_1..y_U
+        if self.context == 0:
+            return self.constant.expand(B, U + 1, -1)
+        if self.context == -1:
+            g, _ = self.rnn(self.dropout(self.embedding(inputs)))  # (B, U + 1, D)
+            return g
+        history = torch.cat([targets.new_full((B, self.context - 1), START), inputs], dim=1)
+        windows = history.unfold(1, self.context, 1)  # (B, U + 1, c): y_{u-c+1} .. y_u
+        return torch.tanh(self.proj(self.dropout(self.embedding(windows)).flatten(2)))
+
+    def initial_state(self, batch_size: int, device: torch.device | None = None):
+        """The state before any label; :meth:`step` with the start symbol comes next."""
+        if self.context == -1:
+            return None  # the LSTM's zero state
+        return torch.full((batch_size, max(self.context, 1)), START, dtype=torch.long, device=device)
+
+    def step(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, object]:
+        """Read one label per utterance: ``labels (B,)`` -> ``(g (B, D), new state)``.
+
+        Start from :meth:`initial_state` and feed :data:`START` first: the outputs are then
+        ``g_0, g_1, ...`` of :meth:`forward`. States are batched along dim 0 (dim 1 for the
+        LSTM's ``(h, c)``); :meth:`select_state` picks rows.
+        """
+        if self.context == 0:
+            return self.constant.expand(labels.shape[0], -1), state
+        if self.context == -1:
+            g, state = self.rnn(self.dropout(self.embedding(labels.unsqueeze(1))), state)  # (B, 1, D)
+            return g.squeeze(1), state
+        window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
+        return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window
+
+    def select_state(self, state, keep: torch.Tensor, new_state):
+        """Rows of ``new_state`` where ``keep (B,)`` is True, of ``state`` elsewhere."""
+        if self.context == 0:
+            return state
+        if self.context == -1:
+            if state is None:  # the LSTM's zero state
+                state = tuple(torch.zeros_like(s) for s in new_state)
+            return tuple(torch.where(keep.view(1, -1, 1), n, s) for s, n in zip(state, new_state))
+        return torch.where(keep.unsqueeze(1), new_state, state)

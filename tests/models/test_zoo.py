@@ -1,0 +1,173 @@
+"""Every decoder x loss pair: the builder's compatibility answers, and a few training steps on the
+tone corpus with the loss going down for every pair it allows."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cbasr import builder
+from cbasr.data.dataset import AsrDataset, collate
+from cbasr.data.features import load_cmvn
+from cbasr.data.vocab import Vocabulary
+
+ENCODER = {"name": "rnn", "hidden": 16, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
+DECODERS = {
+    "pointwise": {"name": "pointwise"},
+    "autoregressive": {"name": "autoregressive", "embed_dim": 8, "hidden": 16, "emission_hidden": 8},
+    "monotonic": {"name": "monotonic", "window": 3, "attention_dim": 8, "embed_dim": 8, "hidden": 16,
+                  "joint_dim": 16},
+    "monotonic_variable": {"name": "monotonic", "window": 8, "variable": True, "attention_dim": 8,
+                           "embed_dim": 8, "hidden": 16, "joint_dim": 16},
+    "attention_emission": {"name": "attention_emission", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
+    "transducer": {"name": "transducer", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
+    "hat": {"name": "transducer", "joint": "hat", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
+    "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 8, "hidden": 16,
+                     "joint_dim": 16},
+}
+LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"}, "rnnt": {"name": "rnnt"},
+          "hat": {"name": "hat"}}
+# The specification (issue 6; CB paper section 5.2): which loss trains which decoder.
+ALLOWED = {
+    "pointwise": {"ctc", "cb_marginal"},
+    "autoregressive": set(),  # sampling estimators only
+    "monotonic": {"cb_marginal"},
+    "monotonic_variable": {"cb_marginal"},
+    "attention_emission": {"cb_marginal"},
+    "transducer": {"rnnt"},
+    "hat": {"hat"},
+    "hat_context1": {"hat"},
+}
+PAIRS = [(d, l) for d in DECODERS for l in LOSSES]
+
+
+def _build(decoder: str, loss: str, input_dim: int = 40, vocab_size: int = 6):
+    return builder.build_model(ENCODER, DECODERS[decoder], LOSSES[loss], input_dim, vocab_size)
+
+
+@pytest.mark.parametrize("decoder,loss", PAIRS)
+def test_builder_allows_exactly_the_specified_pairs(decoder, loss):
+    if loss in ALLOWED[decoder]:
+        _build(decoder, loss)
+        return
+    with pytest.raises(ValueError) as error:
+        _build(decoder, loss)
+    message = str(error.value)
+    assert f"loss {loss!r} cannot train decoder" in message
+    assert f"trains with losses {sorted(ALLOWED[decoder], key=list(LOSSES).index)}" in message
+
+
+@pytest.fixture(scope="module")
+def tone_batch(tone_data):
+    root = Path(tone_data)
+    vocab = Vocabulary.load(root / "lang" / "phones.txt")
+    data = AsrDataset(root / "corpus" / "train.jsonl", root / "fbank" / "train", vocab, "phones",
+                      load_cmvn(root / "fbank" / "cmvn.json"))
+    return collate([data[i] for i in range(8)]), len(vocab)
+
+
+@pytest.mark.parametrize("decoder,loss", [(d, l) for d, l in PAIRS if l in ALLOWED[d]])
+def test_each_allowed_pair_trains_and_decodes(tone_batch, decoder, loss):
+    batch, vocab_size = tone_batch
+    torch.manual_seed(0)
+    model = _build(decoder, loss, batch.feats.shape[-1], vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(12):
+        out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+        assert out.loss.shape == out.nll.shape == (8,) and torch.isfinite(out.loss).all()
+        optimizer.zero_grad()
+        (out.loss.sum() / batch.target_lens.sum()).backward()
+        optimizer.step()
+        losses.append(float(out.nll.sum() / batch.target_lens.sum()))
+    assert sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
+    model.eval()
+    hyps = model.greedy_decode(batch.feats, batch.feat_lens)
+    assert len(hyps) == 8 and all(0 < y < vocab_size for hyp in hyps for y in hyp)
+
+
+def test_cb_models_report_the_emission_rate(tone_batch):
+    batch, vocab_size = tone_batch
+    model = _build("pointwise", "cb_marginal", batch.feats.shape[-1], vocab_size)
+    out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+    frames = model.encoder.output_lengths(batch.feat_lens).sum()
+    assert out.stats["label_rate"] == pytest.approx(float(batch.target_lens.sum() / frames))
+    assert 0 < out.stats["emission_rate"] < 1
+
+
+def test_utterance_checks_follow_each_lattice():
+    ctc, cb, rnnt = _build("pointwise", "ctc"), _build("pointwise", "cb_marginal"), _build("transducer", "rnnt")
+    # stride 2: 6 input frames -> 3 frames
+    assert ctc.check_utterance(6, [1, 2, 3]) is None and "repeats" in ctc.check_utterance(6, [1, 1, 3])
+    assert cb.check_utterance(6, [1, 1, 3]) is None  # CB does not merge repeats
+    assert "cannot hold 4 labels" in cb.check_utterance(6, [1, 2, 3, 4])
+    assert rnnt.check_utterance(2, [1, 2, 3, 4, 5]) is None  # many labels per frame
+
+
+def _decoding_scores_cb(model, feats, lens, targets):
+    """Emission logits and label terms ``(T, L)`` of one utterance from the step-wise decoding API."""
+    h, out_lens = model.encoder(feats, lens)
+    T, L = int(out_lens[0]), targets.shape[1]
+    terms = torch.empty(T, L)
+    for u in range(L):
+        state = model.decoder.begin(h, out_lens)
+        for k in range(u):  # commit y_1 .. y_u (at frame 0: memoryless decoders ignore when)
+            state = model.decoder.commit(state, 0, torch.tensor([True]), targets[:, k])
+        for t in range(T):
+            emit_logit, log_probs = model.decoder.candidates(state, t)
+            terms[t, u] = log_probs[0, targets[0, u] - 1]
+    return model.decoder.begin(h, out_lens)["emit_logits"][0, :T], terms
+
+
+def _decoding_scores_transducer(model, feats, lens, targets):
+    h, out_lens = model.encoder(feats, lens)
+    T, U = int(out_lens[0]), targets.shape[1]
+    blank, label = torch.empty(T, U + 1), torch.empty(T, U + 1)
+    state = model.decoder.begin(h, out_lens)
+    for u in range(U + 1):
+        for t in range(T):
+            b, labels = model.decoder.frame_scores(state, t)
+            blank[t, u] = b[0]
+            if u < U:
+                label[t, u] = labels[0, targets[0, u] - 1]
+        if u < U:
+            state = model.decoder.commit(state, torch.tensor([True]), targets[:, u])
+    return blank, label
+
+
+@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("attention_emission", "cb_marginal"),
+                                          ("monotonic", "cb_marginal"), ("transducer", "rnnt"), ("hat", "hat"),
+                                          ("hat_context1", "hat")])
+def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder, loss):
+    """An independent path through the model: a plain dynamic programme over the scores that
+    greedy search uses equals the loss the trainer minimises."""
+    batch, vocab_size = tone_batch
+    torch.manual_seed(0)
+    model = _build(decoder, loss, batch.feats.shape[-1], vocab_size).eval()
+    L = int(batch.target_lens[0])
+    feats, lens, targets = batch.feats[:1, : int(batch.feat_lens[0])], batch.feat_lens[:1], batch.targets[:1, :L]
+    with torch.no_grad():
+        nll = model.loss(feats, lens, targets, batch.target_lens[:1]).nll
+        if loss == "cb_marginal":
+            a, terms = _decoding_scores_cb(model, feats, lens, targets)
+            stay, emit = torch.nn.functional.logsigmoid(-a), torch.nn.functional.logsigmoid(a)
+            alpha = torch.full((L + 1,), float("-inf"))
+            alpha[0] = 0.0
+            for t in range(a.shape[0]):  # CB paper eq. (38) as an HMM over (t, l)
+                moved = torch.cat([torch.tensor([float("-inf")]), alpha[:-1] + emit[t] + terms[t]])
+                alpha = torch.logaddexp(alpha + stay[t], moved)
+            log_p = alpha[L]
+        else:
+            blank, label = _decoding_scores_transducer(model, feats, lens, targets)
+            T = blank.shape[0]
+            alpha = torch.full((T, L + 1), float("-inf"))
+            for t in range(T):
+                for u in range(L + 1):
+                    if t == 0 and u == 0:
+                        alpha[t, u] = 0.0
+                        continue
+                    from_left = alpha[t - 1, u] + blank[t - 1, u] if t > 0 else torch.tensor(float("-inf"))
+                    from_below = alpha[t, u - 1] + label[t, u - 1] if u > 0 else torch.tensor(float("-inf"))
+                    alpha[t, u] = torch.logaddexp(from_left, from_below)
+            log_p = alpha[T - 1, L] + blank[T - 1, L]
+    torch.testing.assert_close(-nll[0], log_p, atol=1e-3, rtol=1e-4)

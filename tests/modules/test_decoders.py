@@ -1,0 +1,230 @@
+"""CB and transducer decoders: step-by-step decoding equals the teacher-forced forward pass,
+padding and batch never change a result, and the monotonic windows equal a direct softmax."""
+
+import math
+
+import pytest
+import torch
+
+from cbasr.modules.decoders import (
+    AttentionEmissionDecoder,
+    AutoregressiveDecoder,
+    MonotonicAttentionDecoder,
+    PointwiseDecoder,
+    TransducerDecoder,
+)
+
+D, V = 6, 7  # encoder width, vocabulary with blank
+
+CB_DECODERS = {
+    "pointwise": lambda: PointwiseDecoder(D, V, hidden=5),
+    "attention_emission": lambda: AttentionEmissionDecoder(D, V, embed_dim=4, hidden=5, joint_dim=6),
+    "attention_emission_context2": lambda: AttentionEmissionDecoder(D, V, embed_dim=4, hidden=5, context=2),
+    "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=3, attention_dim=4, embed_dim=4, hidden=5),
+    "monotonic_variable": lambda: MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4,
+                                                            embed_dim=4, hidden=5),
+    "autoregressive": lambda: AutoregressiveDecoder(D, V, embed_dim=4, hidden=5, emission_hidden=3),
+    "autoregressive_luo": lambda: AutoregressiveDecoder(D, V, embed_dim=4, hidden=5, emission="decoder"),
+}
+
+
+def _times(T: int, L: int, gap: int | None = None, seed: int = 0) -> list[int]:
+    """Increasing emission times in [0, T), consecutive gaps (from -1) at most ``gap``."""
+    rng = torch.Generator().manual_seed(seed)
+    while True:
+        times = sorted(torch.randperm(T, generator=rng)[:L].tolist())
+        gaps = [b - a for a, b in zip([-1] + times, times)]
+        if gap is None or max(gaps) <= gap:
+            return times
+
+
+def _stepwise(decoder, h, lens, targets, times):
+    """Teacher-force ``targets`` at ``times`` through begin/candidates/commit: per-frame emission
+    logits ``(B, T)`` and the label log probabilities at the emission times ``(B, L)``."""
+    B, T, _ = h.shape
+    state = decoder.begin(h, lens)
+    emit, labels = torch.zeros(B, T), torch.zeros(B, targets.shape[1])
+    for t in range(T):
+        a, log_probs = decoder.candidates(state, t)
+        emit[:, t] = a
+        emitted = torch.zeros(B, dtype=torch.bool)
+        for b in range(B):
+            if t in times[b]:
+                l = times[b].index(t)
+                labels[b, l] = log_probs[b, targets[b, l] - 1]
+                emitted[b] = True
+        chosen = torch.tensor([targets[b, times[b].index(t)] if t in times[b] else 1 for b in range(B)])
+        state = decoder.commit(state, t, emitted, chosen)
+    return emit, labels
+
+
+@pytest.mark.parametrize("name", sorted(CB_DECODERS))
+def test_step_by_step_equals_teacher_forced(name):
+    torch.manual_seed(0)
+    decoder = CB_DECODERS[name]().eval()
+    B, T, L = 2, 9, 4
+    h, lens = torch.randn(B, T, D), torch.tensor([T, T])
+    targets = torch.randint(1, V, (B, L))
+    gap = decoder.window if getattr(decoder, "variable", False) else None
+    times = [_times(T, L, gap, seed=b) for b in range(B)]
+    emit, labels = _stepwise(decoder, h, lens, targets, times)
+    idx = torch.tensor(times)  # (B, L)
+    if decoder.order == "history":
+        expected = decoder.label_log_probs(h, targets, idx.unsqueeze(0))[0]
+        if not decoder.autoregressive_emissions:
+            emit_logits, rewards = decoder.reward_fn(h, lens, targets, torch.tensor([L, L]))
+            torch.testing.assert_close(emit, emit_logits)
+            torch.testing.assert_close(rewards(idx.unsqueeze(0))[0], expected)
+    else:
+        emit_logits, terms = decoder.cb_terms(h, lens, targets, torch.tensor([L, L]))
+        torch.testing.assert_close(emit, emit_logits)
+        rows = torch.arange(B).unsqueeze(1)
+        if decoder.order == "memoryless":
+            expected = terms[rows, idx, torch.arange(L)]  # (B, L)
+        else:
+            gaps = idx - torch.cat([torch.full((B, 1), -1), idx[:, :-1]], dim=1)  # t_l - t_{l-1}
+            expected = terms[rows, idx, gaps - 1, torch.arange(L)]
+    torch.testing.assert_close(labels, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_luo_emissions_depend_on_the_decoder_state():
+    torch.manual_seed(0)
+    decoder = CB_DECODERS["autoregressive_luo"]().eval()
+    h = torch.randn(1, 5, D)
+    state = decoder.begin(h, torch.tensor([5]))
+    a0, _ = decoder.candidates(state, 1)
+    state = decoder.commit(state, 1, torch.tensor([True]), torch.tensor([3]))
+    a1, _ = decoder.candidates(state, 1)  # same frame, after an emission
+    assert not torch.allclose(a0, a1)
+    with pytest.raises(TypeError, match="depend on the decoder state"):
+        decoder.reward_fn(h, torch.tensor([5]), torch.tensor([[1]]), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("name", ["pointwise", "attention_emission", "monotonic", "monotonic_variable"])
+def test_padding_and_batch_never_change_a_result(name):
+    torch.manual_seed(0)
+    decoder = CB_DECODERS[name]().eval()
+    lens, target_lens = torch.tensor([9, 6]), torch.tensor([4, 2])
+    h = torch.randn(2, 11, D)
+    targets = torch.randint(1, V, (2, 5))
+    emit, terms = decoder.cb_terms(h, lens, targets, target_lens)
+    for b in range(2):
+        T, L = int(lens[b]), int(target_lens[b])
+        e1, t1 = decoder.cb_terms(h[b:b + 1, :T], lens[b:b + 1], targets[b:b + 1, :L], target_lens[b:b + 1])
+        torch.testing.assert_close(emit[b, :T], e1[0])
+        torch.testing.assert_close(terms[b, :T, ..., :L], t1[0], atol=1e-5, rtol=1e-5)
+
+
+def _direct_window(decoder, h, g, first, t):
+    """Softmax attention over frames first..t by its definition, then the output distribution."""
+    keys, values, q = decoder.key(h[first:t + 1]), decoder.value(h[first:t + 1]), decoder.query(g)
+    weights = torch.softmax(keys @ q / math.sqrt(q.shape[-1]), dim=0)
+    return decoder._output(weights @ values, decoder.label_proj(g))
+
+
+@pytest.mark.parametrize("variable", [False, True])
+def test_monotonic_windows_equal_a_direct_softmax(variable):
+    torch.manual_seed(0)
+    W = 3
+    decoder = MonotonicAttentionDecoder(D, V, window=W, variable=variable, attention_dim=4, embed_dim=4,
+                                        hidden=5).eval()
+    T = 7
+    h, targets = torch.randn(1, T, D), torch.randint(1, V, (1, 3))
+    with torch.no_grad():
+        g = decoder.label_context(targets)[0, :3]  # (L, H)
+        contexts = decoder._windows(h, torch.tensor([T]), decoder.query(g).unsqueeze(0))[0]
+        for t in range(T):
+            for l in range(3):
+                if variable:
+                    for d in range(min(W, t + 1)):
+                        direct = _direct_window(decoder, h[0], g[l], t - d, t)
+                        got = decoder._output(contexts[t, d, l], decoder.label_proj(g[l]))
+                        torch.testing.assert_close(got, direct)
+                else:
+                    direct = _direct_window(decoder, h[0], g[l], max(0, t - W + 1), t)
+                    got = decoder._output(contexts[t, l], decoder.label_proj(g[l]))
+                    torch.testing.assert_close(got, direct)
+
+
+def test_variable_window_forbids_gaps_beyond_the_window_when_decoding():
+    decoder = CB_DECODERS["monotonic_variable"]().eval()
+    state = decoder.begin(torch.randn(1, 9, D), torch.tensor([9]))
+    _, log_probs = decoder.candidates(state, 3)  # gap 4 from t = -1: allowed
+    assert torch.isfinite(log_probs).all()
+    _, log_probs = decoder.candidates(state, 4)  # gap 5 > W = 4
+    assert torch.isneginf(log_probs).all()
+
+
+@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("context", [-1, 0, 2])
+def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, context):
+    torch.manual_seed(0)
+    decoder = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, context=context, joint_dim=6).eval()
+    B, T, U = 2, 5, 3
+    h, lens, targets = torch.randn(B, T, D), torch.tensor([T, T]), torch.randint(1, V, (B, U))
+    out = decoder(h, lens, targets)
+    if joint == "rnnt":
+        log_probs = out.log_softmax(-1)  # (B, T, U + 1, V)
+        blank_ref, label_ref = log_probs[..., 0], log_probs[..., 1:]
+    else:
+        blank_logits, label_log_probs = out
+        blank_ref = torch.nn.functional.logsigmoid(blank_logits)
+        label_ref = torch.nn.functional.logsigmoid(-blank_logits).unsqueeze(-1) + label_log_probs
+    state = decoder.begin(h, lens)
+    for u in range(U + 1):  # walk up the label axis at every frame
+        for t in range(T):
+            blank, labels = decoder.frame_scores(state, t)
+            torch.testing.assert_close(blank, blank_ref[:, t, u])
+            torch.testing.assert_close(labels, label_ref[:, t, u])
+        if u < U:
+            state = decoder.commit(state, torch.ones(B, dtype=torch.bool), targets[:, u])
+
+
+def test_hat_internal_lm_drops_the_encoder():
+    torch.manual_seed(0)
+    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6).eval()
+    targets = torch.randint(1, V, (2, 3))
+    ilm = decoder.internal_lm_log_probs(targets)  # (B, U + 1, V - 1)
+    g2 = decoder.label_proj(decoder.prediction(targets))
+    torch.testing.assert_close(ilm, decoder.out(g2).log_softmax(-1))
+    torch.testing.assert_close(ilm.exp().sum(-1), torch.ones(2, 4))
+    with pytest.raises(TypeError, match="HAT joint only"):
+        TransducerDecoder(D, V, joint="rnnt").internal_lm_log_probs(targets)
+
+
+def test_pointwise_serves_ctc_and_cb_from_one_output_layer():
+    torch.manual_seed(0)
+    decoder = PointwiseDecoder(D, V)
+    h = torch.randn(2, 5, D)
+    ctc = decoder(h, torch.tensor([5, 5]))
+    out = decoder.net(h)
+    torch.testing.assert_close(ctc, out.log_softmax(-1))
+    emit, terms = decoder.cb_terms(h, torch.tensor([5, 5]), torch.tensor([[2, 5]] * 2), torch.tensor([2, 2]))
+    torch.testing.assert_close(emit, out[..., 0])
+    torch.testing.assert_close(terms[..., 1], out[..., 1:].log_softmax(-1)[..., 4])
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="window must be"):
+        MonotonicAttentionDecoder(D, V, window=0)
+    with pytest.raises(ValueError, match="emission must be"):
+        AutoregressiveDecoder(D, V, emission="both")
+    with pytest.raises(ValueError, match="joint must be"):
+        TransducerDecoder(D, V, joint="ctc")
+
+
+@pytest.mark.parametrize("variable", [False, True])
+def test_monotonic_windows_are_stable_for_large_energies(variable):
+    torch.manual_seed(0)
+    decoder = MonotonicAttentionDecoder(D, V, window=4, variable=variable, attention_dim=4, embed_dim=4,
+                                        hidden=5).eval()
+    with torch.no_grad():
+        decoder.key.weight.mul_(3000.0)  # energies of several hundred: exp overflows without a running max
+        h, targets = torch.randn(1, 7, D), torch.randint(1, V, (1, 3))
+        g = decoder.label_context(targets)[0, :3]
+        contexts = decoder._windows(h, torch.tensor([7]), decoder.query(g).unsqueeze(0))[0]
+        assert torch.isfinite(contexts).all()
+        t, l = 5, 1
+        got = contexts[t, 3, l] if variable else contexts[t, l]
+        direct = _direct_window(decoder, h[0], g[l], t - 3, t)
+        torch.testing.assert_close(decoder._output(got, decoder.label_proj(g[l])), direct)
