@@ -18,7 +18,7 @@ from cbasr.modules.decoders import (
 )
 from cbasr.modules.encoders import ConformerEncoder, RNNEncoder
 
-__all__ = ["ENCODERS", "DECODERS", "LOSSES", "build_model", "build_decoder", "supported_losses"]
+__all__ = ["ENCODERS", "DECODERS", "LOSSES", "build_model", "build_decoder", "refusal", "supported_losses"]
 
 ENCODERS = {"rnn": RNNEncoder, "conformer": ConformerEncoder}
 DECODERS = {
@@ -31,7 +31,9 @@ DECODERS = {
 # Each loss name with its model class and the fixed options that select the criterion.
 LOSSES = {
     "ctc": (CTCModel, {}),
-    "cb_marginal": (CBModel, {}),
+    "cb_marginal": (CBModel, {"criterion": "cb_marginal"}),
+    "cb_reinforce": (CBModel, {"criterion": "cb_reinforce"}),
+    "forced_suffix": (CBModel, {"criterion": "forced_suffix"}),
     "rnnt": (TransducerModel, {"criterion": "rnnt"}),
     "hat": (TransducerModel, {"criterion": "hat"}),
 }
@@ -51,9 +53,15 @@ def build_decoder(decoder: dict, input_dim: int, vocab_size: int) -> nn.Module:
     return decoder_cls(input_dim=input_dim, vocab_size=vocab_size, **kwargs)
 
 
+def refusal(loss: dict, decoder: nn.Module) -> str | None:
+    """Why the loss of config ``loss`` (its options included) cannot train ``decoder``, or None."""
+    (model_cls, fixed), loss_kwargs = _pick(LOSSES, "loss", loss)
+    return model_cls.supports(decoder, **fixed, **loss_kwargs)
+
+
 def supported_losses(decoder: nn.Module) -> list[str]:
     """The loss names that can train ``decoder`` (with their default options)."""
-    return [name for name, (model_cls, fixed) in LOSSES.items() if model_cls.supports(decoder, **fixed) is None]
+    return [name for name in LOSSES if refusal({"name": name}, decoder) is None]
 
 
 def build_model(encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_size: int) -> nn.Module:
@@ -71,7 +79,7 @@ def build_model(encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_
     (model_cls, fixed), loss_kwargs = _pick(LOSSES, "loss", loss)
     enc = encoder_cls(input_dim=input_dim, **encoder_kwargs)
     dec = build_decoder(decoder, enc.output_dim, vocab_size)
-    reason = model_cls.supports(dec, **fixed, **loss_kwargs)
+    reason = refusal(loss, dec)
     if reason:
         raise ValueError(f"loss {loss['name']!r} cannot train decoder {decoder['name']!r} "
                          f"({_describe(decoder)}): {reason}. This decoder trains with losses "

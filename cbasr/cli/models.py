@@ -44,8 +44,8 @@ def compatibility_table(input_dim: int = 80, vocab_size: int = 50, encoder: str 
         cfg = compose_model_config([f"encoder={encoder}", f"decoder={name}"])
         enc = builder.build_model(cfg["encoder"], {"name": "pointwise"}, {"name": "ctc"}, input_dim, vocab_size).encoder
         dec = builder.build_decoder(cfg["decoder"], enc.output_dim, vocab_size)
-        allowed = set(builder.supported_losses(dec))
-        marks = ["yes" if compose_model_config([f"loss={loss}"])["loss"]["name"] in allowed else "" for loss in losses]
+        marks = ["" if builder.refusal(compose_model_config([f"loss={loss}"])["loss"], dec) else "yes"
+                 for loss in losses]
         lines.append(f"| {name} | {' | '.join(marks)} | {count_parameters(dec):,} |")
     return "\n".join(lines) + "\n"
 

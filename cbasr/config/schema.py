@@ -13,7 +13,7 @@ from omegaconf import MISSING
 __all__ = [
     "RNNEncoderConfig", "ConformerEncoderConfig", "PointwiseDecoderConfig", "AutoregressiveDecoderConfig",
     "MonotonicDecoderConfig", "AttentionEmissionDecoderConfig", "TransducerDecoderConfig", "CTCLossConfig",
-    "CBMarginalLossConfig", "TransducerLossConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
+    "CBMarginalLossConfig", "CBReinforceLossConfig", "ForcedSuffixLossConfig", "TransducerLossConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
     "register_configs",
 ]
 
@@ -131,6 +131,26 @@ class CBMarginalLossConfig:
 
 
 @dataclass
+class CBReinforceLossConfig:
+    """REINFORCE with exact CB samples, CB paper section 2.2."""
+
+    name: str = "cb_reinforce"
+    estimator: str = "idb"  # global (eq. 21) | idb (eq. 23) | bb (eq. 28) | mbb (eq. 29)
+    num_samples: int = 4  # samples per utterance
+    baseline: str = "loo"  # none | loo (leave one out) | running_mean
+
+
+@dataclass
+class ForcedSuffixLossConfig:
+    """Luo et al.'s REINFORCE with forced-suffix samples (CB paper eq. 1)."""
+
+    name: str = "forced_suffix"
+    num_samples: int = 4
+    baseline: str = "loo"  # none | loo | running_mean
+    entropy_weight: float = 0.0  # bonus on the emission entropy
+
+
+@dataclass
 class TransducerLossConfig:
     """RNN-T (torchaudio) or HAT (eq. 4); the decoder's joint must match."""
 
@@ -201,6 +221,8 @@ def register_configs() -> None:
     cs.store(group="decoder", name="transducer_schema", node=TransducerDecoderConfig)
     cs.store(group="loss", name="ctc_schema", node=CTCLossConfig)
     cs.store(group="loss", name="cb_marginal_schema", node=CBMarginalLossConfig)
+    cs.store(group="loss", name="cb_reinforce_schema", node=CBReinforceLossConfig)
+    cs.store(group="loss", name="forced_suffix_schema", node=ForcedSuffixLossConfig)
     cs.store(group="loss", name="transducer_schema", node=TransducerLossConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="optim", name="optim_schema", node=OptimConfig)

@@ -55,6 +55,12 @@ class AsrModel(nn.Module, metaclass=abc.ABCMeta):
              target_lens: torch.Tensor) -> LossOutput:
         """``feats (B, T, F)`` (or token ids ``(B, T)``), ``targets (B, L)`` ids ``>= 1``."""
 
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, targets: torch.Tensor,
+                target_lens: torch.Tensor) -> LossOutput:
+        """The training forward pass is :meth:`loss`, so that wrappers that hook ``forward``
+        (``DistributedDataParallel``, ``torch.compile``) see the whole step."""
+        return self.loss(feats, feat_lens, targets, target_lens)
+
     @abc.abstractmethod
     def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> list[list[int]]:
         """Best label sequence per utterance (ids, blank never included)."""

@@ -6,6 +6,16 @@ the decoder gives the emission logits and the label terms (see
 
 - ``"cb_marginal"``: the exact ``-log P(y)`` of eq. (38) for a memoryless decoder, or its
   windowed second-order extension for a second-order one.
+- ``"cb_reinforce"``: REINFORCE with exact CB samples of the objective ``log P(L) +
+  E_{b|L}[sum_l log P(y_l | ...)]`` (eq. 19), by the global (eq. 21), ID-checking (eq. 23),
+  bounded (eq. 28) or marginal bounded (eq. 29) estimator; any decoder whose emissions come
+  from the encoder, except the bounded-window second-order one (its samples would need to
+  respect the window), MBB for memoryless ones only.
+- ``"forced_suffix"``: Luo et al.'s REINFORCE with forced-suffix samples (eq. 1), biased for
+  the CB objective (section 1), with an entropy bonus.
+
+For the sampled criteria the reported ``nll`` is minus the Monte Carlo value of the
+objective, a stochastic lower bound on ``log P(y)`` (Jensen).
 
 Greedy decoding is frame-synchronous: at each frame the model emits the best next label when
 ``log P(B_t = 1) + max_y log P(y | ...)`` beats ``log P(B_t = 0)``.
@@ -14,11 +24,23 @@ Greedy decoding is frame-synchronous: at each frame the model emits the best nex
 import torch
 import torch.nn.functional as F
 
+from cbasr.estimators import (
+    ESTIMATORS,
+    ProposalSampler,
+    RunningMeanBaseline,
+    cb_reinforce,
+    forced_suffix_reinforce,
+    forced_suffix_reinforce_from_samples,
+)
 from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.modules.decoders import CBDecoder
+from cbasr.modules.label_context import START
 
-__all__ = ["CBModel", "emission_rate_stats"]
+__all__ = ["CBModel", "emission_rate_stats", "CRITERIA", "BASELINES"]
+
+CRITERIA = ("cb_marginal", "cb_reinforce", "forced_suffix")
+BASELINES = ("none", "loo", "running_mean")
 
 
 def emission_rate_stats(emit_logits: torch.Tensor, lens: torch.Tensor, target_lens: torch.Tensor) -> dict:
@@ -30,19 +52,53 @@ def emission_rate_stats(emit_logits: torch.Tensor, lens: torch.Tensor, target_le
 
 
 class CBModel(AsrModel):
-    """Encoder + CB decoder with the exact marginal likelihood.
+    """Encoder + CB decoder, trained by the exact marginal or a sampling estimator.
 
     Args:
         encoder, decoder: the modules; ``decoder`` is a :class:`CBDecoder`.
+        criterion: ``"cb_marginal"``, ``"cb_reinforce"`` or ``"forced_suffix"``.
+        estimator: for ``cb_reinforce``: ``"global"``, ``"idb"``, ``"bb"`` or ``"mbb"``.
+        num_samples: Monte Carlo samples per utterance (sampled criteria).
+        baseline: ``"none"``, ``"loo"`` (leave one out; ``num_samples >= 2``) or
+            ``"running_mean"`` (sampled criteria).
+        entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus.
     """
 
+    def __init__(self, encoder, decoder, criterion: str = "cb_marginal", estimator: str = "idb",
+                 num_samples: int = 4, baseline: str = "loo", entropy_weight: float = 0.0):
+        super().__init__(encoder, decoder)
+        reason = self.supports(decoder, criterion, estimator)
+        if reason:
+            raise ValueError(reason)
+        if criterion != "cb_marginal":
+            if num_samples < 1 or (baseline == "loo" and num_samples < 2):
+                raise ValueError(f"num_samples must be >= 1 (>= 2 with baseline='loo'), got {num_samples}")
+            if baseline not in BASELINES:
+                raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+        self.criterion, self.estimator = criterion, estimator
+        self.num_samples, self.entropy_weight = num_samples, entropy_weight
+        self.baseline = RunningMeanBaseline() if baseline == "running_mean" else baseline
+
     @classmethod
-    def supports(cls, decoder, **loss_options):
+    def supports(cls, decoder, criterion: str = "cb_marginal", estimator: str = "idb", **loss_options):
+        if criterion not in CRITERIA:
+            return f"criterion must be one of {CRITERIA}, got {criterion!r}"
         if not isinstance(decoder, CBDecoder):
             return "the CB losses need a decoder with an emission head (a CB decoder)"
-        if decoder.order == "history":
+        if criterion == "cb_marginal" and decoder.order == "history":
             return ("the label terms depend on every earlier emission time, so there is no exact "
                     "marginal; use a sampling estimator")
+        if getattr(decoder, "autoregressive_emissions", False) and criterion != "forced_suffix":
+            return ("emissions that read the decoder state are not independent Bernoullis: only "
+                    "forced-suffix REINFORCE (sampled frame by frame) applies")
+        if criterion != "cb_marginal" and decoder.order == "second_order":
+            return ("a bounded-window decoder gives gaps beyond its window probability 0, and samples "
+                    "of P(b | L) do not respect the window: train it with the exact cb_marginal")
+        if criterion == "cb_reinforce":
+            if estimator not in ESTIMATORS:
+                return f"estimator must be one of {ESTIMATORS}, got {estimator!r}"
+            if estimator == "mbb" and decoder.order != "memoryless":
+                return "the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only"
         return None
 
     def terms(self, feats, feat_lens, targets, target_lens):
@@ -52,10 +108,23 @@ class CBModel(AsrModel):
         return emit_logits, label_terms, lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
-        emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
-        marginal = cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
-        nll = marginal(emit_logits, label_terms, lens, target_lens)
-        return LossOutput(nll, nll.detach(), emission_rate_stats(emit_logits, lens, target_lens))
+        if self.criterion == "cb_marginal":
+            emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
+            marginal = cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
+            nll = marginal(emit_logits, label_terms, lens, target_lens)
+            return LossOutput(nll, nll.detach(), emission_rate_stats(emit_logits, lens, target_lens))
+        h, lens = self.encoder(feats, feat_lens)
+        baseline = None if self.baseline == "none" else self.baseline
+        if getattr(self.decoder, "autoregressive_emissions", False):
+            return self._autoregressive_forced_suffix(h, lens, targets, target_lens, baseline)
+        emit_logits, rewards = self.decoder.reward_fn(h, lens, targets, target_lens)
+        if self.criterion == "cb_reinforce":
+            estimate = cb_reinforce(emit_logits, target_lens, rewards, lens, self.estimator, self.num_samples,
+                                    baseline)
+        else:
+            estimate = forced_suffix_reinforce(emit_logits, target_lens, rewards, lens, self.num_samples,
+                                               baseline, self.entropy_weight)
+        return LossOutput(estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens))
 
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
@@ -71,3 +140,44 @@ class CBModel(AsrModel):
             for b in emitted.nonzero().flatten().tolist():
                 hyps[b].append(int(labels[b]))
         return hyps
+
+    def _autoregressive_forced_suffix(self, h, lens, targets, target_lens, baseline) -> LossOutput:
+        """Luo et al.'s training of autoregressive emissions (CB paper section 1, eq. 1): each
+        frame's emission logit reads the decoder state after the labels emitted so far, so the
+        forced-suffix samples (eq. 48) are drawn frame by frame, ``M`` samples side by side,
+        the label reward ``log P(y_l | s_l)`` computed at each emission."""
+        decoder, M = self.decoder, self.num_samples
+        (B, T, _), L = h.shape, targets.shape[1]
+        h_rows = h.repeat(M, 1, 1)  # (B, T, D) -> (M B, T, D), sample-major
+        y_rows, total_rows = targets.repeat(M, 1), target_lens.repeat(M)
+        sampler = ProposalSampler("forced_suffix", total_rows, lens.repeat(M), T)
+        zeros = h.new_zeros(decoder.num_layers, M * B, decoder.hidden)
+        lstm, s = (zeros, zeros), h.new_zeros(M * B, decoder.hidden)
+        prev = torch.full((M * B,), START, dtype=torch.long, device=h.device)
+        emitted_count = torch.zeros(M * B, dtype=torch.long, device=h.device)
+        logits, highs, steps, rewards = [], [], [], h.new_zeros(M * B, L)
+        for t in range(T):
+            a_t = decoder.emission_step(h_rows[:, t], s)  # (M B,)
+            high, step = sampler.step(a_t)
+            logits.append(a_t), highs.append(high), steps.append(step)
+            emitted = high.bool()
+            if not bool(emitted.any()):
+                continue
+            position = emitted_count.clamp(max=L - 1)
+            label = y_rows.gather(1, position.unsqueeze(1)).squeeze(1)  # y_l, the next label
+            log_probs, s_new, (hx, cx) = decoder.label_step(h_rows[:, t], prev, lstm)
+            reward = log_probs.gather(1, (label - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # (M B,)
+            at = F.one_hot(position, L).to(reward.dtype) * emitted.unsqueeze(1)  # (M B, L)
+            rewards = rewards + at * reward.unsqueeze(1)
+            keep = emitted.view(1, -1, 1)
+            lstm = (torch.where(keep, hx, lstm[0]), torch.where(keep, cx, lstm[1]))
+            s = torch.where(emitted.unsqueeze(1), s_new, s)
+            prev = torch.where(emitted, label, prev)
+            emitted_count = emitted_count + emitted.long()
+        shape = (M, B, T)
+        estimate = forced_suffix_reinforce_from_samples(
+            torch.stack(logits, -1).view(shape), torch.stack(highs, -1).view(shape),
+            torch.stack(steps, -1).view(shape), rewards.view(M, B, L), target_lens, lens, baseline,
+            self.entropy_weight)
+        emit_logits = torch.stack(logits, -1).view(shape)[0]
+        return LossOutput(estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens))

@@ -18,13 +18,13 @@ class CTCModel(AsrModel):
             return "CTC needs frame-wise posteriors from a pointwise decoder"
         return None
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_probs(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``feats (B, T, F) -> (log_probs (B, T', V), lens (B,))``."""
         h, lens = self.encoder(feats, feat_lens)
         return self.decoder(h, lens), lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
-        log_probs, lens = self(feats, feat_lens)
+        log_probs, lens = self.log_probs(feats, feat_lens)
         nll = ctc_nll(log_probs, targets, lens, target_lens)
         return LossOutput(nll, nll.detach(), {})
 
@@ -40,7 +40,7 @@ class CTCModel(AsrModel):
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
         """Best-path decoding: frame-wise argmax, repeats merged, blanks removed."""
-        log_probs, lens = self(feats, feat_lens)
+        log_probs, lens = self.log_probs(feats, feat_lens)
         best = log_probs.argmax(-1)  # (B, T')
         hyps = []
         for path, length in zip(best.tolist(), lens.tolist()):

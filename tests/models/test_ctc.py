@@ -45,7 +45,7 @@ def test_loss_matches_ctc_on_the_model_outputs():
     model = _model()
     feats, lens = torch.randn(2, 30, 4), torch.tensor([30, 21])
     batch = Batch(["a", "b"], feats, lens, torch.tensor([[1, 2, 3], [4, 4, 0]]), torch.tensor([3, 2]))
-    log_probs, out_lens = model(feats, lens)
+    log_probs, out_lens = model.log_probs(feats, lens)
     expected = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens,
                                             reduction="none")
     out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)

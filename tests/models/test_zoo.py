@@ -25,15 +25,21 @@ DECODERS = {
     "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 8, "hidden": 16,
                      "joint_dim": 16},
 }
-LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"}, "rnnt": {"name": "rnnt"},
-          "hat": {"name": "hat"}}
-# The specification (issue 6; CB paper section 5.2): which loss trains which decoder.
+DECODERS["autoregressive_luo"] = {**DECODERS["autoregressive"], "emission": "decoder"}
+LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"},
+          "cb_reinforce": {"name": "cb_reinforce", "estimator": "idb", "num_samples": 4},
+          "cb_reinforce_mbb": {"name": "cb_reinforce", "estimator": "mbb", "num_samples": 4},
+          "forced_suffix": {"name": "forced_suffix", "num_samples": 4},
+          "rnnt": {"name": "rnnt"}, "hat": {"name": "hat"}}
+SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "forced_suffix"}
+# The specification (issue 6; CB paper sections 2.2, 2.4 and 5.2): which loss trains which decoder.
 ALLOWED = {
-    "pointwise": {"ctc", "cb_marginal"},
-    "autoregressive": set(),  # sampling estimators only
-    "monotonic": {"cb_marginal"},
-    "monotonic_variable": {"cb_marginal"},
-    "attention_emission": {"cb_marginal"},
+    "pointwise": {"ctc", "cb_marginal"} | SAMPLED,
+    "autoregressive": {"cb_reinforce", "forced_suffix"},  # no exact marginal, no MBB
+    "autoregressive_luo": {"forced_suffix"},  # emissions read the decoder state
+    "monotonic": {"cb_marginal"} | SAMPLED,
+    "monotonic_variable": {"cb_marginal"},  # gaps beyond the window have probability 0: no sampling
+    "attention_emission": {"cb_marginal"} | SAMPLED,
     "transducer": {"rnnt"},
     "hat": {"hat"},
     "hat_context1": {"hat"},
@@ -53,8 +59,9 @@ def test_builder_allows_exactly_the_specified_pairs(decoder, loss):
     with pytest.raises(ValueError) as error:
         _build(decoder, loss)
     message = str(error.value)
-    assert f"loss {loss!r} cannot train decoder" in message
-    assert f"trains with losses {sorted(ALLOWED[decoder], key=list(LOSSES).index)}" in message
+    assert f"loss {LOSSES[loss]['name']!r} cannot train decoder" in message
+    names = {LOSSES[name]["name"] for name in ALLOWED[decoder]}
+    assert f"trains with losses {[n for n in builder.LOSSES if n in names]}" in message
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +87,8 @@ def test_each_allowed_pair_trains_and_decodes(tone_batch, decoder, loss):
         (out.loss.sum() / batch.target_lens.sum()).backward()
         optimizer.step()
         losses.append(float(out.nll.sum() / batch.target_lens.sum()))
-    assert sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
+    # Sampled objectives move more slowly (and noisily) in 12 steps than exact likelihoods.
+    assert sum(losses[-3:]) / 3 < (0.95 if loss in SAMPLED else 0.9) * losses[0], losses
     model.eval()
     hyps = model.greedy_decode(batch.feats, batch.feat_lens)
     assert len(hyps) == 8 and all(0 < y < vocab_size for hyp in hyps for y in hyp)
@@ -171,3 +179,54 @@ def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder
                     alpha[t, u] = torch.logaddexp(from_left, from_below)
             log_p = alpha[T - 1, L] + blank[T - 1, L]
     torch.testing.assert_close(-nll[0], log_p, atol=1e-3, rtol=1e-4)
+
+
+def _forced_suffix_objective_by_enumeration(decoder, h, targets, T):
+    """``E_{b ~ Q_FS}[sum_l log P(y_l | ...)]`` for Luo's autoregressive emissions, summed over
+    every emission sequence with ``L`` highs; ``Q_FS`` by its definition (eq. 48): each frame
+    drawn from the emission logit given the history, forced low once all labels are out and
+    high once the frames left equal the labels left."""
+    import itertools
+
+    from cbasr.modules.label_context import START
+
+    L = targets.shape[1]
+    total = h.new_zeros(())
+    for times in itertools.combinations(range(T), L):
+        state = (h.new_zeros(1, 1, decoder.hidden), h.new_zeros(1, 1, decoder.hidden))
+        s, prev, log_q, reward, count = h.new_zeros(1, decoder.hidden), torch.tensor([START]), 0.0, 0.0, 0
+        for t in range(T):
+            high = t in times
+            left, remaining = T - t, L - count
+            if 0 < remaining < left:  # a free step
+                a = decoder.emission_step(h[:, t], s)[0]
+                log_q = log_q + torch.nn.functional.logsigmoid(a if high else -a)
+            if high:
+                log_probs, s, state = decoder.label_step(h[:, t], prev, state)
+                reward = reward + log_probs[0, targets[0, count] - 1]
+                prev, count = targets[:, count], count + 1
+        total = total + log_q.exp() * reward if torch.is_tensor(log_q) else total + reward
+    return total
+
+
+def test_autoregressive_emission_forced_suffix_is_unbiased_for_its_objective():
+    """Luo et al.'s eq. (1) sampled frame by frame: its value and mean gradient are those of the
+    forced-suffix objective, enumerated over every emission sequence. The emission bias's
+    gradient comes from the score term alone; its Monte Carlo standard deviation at this M,
+    measured over seeds, is about 0.0007 (the tolerance is 4 of them)."""
+    torch.manual_seed(0)
+    model = _build("autoregressive_luo", "forced_suffix", input_dim=4, vocab_size=5)
+    model.num_samples = 400_000
+    decoder = model.decoder
+    with torch.no_grad():  # make the emissions depend strongly on the decoder state
+        decoder.emission_state.weight.mul_(8.0)
+    T, targets = 5, torch.tensor([[3, 1]])
+    h = torch.randn(1, T, model.encoder.output_dim)
+    params = [decoder.emission_out.bias, decoder.out[1].weight]
+    exact = _forced_suffix_objective_by_enumeration(decoder, h, targets, T)
+    (bias_exact, label_exact) = torch.autograd.grad(exact, params)
+    out = model._autoregressive_forced_suffix(h, torch.tensor([T]), targets, torch.tensor([2]), "loo")
+    (bias_est, label_est) = torch.autograd.grad(-out.loss.sum(), params)
+    torch.testing.assert_close(-out.nll[0], exact.detach(), atol=0.01, rtol=0.0)
+    torch.testing.assert_close(bias_est, bias_exact, atol=0.003, rtol=0.0)
+    torch.testing.assert_close(label_est, label_exact, atol=0.01 * float(label_exact.abs().max()), rtol=0.0)

@@ -228,3 +228,42 @@ def test_monotonic_windows_are_stable_for_large_energies(variable):
         got = contexts[t, 3, l] if variable else contexts[t, l]
         direct = _direct_window(decoder, h[0], g[l], t - 3, t)
         torch.testing.assert_close(decoder._output(got, decoder.label_proj(g[l])), direct)
+
+
+@pytest.mark.parametrize("name", sorted(CB_DECODERS))
+def test_reordered_states_decode_like_the_rows_they_copy(name):
+    """Beam search copies hypotheses with ``reorder``: a reordered state must give the scores of
+    the rows it was taken from, before and after a commit."""
+    torch.manual_seed(0)
+    decoder = CB_DECODERS[name]().eval()
+    h, lens = torch.randn(3, 6, D), torch.tensor([6, 6, 6])
+    state = decoder.begin(h, lens)
+    decoder.candidates(state, 0)
+    state = decoder.commit(state, 0, torch.tensor([True, False, True]), torch.tensor([2, 1, 5]))
+    index = torch.tensor([2, 0, 0, 1])
+    moved = decoder.reorder(state, index)
+    a, log_probs = decoder.candidates(state, 2)
+    a_moved, log_probs_moved = decoder.candidates(moved, 2)
+    torch.testing.assert_close(a_moved, a[index])
+    torch.testing.assert_close(log_probs_moved, log_probs[index])
+    labels = torch.tensor([3, 4, 6, 2])
+    moved = decoder.commit(moved, 2, torch.tensor([True, True, False, True]), labels)
+    _, after = decoder.candidates(moved, 3)
+    for row, source in enumerate(index.tolist()):  # replay each row alone
+        single = decoder.reorder(state, torch.tensor([source]))
+        decoder.candidates(single, 2)
+        single = decoder.commit(single, 2, torch.tensor([row != 2]), labels[row:row + 1])
+        torch.testing.assert_close(decoder.candidates(single, 3)[1], after[row:row + 1])
+
+
+@pytest.mark.parametrize("context", [-1, 2])
+def test_reordered_transducer_states_score_like_their_rows(context):
+    torch.manual_seed(0)
+    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, context=context, joint_dim=6).eval()
+    h = torch.randn(3, 4, D)
+    state = decoder.commit(decoder.begin(h, torch.tensor([4, 4, 4])), torch.tensor([True, False, True]),
+                           torch.tensor([2, 1, 5]))
+    index = torch.tensor([1, 2, 2])
+    moved = decoder.reorder(state, index)
+    for got, want in zip(decoder.frame_scores(moved, 1), decoder.frame_scores(state, 1)):
+        torch.testing.assert_close(got, want[index])

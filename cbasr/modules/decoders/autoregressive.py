@@ -117,13 +117,13 @@ class AutoregressiveDecoder(CBDecoder):
     def candidates(self, state, t):
         h_t = state["h"][:, t]
         log_probs, s, lstm = self.label_step(h_t, state["prev"], state["lstm"])
-        state["pending"] = (s, lstm)
+        state["pending_s"], state["pending_lstm"] = s, lstm  # what committing a label at t gives
         if self.autoregressive_emissions:
             return self.emission_step(h_t, state["s"]), log_probs
         return state["emit_logits"][:, t], log_probs
 
     def commit(self, state, t, emitted, labels):
-        s, (hx, cx) = state.pop("pending")
+        s, (hx, cx) = state["pending_s"], state["pending_lstm"]
         keep = emitted.view(1, -1, 1)
         state["lstm"] = (torch.where(keep, hx, state["lstm"][0]), torch.where(keep, cx, state["lstm"][1]))
         state["s"] = torch.where(emitted.unsqueeze(1), s, state["s"])

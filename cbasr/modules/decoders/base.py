@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["CBDecoder", "EmissionHead", "gather_targets", "gather_frames", "ORDERS"]
+__all__ = ["CBDecoder", "EmissionHead", "gather_targets", "gather_frames", "reorder_state", "ORDERS"]
 
 ORDERS = ("memoryless", "second_order", "history")
 
@@ -93,6 +93,21 @@ def gather_frames(h: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
 RewardFn = Callable[[torch.Tensor], torch.Tensor]
 
 
+def reorder_state(state: dict, index: torch.Tensor) -> dict:
+    """Rows ``index (N,)`` of a decoding state.
+
+    Convention of every decoder's state dict: tensors are batched along dim 0; tuples are LSTM
+    states ``(h, c)``, batched along dim 1.
+    """
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, tuple):
+            out[key] = tuple(v.index_select(1, index) for v in value)
+        else:
+            out[key] = value.index_select(0, index)
+    return out
+
+
 class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
     """Interface of the CB decoders (see the module docstring); subclasses set :attr:`order`."""
 
@@ -130,3 +145,7 @@ class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def commit(self, state: dict, t: int, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
         """Advance the utterances with ``emitted (B,)`` True by ``labels (B,)`` (ids) at frame ``t``."""
+
+    def reorder(self, state: dict, index: torch.Tensor) -> dict:
+        """The decoding state of rows ``index (N,)``: beam search copies and reorders hypotheses."""
+        return reorder_state(state, index)

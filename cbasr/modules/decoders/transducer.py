@@ -17,6 +17,7 @@ encoder states ``f_{1:T}`` (HAT paper section 2, RNNT):
 import torch
 from torch import nn
 
+from cbasr.modules.decoders.base import reorder_state
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["TransducerDecoder", "JOINTS"]
@@ -105,3 +106,7 @@ class TransducerDecoder(nn.Module):
             state["context"] = self.prediction.select_state(state["context"], emitted, new)
             state["g"] = torch.where(emitted.unsqueeze(1), g, state["g"])
         return state
+
+    def reorder(self, state: dict, index: torch.Tensor) -> dict:
+        """The decoding state of rows ``index (N,)`` (beam search)."""
+        return reorder_state(state, index)
