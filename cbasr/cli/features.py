@@ -18,10 +18,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", nargs="+", default=["train", "dev", "test"],
                         help="splits to process; the first one provides the CMVN statistics")
     parser.add_argument("--num-mel-bins", type=int, default=80)
+    parser.add_argument("--deltas", type=int, choices=[0, 1, 2], default=0,
+                        help="append deltas (1) or deltas and delta-deltas (2)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (0: none)")
     args = parser.parse_args(argv)
     setup_logging()
-    opts = FbankOptions(num_mel_bins=args.num_mel_bins)
+    opts = FbankOptions(num_mel_bins=args.num_mel_bins, deltas=args.deltas)
     for i, split in enumerate(args.splits):
         start = time.monotonic()
         summary = extract_split(args.manifest_dir / f"{split}.jsonl", args.out / split, opts,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cbasr.cli.common import setup_logging
 from cbasr.data.manifest import read_manifest
-from cbasr.data.vocab import Vocabulary, tokens_of
+from cbasr.data.vocab import Vocabulary, tokens_of, train_sentencepiece
 
 log = logging.getLogger("cbasr-vocab")
 
@@ -14,17 +14,28 @@ log = logging.getLogger("cbasr-vocab")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--manifest", required=True, type=Path, help="training manifest")
-    parser.add_argument("--units", default="phones", help="phones | phones_full | chars | words")
+    parser.add_argument("--units", default="phones", help="phones | phones_full | chars | words | sp (train a sentencepiece model) | sp:<model>")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--check", nargs="*", type=Path, default=[],
                         help="other manifests whose tokens outside the vocabulary are reported")
+    parser.add_argument("--field", default="words", help="text field for word/char/piece units (source: input side)")
+    parser.add_argument("--sp-size", type=int, default=0,
+                        help="with --units sp: train a sentencepiece model of this many pieces, written "
+                        "next to --out as <out>.model; use units sp:<that file> in the data config")
     args = parser.parse_args(argv)
     setup_logging()
-    vocab = Vocabulary.build(tokens_of(r, args.units) for r in read_manifest(args.manifest))
+    records = read_manifest(args.manifest)
+    if args.units == "sp":
+        if args.sp_size <= 0:
+            parser.error("--units sp needs --sp-size N (the number of pieces)")
+        model = train_sentencepiece((r[args.field] for r in records), args.out.with_suffix(""), args.sp_size)
+        args.units = f"sp:{model}"
+        log.info("sentencepiece model %s (%d pieces); units: %s", model, args.sp_size, args.units)
+    vocab = Vocabulary.build(tokens_of(r, args.units, args.field) for r in records)
     vocab.save(args.out)
     log.info("%s: %d tokens + blank from %s", args.out, len(vocab) - 1, args.manifest)
     for other in args.check:
-        unknown = {t for r in read_manifest(other) for t in tokens_of(r, args.units) if t not in vocab}
+        unknown = {t for r in read_manifest(other) for t in tokens_of(r, args.units, args.field) if t not in vocab}
         if unknown:
             log.warning("%s has tokens not seen in training: %s", other, sorted(unknown))
 

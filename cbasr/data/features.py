@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import soundfile
 import torch
 import torchaudio
 
+from cbasr.data.audio import AudioError, read_audio
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.fileio import write_json, write_text
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class FbankOptions:
     num_mel_bins: int = 80
+    deltas: int = 0  # 0: none; 1: + deltas; 2: + deltas and delta-deltas (window 5, as Kaldi)
     sample_rate: int = 16000
     frame_length_ms: float = 25.0
     frame_shift_ms: float = 10.0
@@ -53,8 +54,8 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
         waveform = torchaudio.functional.resample(waveform, sample_rate, opts.sample_rate)
     window = int(opts.sample_rate * opts.frame_length_ms / 1000)
     if waveform.numel() < window:
-        return torch.zeros(0, opts.num_mel_bins)
-    return torchaudio.compliance.kaldi.fbank(
+        return torch.zeros(0, opts.num_mel_bins * (1 + opts.deltas))
+    feats = torchaudio.compliance.kaldi.fbank(
         waveform.unsqueeze(0) * 32768.0,  # (N,) -> (1, N), Kaldi's int16 scale
         num_mel_bins=opts.num_mel_bins,
         frame_length=opts.frame_length_ms,
@@ -63,18 +64,22 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
         energy_floor=0.0,
         sample_frequency=opts.sample_rate,
     )
+    orders = [feats]
+    for _ in range(opts.deltas):
+        orders.append(torchaudio.functional.compute_deltas(orders[-1].t(), win_length=5).t())  # over time
+    return torch.cat(orders, dim=-1)  # (T, F * (1 + deltas))
 
 
 def _features_of(job: tuple[str, str, FbankOptions]) -> tuple[str, np.ndarray | None, str]:
     """Worker: ``(id, path, opts) -> (id, (T, F) float16 array or None, reason)``."""
     utt_id, path, opts = job
     try:
-        samples, sample_rate = soundfile.read(path, dtype="float32", always_2d=True)
-    except Exception as e:  # soundfile raises several types for missing/corrupt files
-        return utt_id, None, f"unreadable audio {path}: {type(e).__name__}: {e}"
+        samples, sample_rate = read_audio(path)
+    except AudioError as e:
+        return utt_id, None, str(e)
     if samples.shape[0] == 0:
         return utt_id, None, f"empty audio {path}"
-    feats = compute_fbank(torch.from_numpy(samples[:, 0].copy()), sample_rate, opts)
+    feats = compute_fbank(torch.from_numpy(samples), sample_rate, opts)
     if feats.shape[0] == 0:
         return utt_id, None, f"audio shorter than one frame: {path}"
     if not torch.isfinite(feats).all():
@@ -110,8 +115,9 @@ def extract_split(manifest: str | Path, out_dir: str | Path, opts: FbankOptions,
     jobs = [(r["id"], str(audio_path(r, manifest)), opts) for r in records]
 
     index, skipped, offset = [], [], 0
-    total = np.zeros(opts.num_mel_bins)
-    total_sq = np.zeros(opts.num_mel_bins)
+    dim = opts.num_mel_bins * (1 + opts.deltas)
+    total = np.zeros(dim)
+    total_sq = np.zeros(dim)
     tmp_bin = out_dir / "feats.bin.tmp"
     with open(tmp_bin, "wb") as fbin:
         for utt_id, feats, reason in _map(jobs, workers):
@@ -133,7 +139,7 @@ def extract_split(manifest: str | Path, out_dir: str | Path, opts: FbankOptions,
         log.warning("%s: skipped %d of %d utterances (see %s)", manifest, len(skipped),
                     len(records), out_dir / "skipped.tsv")
     summary = {"params": params, "kept": len(index), "skipped": len(skipped), "frames": offset,
-               "dim": opts.num_mel_bins}
+               "dim": dim}
     if accumulate_stats:
         summary["sum"], summary["sum_sq"] = total.tolist(), total_sq.tolist()
     write_json(done, summary)

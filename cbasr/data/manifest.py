@@ -6,14 +6,17 @@ Every corpus preparation writes, per split, ``<split>.jsonl`` with at least::
 
 ``audio`` is relative to the manifest's directory (or absolute). Phone-level corpora add
 ``phones`` (list of labels) and ``phone_starts`` (seconds); other fields pass through.
+Text-input corpora (Gigaword) have ``source`` (the input text) instead of ``audio`` and
+``duration``.
 """
 
 import json
 from pathlib import Path
 
-__all__ = ["REQUIRED_KEYS", "ManifestError", "read_manifest", "audio_path"]
+__all__ = ["REQUIRED_KEYS", "TEXT_REQUIRED_KEYS", "ManifestError", "read_manifest", "audio_path"]
 
 REQUIRED_KEYS = ("id", "audio", "duration", "speaker", "words")
+TEXT_REQUIRED_KEYS = ("id", "source", "words")
 
 
 class ManifestError(ValueError):
@@ -39,7 +42,8 @@ def read_manifest(path: str | Path) -> list[dict]:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ManifestError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
-            missing = [k for k in REQUIRED_KEYS if k not in record]
+            required = TEXT_REQUIRED_KEYS if isinstance(record, dict) and "source" in record else REQUIRED_KEYS
+            missing = [k for k in required if k not in record]
             if missing:
                 rid = record.get("id", "?")
                 raise ManifestError(f"{path}:{lineno}: utterance {rid!r} lacks keys {missing}")

@@ -82,3 +82,22 @@ def test_complete_extraction_is_skipped_and_incomplete_redone(corpus, tmp_path, 
 def test_cmvn_needs_frames(tmp_path):
     with pytest.raises(ValueError, match="no frames"):
         write_cmvn({"frames": 0, "sum": [], "sum_sq": []}, tmp_path / "cmvn.json")
+
+
+def test_deltas_are_appended_and_match_torchaudio():
+    import torchaudio
+
+    from cbasr.data.features import FbankOptions, compute_fbank
+
+    wave = torch.sin(torch.arange(8000) * 0.07) * torch.linspace(0.1, 0.9, 8000)
+    static = compute_fbank(wave, 16000, FbankOptions(num_mel_bins=23))
+    both = compute_fbank(wave, 16000, FbankOptions(num_mel_bins=23, deltas=2))
+    assert both.shape == (static.shape[0], 69)
+    torch.testing.assert_close(both[:, :23], static)
+    delta = torchaudio.functional.compute_deltas(static.t(), win_length=5).t()
+    torch.testing.assert_close(both[:, 23:46], delta)
+    torch.testing.assert_close(both[:, 46:], torchaudio.functional.compute_deltas(delta.t(), win_length=5).t())
+    # a hand-worked delta: (2 (x[t+2] - x[t-2]) + (x[t+1] - x[t-1])) / 10 away from the edges
+    t = 10
+    hand = (2 * (static[t + 2] - static[t - 2]) + (static[t + 1] - static[t - 1])) / 10
+    torch.testing.assert_close(both[t, 23:46], hand)

@@ -34,3 +34,12 @@ def test_bad_lines_name_file_line_and_utterance(tmp_path, line, message):
 def test_missing_manifest(tmp_path):
     with pytest.raises(ManifestError, match="nope.jsonl: manifest not found"):
         read_manifest(tmp_path / "nope.jsonl")
+
+
+def test_text_input_records_need_a_source_instead_of_audio(tmp_path):
+    text = {"id": "t1", "source": "australia 's deficit shrunk", "words": "deficit narrows"}
+    path = _write(tmp_path / "test.jsonl", [json.dumps(text)])
+    assert read_manifest(path)[0]["source"] == text["source"]
+    path = _write(tmp_path / "bad.jsonl", [json.dumps({"id": "t2", "source": "a b"})])
+    with pytest.raises(ManifestError, match=r"bad.jsonl:1: utterance 't2' lacks keys \['words'\]"):
+        read_manifest(path)

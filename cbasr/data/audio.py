@@ -1,0 +1,86 @@
+"""Reading audio of any corpus: WAV/FLAC/SPHERE PCM through libsndfile, Shorten-compressed
+SPHERE (WSJ's ``.wv1``) through ffmpeg.
+
+libsndfile reads PCM SPHERE in both byte orders but not Shorten; ffmpeg has the ``nistsphere``
+demuxer and a Shorten decoder. It runs as a subprocess piping raw PCM back (pydub would need
+``ffprobe`` too, which the wheel lacks), from the ``imageio-ffmpeg`` wheel (or the binary
+named by ``$CBASR_FFMPEG``), so no system package is needed.
+A file shorter than its SPHERE header says is reported as truncated, never read as a shorter
+utterance.
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from cbasr.data.sphere import SphereError, expected_pcm_bytes, is_shorten, read_header
+
+__all__ = ["AudioError", "read_audio", "ffmpeg_binary"]
+
+
+class AudioError(ValueError):
+    """Unreadable, truncated or undecodable audio; the message names the file."""
+
+
+def ffmpeg_binary() -> str:
+    """An ffmpeg with the Shorten decoder: ``$CBASR_FFMPEG``, else imageio-ffmpeg's."""
+    if os.environ.get("CBASR_FFMPEG"):
+        return os.environ["CBASR_FFMPEG"]
+    try:
+        import imageio_ffmpeg
+    except ImportError as e:
+        raise AudioError("decoding Shorten-compressed SPHERE (WSJ .wv1) needs ffmpeg: pip install "
+                         "imageio-ffmpeg, or set CBASR_FFMPEG to an ffmpeg built with the shorten "
+                         "decoder") from e
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def _read_shorten(path: Path, header: dict) -> tuple[np.ndarray, int]:
+    """Decode through ffmpeg's nistsphere demuxer and Shorten decoder to 16-bit PCM."""
+    command = [ffmpeg_binary(), "-nostdin", "-v", "error", "-f", "nistsphere", "-i", str(path),
+               "-map", "0:a:0", "-f", "s16le", "-acodec", "pcm_s16le", "-"]
+    run = subprocess.run(command, capture_output=True)
+    if run.returncode != 0:
+        raise AudioError(f"{path}: ffmpeg could not decode the Shorten stream (truncated or damaged file): "
+                         f"{run.stderr.decode(errors='replace').strip()[-300:]}")
+    channels = header.get("channel_count", 1)
+    samples = np.frombuffer(run.stdout, dtype="<i2").reshape(-1, channels)[:, 0]
+    return samples.astype(np.float32) / 32768.0, header.get("sample_rate", 16000)
+
+
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """``(samples (N,) float32 in [-1, 1], sample rate)`` of the first channel of ``path``.
+
+    Raises:
+        AudioError: missing, unreadable, truncated (fewer samples than the SPHERE header's
+            ``sample_count``) or undecodable files, naming the path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"{path}: no such audio file")
+    header = None
+    with open(path, "rb") as f:
+        if f.read(7) == b"NIST_1A":
+            try:
+                header = read_header(path)
+            except SphereError as e:
+                raise AudioError(str(e)) from e
+    if header is not None and is_shorten(header):
+        samples, rate = _read_shorten(path, header)
+    else:
+        expected = None if header is None else expected_pcm_bytes(header)
+        if expected is not None and path.stat().st_size < expected:
+            raise AudioError(f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples "
+                             f"({expected} bytes), the file has {path.stat().st_size} bytes")
+        try:
+            data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        except Exception as e:  # soundfile raises several types for corrupt files
+            raise AudioError(f"{path}: unreadable audio: {type(e).__name__}: {e}") from e
+        samples = data[:, 0].copy()
+    if header is not None and "sample_count" in header and samples.shape[0] < header["sample_count"]:
+        raise AudioError(f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples, "
+                         f"{samples.shape[0]} could be decoded")
+    return samples, rate
