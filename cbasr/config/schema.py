@@ -5,7 +5,7 @@ value of the wrong type fails at start, not an hour into training. Only entry po
 import this module; modules take plain keyword arguments.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -13,7 +13,8 @@ from omegaconf import MISSING
 __all__ = [
     "RNNEncoderConfig", "ConformerEncoderConfig", "PointwiseDecoderConfig", "AutoregressiveDecoderConfig",
     "MonotonicDecoderConfig", "AttentionEmissionDecoderConfig", "TransducerDecoderConfig", "CTCLossConfig",
-    "CBMarginalLossConfig", "CBReinforceLossConfig", "ForcedSuffixLossConfig", "TransducerLossConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
+    "CBMarginalLossConfig", "CBReinforceLossConfig", "ForcedSuffixLossConfig", "TransducerLossConfig",
+    "SpecAugmentConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
     "register_configs",
 ]
 
@@ -159,6 +160,17 @@ class TransducerLossConfig:
 
 
 @dataclass
+class SpecAugmentConfig:
+    """SpecAugment (Park et al., 2019) on training features; no masks (the default) is off."""
+
+    freq_masks: int = 0  # masks per utterance across mel bins
+    freq_mask_width: int = 27  # each mask's width is drawn from [0, freq_mask_width]
+    time_masks: int = 0  # masks per utterance across frames
+    time_mask_width: int = 40  # each mask's width is drawn from [0, time_mask_width] ...
+    time_mask_ratio: float = 0.2  # ... and at most this fraction of the utterance's frames
+
+
+@dataclass
 class DataConfig:
     """Where a corpus's prepared data lives (paths relative to the working directory)."""
 
@@ -168,29 +180,45 @@ class DataConfig:
     units: str = "phones"  # manifest field used as targets: phones | phones_full | chars | words
     train_split: str = "train"
     valid_split: str = "dev"
-    max_frames: int = 6000  # padded input frames per batch
+    max_frames: int = 6000  # padded input frames per (global, all ranks together) batch
     max_utts: int = 0  # utterances per batch (0: no limit)
     num_workers: int = 0  # data loader worker processes
+    features: str = "cached"  # cached (feature_dir) | on_the_fly (fbank from the audio)
+    speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
+    spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
 
 @dataclass
 class OptimConfig:
-    name: str = "adam"  # adam | adamw
-    lr: float = 1e-3
+    name: str = "adam"  # adam | adamw | sgd
+    lr: float = 1e-3  # peak learning rate (reached at the end of warmup)
+    momentum: float = 0.9  # sgd only
     weight_decay: float = 0.0
     grad_clip: float = 5.0  # max gradient norm (0: no clipping)
-    scheduler: str = "cosine"  # constant | cosine
+    scheduler: str = "cosine"  # decay after warmup: constant | cosine | linear | noam
     warmup_steps: int = 0
-    final_lr_scale: float = 0.02  # cosine decays to lr * final_lr_scale
+    final_lr_scale: float = 0.02  # cosine and linear decay to lr * final_lr_scale
+    plateau_factor: float = 1.0  # reduce-on-plateau: multiply the lr by this (1: off) ...
+    plateau_patience: int = 1  # ... after this many epochs without a better trainer.best_metric
+    min_lr_scale: float = 0.0  # reduce-on-plateau never goes below lr * min_lr_scale
+    weight_noise: float = 0.0  # std of Gaussian noise added to the weight matrices each step
+    weight_noise_start: int = 0  # first optimizer step with weight noise
 
 
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
     seed: int = 1
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: cuda:LOCAL_RANK)
     num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16: CUDA only, with a gradient scaler)
     checkpoint_minutes: float = 5.0  # also checkpoint mid-epoch this often
+    checkpoint_every_steps: int = 0  # and every this many optimizer steps (0: never)
+    keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
+    best_metric: str = "valid_error_rate"  # valid_error_rate | valid_loss: best.pt, plateau, early stop
+    early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
+    max_bad_steps: int = 20  # non-finite steps in a row that stop the run
+    find_unused_parameters: bool = False  # DistributedDataParallel: for models with unused parameters
     log_every: int = 50  # steps between progress log lines
     progress_bar: bool = True  # tqdm bar when stderr is a terminal
 

@@ -1,4 +1,11 @@
-"""Utterances with features and target ids, checked once, and their padded batches."""
+"""Utterances with features and target ids, checked once, and their padded batches.
+
+Features come from a cached feature directory (:class:`~cbasr.data.features.FeatureStore`)
+or are computed on the fly from the audio. A training dataset may augment them (speed
+perturbation, SpecAugment; :mod:`cbasr.data.augment`), deterministically per
+``(seed, epoch, utterance)``; a dataset without an :class:`Augmentation` (validation, by
+default) returns the features as stored.
+"""
 
 import logging
 from collections.abc import Callable
@@ -7,8 +14,11 @@ from pathlib import Path
 
 import torch
 
-from cbasr.data.features import FeatureStore
-from cbasr.data.manifest import read_manifest
+from cbasr.data.augment import (Augmentation, perturbed_frames, resample_frames, speed_perturb_waveform,
+                                utterance_generator)
+from cbasr.data.audio import AudioError, read_audio
+from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frames_of
+from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.vocab import Vocabulary, tokens_of
 
 __all__ = ["Batch", "AsrDataset", "collate"]
@@ -27,9 +37,16 @@ class Batch:
     targets: torch.Tensor  # (B, L), zero beyond target_lens
     target_lens: torch.Tensor  # (B,)
 
-    def to(self, device: torch.device) -> "Batch":
-        return Batch(self.ids, self.feats.to(device), self.feat_lens.to(device),
-                     self.targets.to(device), self.target_lens.to(device))
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
+        return Batch(self.ids, self.feats.to(device, non_blocking=non_blocking),
+                     self.feat_lens.to(device, non_blocking=non_blocking),
+                     self.targets.to(device, non_blocking=non_blocking),
+                     self.target_lens.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies, for asynchronous host-to-GPU transfer (the data loader calls this)."""
+        return Batch(self.ids, self.feats.pin_memory(), self.feat_lens.pin_memory(), self.targets.pin_memory(),
+                     self.target_lens.pin_memory())
 
 
 class AsrDataset(torch.utils.data.Dataset):
@@ -41,24 +58,38 @@ class AsrDataset(torch.utils.data.Dataset):
 
     Args:
         manifest: the split's JSONL manifest.
-        feature_dir: the split's feature directory (see :mod:`cbasr.data.features`).
+        feature_dir: the split's feature directory (see :mod:`cbasr.data.features`); unused
+            when ``fbank`` is given.
         units: which target field to use (see :func:`tokens_of`).
         cmvn: ``(mean (F,), std (F,))`` applied to every utterance, or None.
+        fbank: compute features on the fly from the audio with these options (lengths for
+            batching then come from the manifest's durations), instead of reading them from
+            ``feature_dir``.
+        augmentation: speed perturbation and SpecAugment for training; None: off.
+        seed: with ``augmentation``, the seed of every utterance's draws (with the epoch, see
+            :meth:`set_epoch`, and the utterance's index).
     """
 
-    def __init__(self, manifest: str | Path, feature_dir: str | Path, vocab: Vocabulary,
+    def __init__(self, manifest: str | Path, feature_dir: str | Path | None, vocab: Vocabulary,
                  units: str, cmvn: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 check: UtteranceCheck | None = None):
-        self.store = FeatureStore(feature_dir)
+                 check: UtteranceCheck | None = None, fbank: FbankOptions | None = None,
+                 augmentation: Augmentation | None = None, seed: int = 0):
+        self.manifest = Path(manifest)
+        self.fbank = fbank
+        self.store = None if fbank is not None else FeatureStore(feature_dir)
         self.cmvn = cmvn
-        self.records, self.targets, self.skipped = [], [], []
+        self.augmentation = augmentation
+        self.seed, self.epoch = seed, 0
+        self.records, self.targets, self.skipped, self.num_frames = [], [], [], []
         for record in read_manifest(manifest):
             targets, reason = self._targets(record, vocab, units)
+            frames = self._num_frames(record) if reason is None else 0
             if reason is None and check is not None:
-                reason = check(self.store.num_frames(record["id"]), targets)
+                reason = check(frames, targets)
             if reason is None:
                 self.records.append(record)
                 self.targets.append(targets)
+                self.num_frames.append(frames)
             else:
                 self.skipped.append((record["id"], reason))
         for utt_id, reason in self.skipped[:20]:
@@ -66,11 +97,24 @@ class AsrDataset(torch.utils.data.Dataset):
         if self.skipped:
             log.warning("%s: skipped %d of %d utterances", manifest, len(self.skipped),
                         len(self.skipped) + len(self.records))
-        self.num_frames = [self.store.num_frames(r["id"]) for r in self.records]
+        self.target_lens = [len(t) for t in self.targets]
+        # Faster speech has fewer frames: an utterance that would then fail ``check`` keeps speed 1.
+        fastest = max(augmentation.speed_factors, default=1.0) if augmentation is not None else 1.0
+        margin = 1 if fbank is not None else 0  # on the fly, resampled audio may lose a frame
+        self._may_speed_up = [fastest <= 1.0 or check is None
+                              or check(perturbed_frames(n, fastest) - margin, y) is None
+                              for n, y in zip(self.num_frames, self.targets)]
+
+    def _num_frames(self, record: dict) -> int:
+        if self.store is not None:
+            return self.store.num_frames(record["id"])
+        return frames_of(float(record["duration"]), self.fbank)
 
     def _targets(self, record: dict, vocab: Vocabulary, units: str) -> tuple[list[int], str | None]:
-        if record["id"] not in self.store:
+        if self.store is not None and record["id"] not in self.store:
             return [], "no features (audio missing or unreadable at extraction)"
+        if self.store is None and not audio_path(record, self.manifest).is_file():
+            return [], f"audio not found: {audio_path(record, self.manifest)}"
         tokens = tokens_of(record, units)
         if not tokens:
             return [], "empty transcript"
@@ -79,21 +123,55 @@ class AsrDataset(torch.utils.data.Dataset):
             return [], f"tokens not in the vocabulary: {sorted(set(unknown))}"
         return vocab.encode(tokens), None
 
+    def set_epoch(self, epoch: int) -> None:
+        """Augmentation draws of this epoch (set before the epoch's data loader starts its workers)."""
+        self.epoch = epoch
+
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor]:
-        """``(id, feats (T, F), targets (L,))``."""
-        utt_id = self.records[i]["id"]
-        feats = self.store[utt_id]
+    def _features(self, i: int, speed: float) -> torch.Tensor | None:
+        """``(T, F)`` features of utterance ``i`` at speed ``speed``; None for unreadable audio."""
+        record = self.records[i]
+        if self.store is not None:
+            return resample_frames(self.store[record["id"]], speed)
+        path = audio_path(record, self.manifest)
+        try:
+            samples, sample_rate = read_audio(path)
+        except AudioError as e:
+            log.warning("skipping %s: %s", record["id"], e)
+            return None
+        waveform = speed_perturb_waveform(torch.from_numpy(samples), sample_rate, speed)
+        feats = compute_fbank(waveform, sample_rate, self.fbank)
+        if feats.shape[0] == 0:
+            log.warning("skipping %s: audio %s shorter than one frame", record["id"], path)
+            return None
+        return feats
+
+    def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor] | None:
+        """``(id, feats (T, F), targets (L,))``, or None when the audio cannot be read (on the fly)."""
+        aug = self.augmentation
+        generator = utterance_generator(self.seed, self.epoch, i) if aug is not None else None
+        speed = aug.draw_speed(generator) if aug is not None else 1.0
+        if speed > 1.0 and not self._may_speed_up[i]:
+            speed = 1.0
+        feats = self._features(i, speed)
+        if feats is None:
+            return None
         if self.cmvn is not None:
             feats = (feats - self.cmvn[0]) / self.cmvn[1]
-        return utt_id, feats, torch.tensor(self.targets[i], dtype=torch.long)
+        if aug is not None:
+            feats = aug.mask(feats, generator)
+        return self.records[i]["id"], feats, torch.tensor(self.targets[i], dtype=torch.long)
 
 
-def collate(items: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Batch:
-    """Zero-padded batch of :meth:`AsrDataset.__getitem__` items."""
+def collate(items: list[tuple[str, torch.Tensor, torch.Tensor] | None]) -> Batch:
+    """Zero-padded batch of :meth:`AsrDataset.__getitem__` items (None items, unreadable audio, left out)."""
+    items = [item for item in items if item is not None]
     ids = [utt_id for utt_id, _, _ in items]
+    if not items:
+        empty = torch.zeros(0, dtype=torch.long)
+        return Batch([], torch.zeros(0, 0, 0), empty, torch.zeros(0, 0, dtype=torch.long), empty)
     feats = torch.nn.utils.rnn.pad_sequence([f for _, f, _ in items], batch_first=True)
     targets = torch.nn.utils.rnn.pad_sequence([y for _, _, y in items], batch_first=True)
     feat_lens = torch.tensor([f.shape[0] for _, f, _ in items], dtype=torch.long)

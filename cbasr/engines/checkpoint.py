@@ -1,23 +1,58 @@
-"""Atomic checkpoints: a run killed while writing one keeps the previous one intact."""
+"""Atomic checkpoints and an experiment's checkpoint directory.
 
+A run killed while writing a checkpoint keeps the previous one intact: every file is written
+to a temporary name, fsynced and renamed. Layout of ``<exp>/checkpoints/``:
+
+- ``last.pt``: the latest state, mid-epoch or at an epoch's end; what a rerun resumes from;
+- ``epoch-<N>.pt``: the state at the end of epoch N; the ``keep`` most recent and the
+  ``keep`` best (by the validation metric) are kept, for averaging (``cbasr-average``);
+- ``best.pt``: the end-of-epoch state with the best validation metric;
+- ``averaged.pt`` (or another name): averaged weights written by ``cbasr-average``.
+
+``best.pt`` and ``last.pt`` are hard links to the epoch file when the file system allows it
+(a copy otherwise), so an epoch end writes one file's worth of bytes.
+"""
+
+import io
 import logging
 import os
 import random
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from cbasr.engines import faults
 from cbasr.fileio import atomic_write
 
-__all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state"]
+__all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "CheckpointDir"]
 
 log = logging.getLogger(__name__)
 
 
+def _write_halfway_then_die(state: dict, f, n: int) -> None:
+    """``kill-in-checkpoint`` fault injection: half the bytes, flushed, then SIGKILL."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    f.write(data[: len(data) // 2])
+    f.flush()
+    faults.kill_if_armed("kill-in-checkpoint", n)
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """``torch.save`` into a temporary file, fsync, rename over ``path``."""
-    atomic_write(path, lambda f: torch.save(state, f), mode="wb")
+    n = faults.next_count("kill-in-checkpoint")
+
+    def write(f):
+        if faults.armed("kill-in-checkpoint", n):
+            _write_halfway_then_die(state, f, n)
+        torch.save(state, f)
+
+    atomic_write(path, write, mode="wb")
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -43,3 +78,80 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+_EPOCH_FILE = re.compile(r"epoch-(\d+)\.pt")
+
+
+class CheckpointDir:
+    """The ``checkpoints/`` directory of an experiment (see the module docstring).
+
+    Args:
+        path: the directory (created if missing).
+        keep: epoch checkpoints to keep: the ``keep`` most recent and the ``keep`` best;
+            0 keeps all.
+    """
+
+    def __init__(self, path: str | os.PathLike, keep: int = 5):
+        if keep < 0:
+            raise ValueError(f"trainer.keep_checkpoints must be >= 0, got {keep}")
+        self.path = Path(path)
+        self.keep = keep
+
+    def file(self, name: str) -> Path:
+        return self.path / f"{name}.pt"
+
+    def remove_temporaries(self) -> list[Path]:
+        """Delete the temporary files of writes that a killed run never finished."""
+        stale = sorted(self.path.glob(".*.tmp"))
+        for tmp in stale:
+            log.warning("removing %s, an unfinished checkpoint write of an interrupted run", tmp)
+            tmp.unlink(missing_ok=True)
+        return stale
+
+    def save(self, name: str, state: dict) -> Path:
+        path = self.file(name)
+        save_checkpoint(path, state)
+        return path
+
+    def link(self, src: str, dst: str) -> None:
+        """Make ``dst`` the same checkpoint as ``src``, atomically: a hard link, or a copy."""
+        source, target = self.file(src), self.file(dst)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=self.path)
+        os.close(fd)
+        os.unlink(tmp)
+        try:
+            try:
+                os.link(source, tmp)
+            except OSError:  # no hard links on this file system
+                shutil.copyfile(source, tmp)
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def epochs(self) -> list[int]:
+        """Epochs with an ``epoch-<N>.pt`` file, ascending."""
+        return sorted(int(m.group(1)) for p in self.path.glob("epoch-*.pt") if (m := _EPOCH_FILE.fullmatch(p.name)))
+
+    def prune(self, scores: dict[int, tuple]) -> list[int]:
+        """Delete the epoch files that are neither among the ``keep`` latest nor the ``keep`` best.
+
+        Args:
+            scores: ``{epoch: score}`` (lower is better) of the validated epochs.
+
+        Returns:
+            The epochs whose files were deleted.
+        """
+        if self.keep == 0:
+            return []
+        epochs = self.epochs()
+        latest = set(epochs[-self.keep:])
+        ranked = sorted((e for e in epochs if e in scores), key=lambda e: (tuple(scores[e]), e))
+        kept = latest | set(ranked[: self.keep])
+        removed = [e for e in epochs if e not in kept]
+        for epoch in removed:
+            self.file(f"epoch-{epoch}").unlink(missing_ok=True)
+        return removed

@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from cbasr.data.batching import BucketBatchSampler
 
 
@@ -39,3 +41,13 @@ def test_batches_group_similar_lengths():
     batches = BucketBatchSampler(lengths, 4000).batches()
     padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
     assert sum(lengths) / padded > 0.9  # random batches of this size waste about 40%
+
+
+def test_every_batch_can_be_shared_by_min_utts_processes():
+    lengths = [100, 5000, 120, 130, 6000, 110]  # two utterances longer than the budget alone
+    batches = BucketBatchSampler(lengths, max_frames=1000, min_utts=2, shuffle=False).batches()
+    assert all(len(b) >= 2 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert BucketBatchSampler(lengths, max_frames=1000, shuffle=False).batches()[-2:] == [[1], [4]]
+    with pytest.raises(ValueError, match="6 utterances cannot fill batches of at least 8"):
+        BucketBatchSampler(lengths, 1000, min_utts=8)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cbasr.engines.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from cbasr.fileio import atomic_write
 
 
@@ -30,3 +30,33 @@ def test_rng_state_round_trip():
     a = torch.rand(3)
     set_rng_state(state)
     assert torch.equal(torch.rand(3), a)
+
+
+def test_keep_the_latest_and_the_best_epoch_files(tmp_path):
+    checkpoints = CheckpointDir(tmp_path, keep=2)
+    scores = {1: (3.0, 0.0), 2: (1.0, 0.0), 3: (2.0, 0.0), 4: (5.0, 0.0), 5: (4.0, 0.0)}
+    for epoch in scores:
+        checkpoints.save(f"epoch-{epoch}", {"epoch": epoch})
+    assert checkpoints.prune(scores) == [1]  # latest two: 4, 5; best two: 2, 3
+    assert checkpoints.epochs() == [2, 3, 4, 5]
+    assert CheckpointDir(tmp_path, keep=0).prune(scores) == []
+
+
+def test_link_makes_an_independent_name_for_the_same_checkpoint(tmp_path):
+    checkpoints = CheckpointDir(tmp_path)
+    checkpoints.save("epoch-1", {"epoch": 1})
+    checkpoints.link("epoch-1", "last")
+    checkpoints.link("epoch-1", "best")
+    checkpoints.save("last", {"epoch": 2})  # a later save of last.pt leaves the others alone
+    assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1} == load_checkpoint(checkpoints.file("epoch-1"))
+    checkpoints.file("epoch-1").unlink()  # pruning an epoch file keeps best.pt
+    assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_unfinished_writes_of_a_killed_run_are_removed(tmp_path):
+    checkpoints = CheckpointDir(tmp_path)
+    checkpoints.save("last", {"step": 1})
+    (tmp_path / ".last.pt.abc123.tmp").write_bytes(b"half a checkpoint")
+    assert [p.name for p in checkpoints.remove_temporaries()] == [".last.pt.abc123.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]

@@ -1,0 +1,163 @@
+"""Training throughput: input frames per second and the data pipeline's share of step time.
+
+    .venv/bin/python scripts/bench_train.py                       # both presets, CPU (and CUDA if present)
+    .venv/bin/python scripts/bench_train.py --presets blstm_ctc --device cpu --num-threads 1 --steps 20
+
+Presets: ``blstm_ctc`` is the synthetic recipe's pinned experiment
+(``recipes/synth/conf/blstm_ctc.yaml``: 2x160 BLSTM over stacks of 3 frames, CTC);
+``conformer_ctc`` is ``conf/encoder/conformer.yaml`` with the CTC loss. Both train through the
+real :class:`~cbasr.engines.trainer.Trainer` (data loader, collation, step, optimizer) on
+the prepared synth corpus (``recipes/synth/data``, 80-dim fbank, cached) when it exists, else
+on random 80-dim features with the corpus's length distribution (``--synthetic``).
+
+For each run it reports, over ``--steps`` steps after ``--warmup`` steps:
+
+- ``frames/s``: unpadded input frames (10 ms each) trained per second of wall time;
+- ``wait``: the share of wall time the training loop waited for the next batch (what stalls
+  the device; near 0 when worker processes keep up);
+- ``load``: the time the data pipeline alone needs per batch (read, normalise, collate, in
+  the main process), as a share of a step's time: its cost, hidden or not.
+"""
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from cbasr.cli.train import CONF_DIR
+from cbasr.config.schema import register_configs
+from cbasr.data.dataset import collate
+from cbasr.engines.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes/synth"
+PRESETS = {
+    "blstm_ctc": (RECIPE / "conf", "blstm_ctc", []),
+    "conformer_ctc": (CONF_DIR, "train", ["encoder=conformer", "loss=ctc"]),
+}
+
+
+def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0) -> Path:
+    """A prepared corpus of random features: lengths like the synth corpus (mean 2.1 s), ~14 phones/s."""
+    rng = np.random.default_rng(seed)
+    phones = [f"p{i}" for i in range(45)]
+    (root / "lang").mkdir(parents=True)
+    (root / "lang/phones.txt").write_text("".join(f"{p}\n" for p in ["<blk>", *phones]))
+    for split, count in (("train", utts), ("dev", 50)):
+        out = root / "fbank" / split
+        out.mkdir(parents=True)
+        lengths = np.clip(rng.gamma(6.0, 35.0, count).astype(int), 60, 800)
+        feats = rng.standard_normal((int(lengths.sum()), dim)).astype(np.float16)
+        feats.tofile(out / "feats.bin")
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        records = []
+        with open(out / "index.tsv", "w") as index:
+            for n, (offset, frames) in enumerate(zip(offsets, lengths)):
+                utt = f"{split}-{n:05d}"
+                index.write(f"{utt}\t{offset}\t{frames}\n")
+                labels = [phones[i] for i in rng.integers(0, len(phones), max(1, int(frames) // 7))]
+                records.append({"id": utt, "audio": f"{utt}.wav", "duration": frames / 100, "speaker": "s",
+                                "words": " ".join(labels), "phones": labels})
+        (out / ".done").write_text(json.dumps({"dim": dim, "frames": int(lengths.sum()), "kept": count}))
+        (root / "synth").mkdir(exist_ok=True)
+        (root / f"synth/{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (root / "fbank/cmvn.json").write_text(json.dumps({"frames": 1, "mean": [0.0] * dim, "std": [1.0] * dim}))
+    return root
+
+
+def make_config(preset: str, data: Path, exp_dir: Path, args, device: str) -> dict:
+    conf_dir, name, overrides = PRESETS[preset]
+    with initialize_config_dir(str(conf_dir), version_base="1.3"):
+        cfg = compose(name, overrides=[
+            f"hydra.searchpath=[file://{CONF_DIR}]", *overrides, f"exp_dir={exp_dir}",
+            f"data.manifest_dir={data / 'synth'}", f"data.feature_dir={data / 'fbank'}",
+            f"data.vocab={data / 'lang/phones.txt'}", f"data.max_frames={args.max_frames}",
+            f"data.num_workers={args.num_workers}", f"trainer.device={device}",
+            f"trainer.num_threads={args.num_threads}", f"trainer.precision={args.precision}",
+            "trainer.progress_bar=false"])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench(preset: str, data: Path, args, device: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(make_config(preset, data, Path(tmp) / "exp", args, device), Path(tmp) / "exp")
+        dev = trainer.device
+        batches = trainer.sampler.batches()[: args.warmup + args.steps]
+        frames = [sum(trainer.train_set.num_frames[i] for i in b) for b in batches]
+        tokens = [sum(trainer.train_set.target_lens[i] for i in b) for b in batches]
+        step_s, wait_s = [], []
+        waited = time.perf_counter()
+        for k, batch in enumerate(trainer.loader(batches)):
+            ready = time.perf_counter()
+            batch = batch.to(dev, non_blocking=True)
+            trainer.train_step(batch, tokens[k])
+            _sync(dev)
+            done = time.perf_counter()
+            if k >= args.warmup:
+                wait_s.append(ready - waited)
+                step_s.append(done - ready)
+            waited = time.perf_counter()
+        load_s = []  # the data pipeline alone, in this process
+        for b in batches[args.warmup:]:
+            start = time.perf_counter()
+            collate([trainer.train_set[i] for i in b]).to(dev)
+            _sync(dev)
+            load_s.append(time.perf_counter() - start)
+    measured = sum(frames[args.warmup:])
+    wall = sum(step_s) + sum(wait_s)
+    return {"preset": preset, "device": str(dev), "threads": torch.get_num_threads(), "workers": args.num_workers,
+            "params_M": round(trainer.num_params / 1e6, 2), "steps": len(step_s),
+            "utts_per_batch": round(statistics.mean(len(b) for b in batches[args.warmup:]), 1),
+            "frames_per_s": round(measured / wall), "step_ms": round(1000 * statistics.median(step_s)),
+            "wait_share": round(sum(wait_s) / wall, 3), "load_share": round(sum(load_s) / sum(step_s), 3)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--device", default="all", help="cpu | cuda | all (cpu, and cuda when present)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-frames", type=int, default=6000, help="data.max_frames (the recipe's default)")
+    parser.add_argument("--num-threads", type=int, default=2)
+    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--precision", default="fp32", help="trainer.precision (bf16/fp16 on CUDA)")
+    parser.add_argument("--synthetic", action="store_true", help="random features even if the corpus exists")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    register_configs()
+    random.seed(0)
+    torch.manual_seed(0)
+    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = RECIPE / "data"
+        real = (data / "fbank/train/.done").is_file() and not args.synthetic
+        if not real:
+            data = synthetic_corpus(Path(tmp) / "data")
+        print(f"data: {'recipes/synth/data (cached 80-dim fbank)' if real else 'random 80-dim features'}; "
+              f"max_frames {args.max_frames}; precision {args.precision}")
+        rows = [bench(p, data, args, d) for d in devices for p in args.presets]
+    keys = list(rows[0])
+    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
