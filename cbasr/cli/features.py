@@ -7,6 +7,8 @@ from pathlib import Path
 
 from cbasr.cli.common import setup_logging
 from cbasr.data.features import FbankOptions, extract_split, write_cmvn
+from cbasr.data.source_tokens import SOURCE_VOCAB, extract_source_tokens, source_vocabulary
+from cbasr.fileio import write_text
 
 log = logging.getLogger("cbasr-features")
 
@@ -21,8 +23,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deltas", type=int, choices=[0, 1, 2], default=0,
                         help="append deltas (1) or deltas and delta-deltas (2)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (0: none)")
+    parser.add_argument("--source-units", metavar="UNITS",
+                        help="text input instead of audio: store the ids of each utterance's 'source' "
+                        "text in these units (words, chars, sp:<model>) under a source vocabulary built "
+                        "from the first split")
+    parser.add_argument("--source-vocab-size", type=int, default=0,
+                        help="keep the most frequent source tokens only, <pad> and <unk> included (0: all)")
     args = parser.parse_args(argv)
     setup_logging()
+    if args.source_units:
+        _source_tokens(args)
+        return
     opts = FbankOptions(num_mel_bins=args.num_mel_bins, deltas=args.deltas)
     for i, split in enumerate(args.splits):
         start = time.monotonic()
@@ -32,6 +43,20 @@ def main(argv: list[str] | None = None) -> None:
             write_cmvn(summary, args.out / "cmvn.json")
         log.info("%s: %d utterances, %d frames, %d skipped (%.1f s)", split, summary["kept"],
                  summary["frames"], summary["skipped"], time.monotonic() - start)
+
+
+
+def _source_tokens(args) -> None:
+    """Source ids of a text-to-text corpus, with the source vocabulary of the first split."""
+    vocab_path = args.out / SOURCE_VOCAB
+    vocab = source_vocabulary(args.manifest_dir / f"{args.splits[0]}.jsonl", args.source_units,
+                              args.source_vocab_size)
+    write_text(vocab_path, "".join(t + "\n" for t in vocab))
+    for split in args.splits:
+        summary = extract_source_tokens(args.manifest_dir / f"{split}.jsonl", args.out / split,
+                                        args.source_units, vocab)
+        log.info("%s: %d utterances, %d source tokens (%d outside the %d-token vocabulary)", split,
+                 summary["kept"], summary["frames"], summary["unknown"], len(vocab))
 
 
 if __name__ == "__main__":

@@ -1,43 +1,43 @@
-"""cbasr-score: error rates (S/D/I) of decoded splits into ``<exp>/decode/<split>/score.json``."""
+"""cbasr-score: error rates (S/D/I) of decoded splits into ``<exp>/decode/<split>[_<tag>]/``.
+
+Writes ``score.json`` (totals, bootstrap 95% interval, per speaker), ``per_utt.tsv`` and
+``errors.pra`` (every utterance's alignment with its errors marked) next to the trn files.
+"""
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 from cbasr.cli.common import setup_logging
-from cbasr.engines.scoring import error_counts, read_trn
-from cbasr.fileio import write_json
+from cbasr.engines.scoring import score_decode_dir
 
 log = logging.getLogger("cbasr-score")
 
 
-def score_dir(decode_dir: Path) -> dict:
-    """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis."""
-    refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
-    missing = sorted(set(refs) - set(hyps))
-    if missing:
-        raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
-    ids = sorted(refs)
-    score = error_counts([refs[i] for i in ids], [hyps[i] for i in ids])
-    decode_info = decode_dir / "decode.json"
-    if decode_info.is_file():
-        info = json.loads(decode_info.read_text())
-        score.update(skipped=info["skipped"], checkpoint=info["checkpoint"], epoch=info["epoch"])
-    write_json(decode_dir / "score.json", score)
-    return score
+def decode_dir_name(split: str, tag: str | None) -> str:
+    """``<split>`` or ``<split>_<tag>``: where cbasr-decode writes a split's decoding."""
+    return f"{split}_{tag}" if tag else split
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--splits", nargs="+", default=["dev", "test"])
+    parser.add_argument("--tag", default=None, help="score decode/<split>_<tag> (as cbasr-decode --tag wrote it)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates for the 95%% interval")
+    parser.add_argument("--speakers", action="store_true", help="also log each speaker's error rate")
     args = parser.parse_args(argv)
     setup_logging()
     for split in args.splits:
-        s = score_dir(args.exp_dir / "decode" / split)
-        log.info("%s: error rate %.2f%% (%d sub, %d del, %d ins / %d tokens, %d utts, %d skipped)", split,
-                 s["error_rate"], s["sub"], s["del"], s["ins"], s["ref_tokens"], s["utts"], s.get("skipped", 0))
+        name = decode_dir_name(split, args.tag)
+        s = score_decode_dir(args.exp_dir / "decode" / name, args.bootstrap)
+        log.info("%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d skipped)",
+                 name, s["error_rate"], *s["ci95"], s["sub"], s["del"], s["ins"], s["ref_tokens"], s["utts"],
+                 s.get("skipped", 0))
+        if args.speakers:
+            for speaker, c in s.get("by_speaker", {}).items():
+                log.info("  %s: %.2f%% (%d sub, %d del, %d ins / %d tokens, %d utts)", speaker, c["error_rate"],
+                         c["sub"], c["del"], c["ins"], c["ref_tokens"], c["utts"])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sp-size", type=int, default=0,
                         help="with --units sp: train a sentencepiece model of this many pieces, written "
                         "next to --out as <out>.model; use units sp:<that file> in the data config")
+    parser.add_argument("--inventory", type=Path,
+                        help="take the token list from this file (one per line, e.g. a corpus's phone set) "
+                        "instead of the tokens seen in training; training tokens outside it are an error")
     args = parser.parse_args(argv)
     setup_logging()
     records = read_manifest(args.manifest)
@@ -32,6 +35,12 @@ def main(argv: list[str] | None = None) -> None:
         args.units = f"sp:{model}"
         log.info("sentencepiece model %s (%d pieces); units: %s", model, args.sp_size, args.units)
     vocab = Vocabulary.build(tokens_of(r, args.units, args.field) for r in records)
+    if args.inventory is not None:
+        listed = Vocabulary([t for t in args.inventory.read_text(encoding="utf-8").split() if t])
+        outside = sorted({t for t in vocab.tokens[1:] if t not in listed})
+        if outside:
+            parser.error(f"{args.manifest} has tokens outside --inventory {args.inventory}: {outside}")
+        vocab = listed
     vocab.save(args.out)
     log.info("%s: %d tokens + blank from %s", args.out, len(vocab) - 1, args.manifest)
     for other in args.check:

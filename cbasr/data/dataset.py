@@ -17,7 +17,8 @@ import torch
 from cbasr.data.augment import (Augmentation, perturbed_frames, resample_frames, speed_perturb_waveform,
                                 utterance_generator)
 from cbasr.data.audio import AudioError, read_audio
-from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frames_of
+from cbasr.data.features import FbankOptions, compute_fbank, frames_of
+from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.vocab import Vocabulary, tokens_of
 
@@ -76,7 +77,11 @@ class AsrDataset(torch.utils.data.Dataset):
                  augmentation: Augmentation | None = None, seed: int = 0):
         self.manifest = Path(manifest)
         self.fbank = fbank
-        self.store = None if fbank is not None else FeatureStore(feature_dir)
+        self.store = None if fbank is not None else open_store(feature_dir)
+        if isinstance(self.store, TokenStore) and augmentation is not None and (
+                augmentation.speed_factors or augmentation.masks):
+            raise ValueError("data.speed_perturb and data.spec_augment apply to audio features, not to the "
+                             f"source tokens in {feature_dir}: turn them off for text input")
         self.cmvn = cmvn
         self.augmentation = augmentation
         self.seed, self.epoch = seed, 0
@@ -133,6 +138,8 @@ class AsrDataset(torch.utils.data.Dataset):
     def _features(self, i: int, speed: float) -> torch.Tensor | None:
         """``(T, F)`` features of utterance ``i`` at speed ``speed``; None for unreadable audio."""
         record = self.records[i]
+        if isinstance(self.store, TokenStore):
+            return self.store[record["id"]]  # (T,) source ids: text input
         if self.store is not None:
             return resample_frames(self.store[record["id"]], speed)
         path = audio_path(record, self.manifest)

@@ -26,9 +26,11 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
 from cbasr.fileio import write_json, write_text
 
-__all__ = ["PAD", "UNK", "source_vocabulary", "extract_source_tokens", "TokenStore", "open_store"]
+__all__ = ["PAD", "UNK", "SOURCE_VOCAB", "source_vocabulary", "extract_source_tokens", "TokenStore", "open_store",
+           "experiment_input"]
 
 PAD, UNK = "<pad>", "<unk>"
+SOURCE_VOCAB = "source_vocab.txt"  # in the feature directory (and copied into the experiment)
 
 
 def source_vocabulary(manifest: str | Path, units: str, size: int = 0) -> list[str]:
@@ -107,3 +109,17 @@ def open_store(split_dir: str | Path) -> FeatureStore | TokenStore:
     if done.is_file() and json.loads(done.read_text()).get("kind") == "tokens":
         return TokenStore(split_dir)
     return FeatureStore(split_dir)
+
+
+def experiment_input(directory: str | Path) -> tuple[int, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``(input_dim, cmvn)`` of a feature or experiment directory: the source vocabulary size and
+    None for text input (``source_vocab.txt``), the feature dimension and the normalisation
+    statistics for filterbanks (``cmvn.json``)."""
+    from cbasr.data.features import load_cmvn
+
+    directory = Path(directory)
+    vocab = directory / SOURCE_VOCAB
+    if vocab.is_file():
+        return len([t for t in vocab.read_text(encoding="utf-8").split("\n") if t]), None
+    cmvn = load_cmvn(directory / "cmvn.json")
+    return cmvn[0].numel(), cmvn

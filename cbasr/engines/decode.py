@@ -1,7 +1,15 @@
-"""Decode a split with a trained experiment and write sclite ``trn`` files."""
+"""Decode a split with a trained experiment and write sclite ``trn`` files.
 
+A decoding directory (``<exp>/decode/<split>[_<tag>]``) holds ``hyp.trn`` and ``ref.trn``,
+``utt2spk`` (for per-speaker scores), ``skipped.tsv`` and ``decode.json``: the checkpoint,
+the search settings (greedy, or beam search with its beam, LM and weights), the parameter
+count, and the decoding time with its real-time factor.
+"""
+
+import dataclasses
 import json
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -14,8 +22,9 @@ from cbasr.data.vocab import Vocabulary, tokens_of
 from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.scoring import write_trn
 from cbasr.fileio import write_json, write_text
+from cbasr.search import BeamSearchOptions, LabelScorer, beam_search, check_options, search_family
 
-__all__ = ["Experiment", "decode_split", "is_decoded"]
+__all__ = ["Experiment", "decode_split", "is_decoded", "decode_settings", "frame_shift_seconds"]
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +54,64 @@ class Experiment:
     def units(self) -> str:
         return self.cfg["data"]["units"]
 
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
-def is_decoded(exp: Experiment, out_dir: str | Path) -> bool:
-    """Whether ``out_dir`` already holds this checkpoint's complete decoding."""
+    def normalise(self, feats: torch.Tensor) -> torch.Tensor:
+        mean, std = self.cmvn
+        return (feats - mean) / std
+
+
+def decode_settings(exp: Experiment, options: BeamSearchOptions | None = None, lm_path: str | Path | None = None
+                    ) -> dict:
+    """What ``decode.json`` records of a search: ``{"search": "greedy"}`` or the beam search's
+    options (a transducer's ``max_symbols`` resolved to the model's when unset) and LM path."""
+    if options is None:
+        if lm_path is not None:
+            raise ValueError("LM fusion needs a beam search (--beam N with N >= 1)")
+        return {"search": "greedy"}
+    if search_family(exp.model) == "transducer" and options.max_symbols is None:
+        options = dataclasses.replace(options, max_symbols=exp.model.max_symbols)
+    return {"search": "beam", **options.to_dict(), "lm": str(lm_path) if lm_path is not None else None}
+
+
+def is_decoded(exp: Experiment, out_dir: str | Path, settings: dict | None = None) -> bool:
+    """Whether ``out_dir`` already holds this checkpoint's complete decoding with ``settings``
+    (default: greedy)."""
     info = Path(out_dir) / "decode.json"
-    return info.is_file() and json.loads(info.read_text()).get("checkpoint_stamp") == exp.checkpoint_stamp
+    if not info.is_file():
+        return False
+    info = json.loads(info.read_text())
+    return (info.get("checkpoint_stamp") == exp.checkpoint_stamp
+            and info.get("settings", {"search": info.get("search", "greedy")}) == (settings or {"search": "greedy"}))
+
+
+def frame_shift_seconds(feature_dir: str | Path) -> float:
+    """The feature frame shift of a feature directory (its ``.done`` record), 10 ms if unrecorded."""
+    done = Path(feature_dir) / ".done"
+    if done.is_file():
+        return json.loads(done.read_text()).get("params", {}).get("frame_shift_ms", 10.0) / 1000.0
+    return 0.01
 
 
 @torch.no_grad()
 def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path, out_dir: str | Path,
-                 max_frames: int = 20000) -> dict:
-    """Greedy-decode every utterance of ``manifest`` into ``out_dir/{hyp,ref}.trn``.
+                 max_frames: int = 20000, options: BeamSearchOptions | None = None, lm: LabelScorer | None = None,
+                 lm_path: str | Path | None = None) -> dict:
+    """Decode every utterance of ``manifest`` into ``out_dir`` (see the module docstring).
+
+    Args:
+        options: beam search options; None decodes greedily (the model's ``greedy_decode``).
+        lm: an external LM for shallow fusion (beam search only), loaded from ``lm_path``.
 
     Utterances without features (unreadable audio) cannot be decoded: they are listed in
     ``out_dir/skipped.tsv``, counted in the returned summary and in ``decode.json``, and
     left out of both trn files, so the score says on how many utterances it was computed.
     """
+    settings = decode_settings(exp, options, lm_path if lm is not None else None)
+    if options is not None:
+        check_options(exp.model, options, lm)
     out_dir = Path(out_dir)
     store = FeatureStore(feature_dir)
     records = read_manifest(manifest)
@@ -69,19 +120,29 @@ def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path,
     for utt_id in skipped:
         log.warning("cannot decode %s: no features", utt_id)
     lengths = [store.num_frames(r["id"]) for r in usable]
-    mean, std = exp.cmvn
     hyps: dict[str, list[str]] = {}
+    start = time.perf_counter()
     for indices in BucketBatchSampler(lengths, max_frames, shuffle=False):
-        feats = [(store[usable[i]["id"]] - mean) / std for i in indices]
+        feats = [exp.normalise(store[usable[i]["id"]]) for i in indices]
         lens = torch.tensor([f.shape[0] for f in feats])
-        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-        for i, hyp in zip(indices, exp.model.greedy_decode(padded.to(exp.device), lens.to(exp.device))):
+        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)
+        if options is None:
+            best = exp.model.greedy_decode(padded, lens.to(exp.device))
+        else:
+            best = [nbest[0].tokens if nbest else [] for nbest in
+                    beam_search(exp.model, padded, lens.to(exp.device), options, lm)]
+        for i, hyp in zip(indices, best):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)
+    seconds = time.perf_counter() - start
+    audio = sum(lengths) * frame_shift_seconds(feature_dir)
     write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in usable])
     write_trn(out_dir / "ref.trn", [(r["id"], tokens_of(r, exp.units)) for r in usable])
+    write_text(out_dir / "utt2spk", "".join(f"{r['id']} {r['speaker']}\n" for r in usable))
     write_text(out_dir / "skipped.tsv", "".join(f"{u}\tno features\n" for u in skipped))
     summary = {"manifest": str(manifest), "checkpoint": exp.checkpoint, "epoch": exp.epoch,
-               "checkpoint_stamp": exp.checkpoint_stamp, "search": "greedy", "utts": len(usable),
-               "skipped": len(skipped)}
+               "checkpoint_stamp": exp.checkpoint_stamp, "search": settings["search"], "settings": settings,
+               "units": exp.units, "utts": len(usable), "skipped": len(skipped), "parameters": exp.num_parameters,
+               "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
+               "rtf": round(seconds / audio, 5) if audio else None, "device": str(exp.device)}
     write_json(out_dir / "decode.json", summary)
     return summary

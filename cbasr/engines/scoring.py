@@ -1,10 +1,39 @@
-"""Error rates with substitutions, deletions and insertions, over token sequences."""
+"""Error rates with substitutions, deletions and insertions, per utterance, speaker and split,
+with bootstrap confidence intervals and a paired significance test.
+
+Alignments are jiwer's (Levenshtein over whitespace-free tokens), so totals, per-utterance
+counts and the error-alignment file agree. Statistics resample utterances (the unit of
+independence), not tokens:
+
+- :func:`bootstrap_interval`: a percentile bootstrap of the error rate ``sum errors / sum
+  reference tokens`` over utterances (Bisani and Ney, 2004, "Bootstrap estimates for
+  confidence intervals in ASR performance evaluation");
+- :func:`paired_bootstrap_test`: the same resampling applied to two systems' errors on the
+  same utterances, giving the distribution of their difference and a two-sided p-value;
+- :func:`sign_test`: an exact two-sided sign test on the utterances where the systems' error
+  counts differ, as a check that needs no resampling.
+"""
+
+import json
+import math
+from pathlib import Path
 
 import jiwer
+import numpy as np
 
-from cbasr.fileio import write_text
+from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
+from cbasr.fileio import write_json, write_text
 
-__all__ = ["error_counts", "read_trn", "write_trn"]
+__all__ = ["error_counts", "utterance_counts", "align_tokens", "format_alignment", "read_trn", "write_trn",
+           "read_utt2spk", "bootstrap_interval", "paired_bootstrap_test", "sign_test", "score_decode_dir"]
+
+_COUNT_KEYS = ("sub", "del", "ins", "hits")
+
+
+def _summary(counts: dict, ref_tokens: int, utts: int) -> dict:
+    errors = counts["sub"] + counts["del"] + counts["ins"]
+    return {**counts, "errors": errors, "ref_tokens": ref_tokens, "utts": utts,
+            "error_rate": 100.0 * errors / ref_tokens if ref_tokens else 0.0}
 
 
 def error_counts(refs: list[list[str]], hyps: list[list[str]]) -> dict:
@@ -14,17 +43,65 @@ def error_counts(refs: list[list[str]], hyps: list[list[str]]) -> dict:
         ``{"sub", "del", "ins", "hits", "errors", "ref_tokens", "utts", "error_rate"}`` where
         ``error_rate = errors / ref_tokens`` (in percent).
     """
+    per_utt = utterance_counts(refs, hyps)
+    counts = {k: sum(c[k] for c in per_utt) for k in _COUNT_KEYS}
+    return _summary(counts, sum(len(r) for r in refs), len(refs))
+
+
+def _jiwer(refs: list[list[str]], hyps: list[list[str]]):
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
-    counts = {"sub": 0, "del": 0, "ins": 0, "hits": 0}
-    if refs:
-        # jiwer aligns whitespace-separated tokens; our tokens never contain whitespace.
-        out = jiwer.process_words([" ".join(r) for r in refs], [" ".join(h) for h in hyps])
-        counts = {"sub": out.substitutions, "del": out.deletions, "ins": out.insertions, "hits": out.hits}
-    ref_tokens = sum(len(r) for r in refs)
-    errors = counts["sub"] + counts["del"] + counts["ins"]
-    return {**counts, "errors": errors, "ref_tokens": ref_tokens, "utts": len(refs),
-            "error_rate": 100.0 * errors / ref_tokens if ref_tokens else 0.0}
+    # jiwer aligns whitespace-separated tokens; our tokens never contain whitespace.
+    return jiwer.process_words([" ".join(r) for r in refs], [" ".join(h) for h in hyps])
+
+
+def utterance_counts(refs: list[list[str]], hyps: list[list[str]]) -> list[dict]:
+    """Per utterance ``{"sub", "del", "ins", "hits", "ref_tokens"}``."""
+    if not refs:
+        if hyps:
+            raise ValueError(f"0 references but {len(hyps)} hypotheses")
+        return []
+    out = []
+    for ref, chunks in zip(refs, _jiwer(refs, hyps).alignments):
+        counts = dict.fromkeys(_COUNT_KEYS, 0)
+        for c in chunks:
+            n_ref, n_hyp = c.ref_end_idx - c.ref_start_idx, c.hyp_end_idx - c.hyp_start_idx
+            key = {"equal": "hits", "substitute": "sub", "delete": "del", "insert": "ins"}[c.type]
+            counts[key] += n_hyp if c.type == "insert" else n_ref
+        out.append({**counts, "ref_tokens": len(ref)})
+    return out
+
+
+def align_tokens(ref: list[str], hyp: list[str]) -> list[tuple[str, str | None, str | None]]:
+    """The alignment of one pair as ``(op, ref token, hyp token)``, ``op`` one of ``C`` (correct),
+    ``S``, ``D`` (hyp token None), ``I`` (ref token None)."""
+    if not ref and not hyp:
+        return []
+    ops = []
+    for c in _jiwer([ref], [hyp]).alignments[0]:
+        r, h = ref[c.ref_start_idx:c.ref_end_idx], hyp[c.hyp_start_idx:c.hyp_end_idx]
+        if c.type == "equal":
+            ops += [("C", a, b) for a, b in zip(r, h)]
+        elif c.type == "substitute":
+            ops += [("S", a, b) for a, b in zip(r, h)]
+        elif c.type == "delete":
+            ops += [("D", a, None) for a in r]
+        else:
+            ops += [("I", None, b) for b in h]
+    return ops
+
+
+def format_alignment(utt_id: str, ref: list[str], hyp: list[str], speaker: str | None = None) -> str:
+    """One sclite-style block (``.pra``): counts, then REF, HYP and Eval rows in aligned columns,
+    ``***`` for the gap of a deletion or insertion and S, D or I under each error."""
+    ops = align_tokens(ref, hyp)
+    n = {op: sum(o == op for o, _, _ in ops) for op in "CSDI"}
+    cols = [(r or "***", h or "***", "" if op == "C" else op) for op, r, h in ops]
+    widths = [max(len(r), len(h), 1) for r, h, _ in cols]
+    row = lambda k: "  ".join(c[k].ljust(w) for c, w in zip(cols, widths)).rstrip()  # noqa: E731
+    head = f"id: ({utt_id})" + (f"  speaker: {speaker}" if speaker else "")
+    return (f"{head}\nScores: (#C #S #D #I) {n['C']} {n['S']} {n['D']} {n['I']}\n"
+            f"REF:  {row(0)}\nHYP:  {row(1)}\nEval: {row(2)}\n\n")
 
 
 def write_trn(path, entries: list[tuple[str, list[str]]]) -> None:
@@ -43,5 +120,131 @@ def read_trn(path) -> dict[str, list[str]]:
             if not line.endswith(")") or "(" not in line:
                 raise ValueError(f"{path}:{lineno}: not a trn line (expected 'tokens (utt_id)')")
             text, _, utt_id = line[:-1].rpartition("(")
+            if utt_id in entries:
+                raise ValueError(f"{path}:{lineno}: utterance {utt_id!r} listed twice")
             entries[utt_id] = text.split()
     return entries
+
+
+def read_utt2spk(path) -> dict[str, str]:
+    """``{utt_id: speaker}`` from ``utt_id speaker`` lines; raises naming the file and line."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 2:
+                raise ValueError(f"{path}:{lineno}: expected 'utt_id speaker', got {line.strip()!r}")
+            out[fields[0]] = fields[1]
+    return out
+
+
+def _resample(n: int, samples: int, seed: int) -> np.ndarray:
+    """``(samples, n)`` utterance indices drawn with replacement."""
+    return np.random.default_rng(seed).integers(0, n, size=(samples, n))
+
+
+def bootstrap_interval(errors, ref_tokens, samples: int = 1000, seed: int = 0, level: float = 0.95
+                       ) -> tuple[float, float]:
+    """Percentile bootstrap interval of the error rate (percent) over utterances.
+
+    Args:
+        errors, ref_tokens: per utterance, ``(n,)``.
+        samples: bootstrap replicates; seed: their random generator's seed (fixed: the same
+            interval every time).
+    """
+    errors, ref_tokens = np.asarray(errors, dtype=np.float64), np.asarray(ref_tokens, dtype=np.float64)
+    if errors.size == 0:
+        return (0.0, 0.0)
+    idx = _resample(errors.size, samples, seed)
+    rates = 100.0 * errors[idx].sum(1) / np.maximum(ref_tokens[idx].sum(1), 1.0)
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(rates, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def paired_bootstrap_test(errors_a, errors_b, ref_tokens, samples: int = 10000, seed: int = 0) -> dict:
+    """Paired bootstrap of the error-rate difference ``A - B`` (Bisani and Ney, 2004).
+
+    Both systems' per-utterance errors are resampled with the same utterance indices.
+
+    Returns:
+        ``{"difference", "ci95", "p_value", "p_a_better", "samples"}``: the observed difference
+        (percent points), its 95% interval, the two-sided p-value ``2 min(P(d <= 0), P(d >= 0))``
+        (capped at 1) and the share of replicates where A has fewer errors.
+    """
+    a, b = np.asarray(errors_a, dtype=np.float64), np.asarray(errors_b, dtype=np.float64)
+    refs = np.asarray(ref_tokens, dtype=np.float64)
+    if not a.size == b.size == refs.size:
+        raise ValueError(f"paired test needs the same utterances: {a.size}, {b.size} and {refs.size} values")
+    if a.size == 0:
+        raise ValueError("paired test on no utterances")
+    observed = 100.0 * (a.sum() - b.sum()) / max(refs.sum(), 1.0)
+    idx = _resample(a.size, samples, seed)
+    diff = 100.0 * (a[idx].sum(1) - b[idx].sum(1)) / np.maximum(refs[idx].sum(1), 1.0)
+    p = min(1.0, 2.0 * min(float(np.mean(diff <= 0)), float(np.mean(diff >= 0))))
+    low, high = np.percentile(diff, [2.5, 97.5])
+    return {"difference": float(observed), "ci95": [float(low), float(high)], "p_value": p,
+            "p_a_better": float(np.mean(diff < 0)), "samples": samples}
+
+
+def sign_test(errors_a, errors_b) -> dict:
+    """Exact two-sided sign test on utterances where A and B make different numbers of errors.
+
+    Returns:
+        ``{"a_better", "b_better", "ties", "p_value"}``.
+    """
+    a_better = sum(x < y for x, y in zip(errors_a, errors_b))
+    b_better = sum(x > y for x, y in zip(errors_a, errors_b))
+    n, k = a_better + b_better, min(a_better, b_better)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n if n else 1.0
+    return {"a_better": a_better, "b_better": b_better, "ties": len(errors_a) - n, "p_value": min(1.0, 2.0 * tail)}
+
+
+def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed: int = 0) -> dict:
+    """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis.
+
+    Writes ``score.json`` (totals, 95% bootstrap interval, per-speaker counts when ``utt2spk``
+    is there, the decoding's checkpoint and settings, and for character or sentencepiece units
+    the word error counts under ``"words"``), ``per_utt.tsv`` (id, speaker, reference
+    tokens, S, D, I) and ``errors.pra`` (the alignment of every utterance, errors marked).
+    """
+    decode_dir = Path(decode_dir)
+    for name in ("ref.trn", "hyp.trn"):
+        if not (decode_dir / name).is_file():
+            raise FileNotFoundError(f"{decode_dir / name} not found: decode first (cbasr-decode)")
+    refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
+    missing = sorted(set(refs) - set(hyps))
+    if missing:
+        raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
+    ids = sorted(refs)
+    speakers = read_utt2spk(decode_dir / "utt2spk") if (decode_dir / "utt2spk").is_file() else {}
+    per_utt = utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])
+    score = _summary({k: sum(c[k] for c in per_utt) for k in _COUNT_KEYS}, sum(len(refs[i]) for i in ids), len(ids))
+    errors = [c["sub"] + c["del"] + c["ins"] for c in per_utt]
+    score["ci95"] = list(bootstrap_interval(errors, [c["ref_tokens"] for c in per_utt], bootstrap_samples, seed))
+    if speakers:
+        by_speaker: dict[str, dict] = {}
+        for utt, c in zip(ids, per_utt):
+            spk = by_speaker.setdefault(speakers.get(utt, "unknown"), {**dict.fromkeys(_COUNT_KEYS, 0), "n": 0, "r": 0})
+            for k in _COUNT_KEYS:
+                spk[k] += c[k]
+            spk["n"], spk["r"] = spk["n"] + 1, spk["r"] + c["ref_tokens"]
+        score["by_speaker"] = {s: _summary({k: v[k] for k in _COUNT_KEYS}, v["r"], v["n"])
+                               for s, v in sorted(by_speaker.items())}
+    info_path = decode_dir / "decode.json"
+    if info_path.is_file():
+        info = json.loads(info_path.read_text())
+        score.update(skipped=info["skipped"], checkpoint=info["checkpoint"], epoch=info["epoch"],
+                     settings=info.get("settings", {"search": info.get("search", "greedy")}))
+        units = info.get("units", "")
+        if units == "chars" or units.startswith(SENTENCEPIECE):  # the error rate is a CER: add the WER
+            score["words"] = error_counts([tokens_to_words(refs[i], units) for i in ids],
+                                          [tokens_to_words(hyps[i], units) for i in ids])
+    write_json(decode_dir / "score.json", score)
+    write_text(decode_dir / "per_utt.tsv", "id\tspeaker\tref_tokens\tsub\tdel\tins\n" + "".join(
+        f"{u}\t{speakers.get(u, '')}\t{c['ref_tokens']}\t{c['sub']}\t{c['del']}\t{c['ins']}\n"
+        for u, c in zip(ids, per_utt)))
+    write_text(decode_dir / "errors.pra", "".join(format_alignment(u, refs[u], hyps[u], speakers.get(u)) for u in ids))
+    return score

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from cbasr.builder import build_model
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
-from cbasr.data.features import load_cmvn
+from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed, faults
 from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, rng_state, set_rng_state
@@ -113,14 +113,14 @@ class Trainer:
         distributed.barrier(self.dist)
         torch.manual_seed(trainer["seed"])  # the same initial model in every process
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
-        cmvn = load_cmvn(self.exp_dir / "cmvn.json")
+        input_dim, cmvn = experiment_input(self.exp_dir)  # filterbanks, or source tokens for text input
         self.model = build_model(cfg["encoder"], cfg["decoder"], cfg["loss"],
-                                 input_dim=cmvn[0].numel(), vocab_size=len(self.vocab)).to(self.device)
+                                 input_dim=input_dim, vocab_size=len(self.vocab)).to(self.device)
         if self.dist.rank > 0:
             torch.manual_seed(trainer["seed"] + self.dist.rank)  # dropout: a stream per process
         fbank = None
         if data["features"] == "on_the_fly":
-            fbank = fbank_options_of(Path(data["feature_dir"]) / data["train_split"], cmvn[0].numel())
+            fbank = fbank_options_of(Path(data["feature_dir"]) / data["train_split"], input_dim)
         self.train_set, self.valid_set = (
             AsrDataset(Path(data["manifest_dir"]) / f"{split}.jsonl", Path(data["feature_dir"]) / split,
                        self.vocab, data["units"], cmvn, check=self.model.check_utterance, fbank=fbank,
@@ -150,11 +150,14 @@ class Trainer:
         self._last_save = time.monotonic()
 
     def _prepare_exp_dir(self) -> None:
-        """Copy the vocabulary and CMVN statistics in, so the directory stands alone."""
+        """Copy the vocabulary and the input description (CMVN statistics, or the source
+        vocabulary of a text corpus) in, so the directory stands alone."""
         data = self.cfg["data"]
         self.checkpoints.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints.remove_temporaries()
-        for src, dst in ((data["vocab"], "vocab.txt"), (Path(data["feature_dir"]) / "cmvn.json", "cmvn.json")):
+        features = Path(data["feature_dir"])
+        described = SOURCE_VOCAB if (features / SOURCE_VOCAB).is_file() else "cmvn.json"
+        for src, dst in ((data["vocab"], "vocab.txt"), (features / described, described)):
             if not (self.exp_dir / dst).exists():
                 if not Path(src).is_file():
                     raise FileNotFoundError(f"{src} not found (data.{'vocab' if dst == 'vocab.txt' else 'feature_dir'})")

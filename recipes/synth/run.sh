@@ -63,8 +63,8 @@ fi
 
 if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
   log "stage 2: phone vocabulary -> data/lang/phones.txt"
-  cbasr-vocab --manifest data/synth/train.jsonl --units phones --out data/lang/phones.txt \
-    --check data/synth/dev.jsonl data/synth/test.jsonl
+  cbasr-vocab --manifest data/synth/train.jsonl --units phones --inventory data/synth/phones.txt \
+    --out data/lang/phones.txt --check data/synth/dev.jsonl data/synth/test.jsonl
 fi
 
 if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then

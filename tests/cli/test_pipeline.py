@@ -76,3 +76,36 @@ def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, 
     (exp / "decode/dev/hyp.trn").write_text("a (dev-0000)\n")
     with pytest.raises(ValueError, match="hyp.trn lacks 15 utterances"):
         score.main(["--exp-dir", str(exp), "--splits", "dev"])
+
+
+def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_path, capsys):
+    """After greedy decoding (above): beam 4 and beam 4 with an ARPA LM into their own
+    directories, no worse than greedy; cbasr-compare pairs them; cbasr-align writes the CTM
+    with onset errors against the tone corpus's exact starts."""
+    from cbasr.cli import align, compare
+
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    (tmp_path / "uniform.arpa").write_text("\\data\\\nngram 1=7\n\n\\1-grams:\n-0.778 </s>\n-99 <s>\n" +
+                                           "".join(f"-0.778 {t}\n" for t in "abcde") + "\n\\end\\\n")
+    args = ["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
+            str(tone_data / "fbank"), "--splits", "dev", "--num-threads", "1"]
+    decode.main(args + ["--force"])
+    decode.main(args + ["--beam", "4"])
+    decode.main(args + ["--beam", "4", "--lm", str(tmp_path / "uniform.arpa"), "--lm-weight", "0.2"])
+    for tag in (None, "beam4", "beam4_lm0.2"):
+        score.main(["--exp-dir", str(exp), "--splits", "dev"] + (["--tag", tag] if tag else []))
+    rates = {d: json.loads((exp / f"decode/{d}/score.json").read_text())["error_rate"]
+             for d in ("dev", "dev_beam4", "dev_beam4_lm0.2")}
+    assert rates["dev_beam4"] <= rates["dev"] + 2.0 and rates["dev_beam4_lm0.2"] <= rates["dev"] + 5.0, rates
+    assert "Eval:" in (exp / "decode/dev_beam4/errors.pra").read_text()
+    capsys.readouterr()
+    compare.main([str(exp), "--decodes", "dev", "dev_beam4", "dev_beam4_lm0.2", "--pair", "exp:dev", "exp:dev_beam4",
+                  "--bootstrap", "200", "--paired-bootstrap", "500"])
+    table = capsys.readouterr().out
+    assert "| exp:dev_beam4_lm0.2 |" in table and "beam 4, lm 0.2 (uniform.arpa)" in table
+    assert "| exp:dev | exp:dev_beam4 | 16 |" in table
+    align.main(args[:-2])
+    info = json.loads((exp / "align/dev/alignment.json").read_text())
+    assert info["method"] == "ctc_forced_align" and info["utts"] == 16
+    assert info["mean_abs_onset_error_ms"] < 60.0, info

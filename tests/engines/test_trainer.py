@@ -311,3 +311,30 @@ def test_weight_noise_changes_training_from_its_start_step(tone_data, tmp_path):
     assert not torch.equal(clean["encoder.rnn.weight_ih_l0"], noisy["encoder.rnn.weight_ih_l0"])
     # the noise is gone after each step: biases, never perturbed, differ only through the noisy gradients
     assert (clean["decoder.net.0.weight"] - noisy["decoder.net.0.weight"]).abs().max() < 0.05
+
+
+def test_text_input_trains_a_cb_model_on_source_tokens(tmp_path):
+    """Gigaword-style text-to-text: source ids from the token store, no CMVN, the embedding front end."""
+    from cbasr.cli import features, vocab
+    from cbasr.corpora.gigaword import prepare_gigaword
+    from tests.corpora.fake_gigaword import make_fake_gigaword
+
+    make_fake_gigaword(tmp_path / "giga")
+    prepare_gigaword(tmp_path / "giga", tmp_path / "data", strict=False)
+    features.main(["--manifest-dir", str(tmp_path / "data"), "--out", str(tmp_path / "src"), "--splits", "train",
+                   "dev", "--source-units", "words", "--workers", "0"])
+    vocab.main(["--manifest", str(tmp_path / "data" / "train.jsonl"), "--units", "words",
+                "--out", str(tmp_path / "lang" / "words.txt")])
+    exp = tmp_path / "exp"
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            f"exp_dir={exp}", f"data.manifest_dir={tmp_path / 'data'}", f"data.feature_dir={tmp_path / 'src'}",
+            f"data.vocab={tmp_path / 'lang' / 'words.txt'}", "data.units=words", "encoder=text_blstm",
+            "encoder.hidden=16", "encoder.num_layers=1", "encoder.embedding_dim=8", "loss=cb_marginal",
+            "trainer.max_epochs=25", "optim.lr=2e-2", "trainer.progress_bar=false", "trainer.num_threads=1",
+            "trainer.keep_checkpoints=1"])
+    t = train(OmegaConf.to_container(cfg, resolve=True), exp)
+    history = json.loads((exp / "history.json").read_text())
+    assert (exp / "source_vocab.txt").is_file() and not (exp / "cmvn.json").exists()
+    assert t.model.encoder.subsampling.embedding.num_embeddings == len((tmp_path / "src/source_vocab.txt").read_text().split())
+    assert len(t.train_set) == 3 and history[-1]["train_loss"] < 0.7 * history[0]["train_loss"]

@@ -56,10 +56,10 @@ _LOG = logging.getLogger(__name__)
 class CorpusConfig:
     """Corpus size and seed: speakers per split and utterances per speaker in each split."""
 
-    train_speakers: int = 80
+    train_speakers: int = 200
     dev_speakers: int = 10
     test_speakers: int = 10
-    train_utts_per_speaker: int = 90
+    train_utts_per_speaker: int = 36
     dev_utts_per_speaker: int = 50
     test_utts_per_speaker: int = 50
     seed: int = 0
@@ -78,7 +78,9 @@ class CorpusConfig:
 
 
 SIZES: dict[str, CorpusConfig] = {
-    # 7200 train, 500 dev and 500 test utterances, about 5 hours: the demo's corpus.
+    # 7200 train utterances from 200 speakers, 500 dev and 500 test from 10 each, about 5 hours:
+    # the demo's corpus. Many speakers with few utterances each generalise better to unseen
+    # voices than 80 with 90 each (same hours, same training time).
     "default": CorpusConfig(),
     # 16 utterances in well under a second: for tests.
     "tiny": CorpusConfig(

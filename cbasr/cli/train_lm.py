@@ -1,0 +1,43 @@
+"""cbasr-train-lm: train (or resume) an LSTM token language model; a Hydra app over
+``conf/train_lm.yaml`` and ``conf/lm/``.
+
+    cbasr-train-lm exp_dir=exp/lm data.train=data/synth/train.jsonl data.valid=data/synth/dev.jsonl \\
+        data.vocab=data/lang/phones.txt lm.hidden=128 trainer.max_epochs=8
+
+Running the same command again in the same ``exp_dir`` resumes after the last finished epoch.
+Use the result with ``cbasr-decode --beam N --lm exp/lm --lm-weight W``.
+"""
+
+import logging
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cbasr.config.lm_schema import register_lm_configs
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+if not CONF_DIR.is_dir():
+    raise RuntimeError(f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)")
+
+register_lm_configs()
+log = logging.getLogger("cbasr-train-lm")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train_lm")
+def main(cfg: DictConfig) -> None:
+    from cbasr.engines.trainer import select_device  # after Hydra has set up logging
+    from cbasr.lm.training import train_lm
+
+    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    if container["trainer"]["num_threads"] > 0:
+        torch.set_num_threads(container["trainer"]["num_threads"])
+    log.info("language model %s", cfg.exp_dir)
+    history = train_lm(container, cfg.exp_dir, select_device(container["trainer"]["device"]))
+    if history:
+        log.info("done: validation perplexity %.3f after epoch %d", history[-1]["valid_ppl"], history[-1]["epoch"])
+
+
+if __name__ == "__main__":
+    main()

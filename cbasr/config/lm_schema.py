@@ -1,0 +1,68 @@
+"""Structured configs of ``cbasr-train-lm``: every YAML file under ``conf/lm/`` and
+``conf/train_lm.yaml`` is a preset of one of these dataclasses, checked when the config is
+composed (a misspelt key fails at start). Only the entry point imports this module.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+__all__ = ["LSTMLMConfig", "LMDataConfig", "LMOptimConfig", "LMTrainerConfig", "TrainLMConfig",
+           "register_lm_configs"]
+
+
+@dataclass
+class LSTMLMConfig:
+    """:class:`cbasr.modules.language_model.LSTMLanguageModel`."""
+
+    name: str = "lstm"
+    embed_dim: int = 64
+    hidden: int = 256
+    num_layers: int = 2
+    dropout: float = 0.1
+
+
+@dataclass
+class LMDataConfig:
+    """Training text: ``*.jsonl`` manifests (their ``units`` field) or text files, one sentence of
+    whitespace-separated tokens per line."""
+
+    train: str = MISSING
+    valid: str = MISSING
+    vocab: str = MISSING  # the recogniser's token list (blank first: the LM's sentence boundary)
+    units: str = "phones"  # manifest field: phones | phones_full | chars | words
+    max_tokens: int = 4000  # padded tokens per batch
+
+
+@dataclass
+class LMOptimConfig:
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max gradient norm (0: no clipping)
+
+
+@dataclass
+class LMTrainerConfig:
+    max_epochs: int = 10
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
+
+
+@dataclass
+class TrainLMConfig:
+    lm: Any = MISSING
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    optim: LMOptimConfig = field(default_factory=LMOptimConfig)
+    trainer: LMTrainerConfig = field(default_factory=LMTrainerConfig)
+    exp_dir: str = MISSING
+
+
+def register_lm_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (``train_lm_schema``, ``lm/lstm_schema``)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_lm_schema", node=TrainLMConfig)
+    cs.store(group="lm", name="lstm_schema", node=LSTMLMConfig)

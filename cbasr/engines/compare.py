@@ -1,0 +1,186 @@
+"""One table across experiments: error rates with bootstrap intervals, S/D/I, model size,
+training epochs and decode settings, and paired significance tests between two systems.
+
+A *system* is one decoding directory ``<exp>/decode/<name>`` (a split, decoded greedily or with
+some search), labelled ``<experiment name>:<name>``. Its per-utterance error counts come from
+``per_utt.tsv`` (written by ``cbasr-score``) or, for older decodings, from the trn files.
+"""
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cbasr.engines.scoring import (bootstrap_interval, paired_bootstrap_test, read_trn, sign_test,
+                                   utterance_counts)
+
+__all__ = ["System", "collect_systems", "comparison_rows", "markdown_table", "csv_table", "paired_comparison",
+           "find_systems", "describe_settings"]
+
+
+@dataclass
+class System:
+    """A scored decoding directory and what it needs in the table."""
+
+    label: str
+    exp_dir: Path
+    decode_dir: Path
+    info: dict  # decode.json (empty if missing)
+    errors: dict[str, int] = field(default_factory=dict)  # utterance -> S + D + I
+    counts: dict[str, dict] = field(default_factory=dict)  # utterance -> {sub, del, ins, ref_tokens}
+    epochs: int | None = None
+    parameters: int | None = None
+
+
+def describe_settings(settings: dict) -> str:
+    """A short human description of ``decode.json``'s settings: ``greedy`` or ``beam 8, lm 0.5 (lm.arpa)``."""
+    if not settings or settings.get("search", "greedy") == "greedy":
+        return "greedy"
+    parts = [f"beam {settings['beam']}" if settings.get("beam") else "beam exhaustive"]
+    if settings.get("lm"):
+        parts.append(f"lm {settings.get('lm_weight', 0):g} ({Path(settings['lm']).name})")
+    if settings.get("am_weight", 1.0) != 1.0:
+        parts.append(f"am {settings['am_weight']:g}")
+    if settings.get("ilm_weight"):
+        parts.append(f"ilm {settings['ilm_weight']:g}")
+    if settings.get("label_bonus"):
+        parts.append(f"bonus {settings['label_bonus']:g}")
+    if settings.get("length_norm"):
+        parts.append("length norm")
+    if settings.get("max_symbols") is not None:
+        parts.append(f"max {settings['max_symbols']}/frame")
+    return ", ".join(parts)
+
+
+def _per_utterance(decode_dir: Path) -> dict[str, dict]:
+    table = decode_dir / "per_utt.tsv"
+    if table.is_file():
+        out = {}
+        with open(table, encoding="utf-8") as f:
+            header = f.readline().rstrip("\n").split("\t")
+            for lineno, line in enumerate(f, start=2):
+                fields = dict(zip(header, line.rstrip("\n").split("\t")))
+                try:
+                    out[fields["id"]] = {k: int(fields[k]) for k in ("ref_tokens", "sub", "del", "ins")}
+                except (KeyError, ValueError):
+                    raise ValueError(f"{table}:{lineno}: malformed line (rescore with cbasr-score)") from None
+        return out
+    for name in ("ref.trn", "hyp.trn"):
+        if not (decode_dir / name).is_file():
+            raise FileNotFoundError(f"{decode_dir / name} not found: decode and score first")
+    refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
+    missing = sorted(set(refs) - set(hyps))
+    if missing:
+        raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
+    ids = sorted(refs)
+    return dict(zip(ids, utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])))
+
+
+def _parameters(exp_dir: Path, info: dict) -> int | None:
+    if "parameters" in info:
+        return info["parameters"]
+    ckpt = exp_dir / "checkpoints" / f"{info.get('checkpoint', 'best')}.pt"
+    if not ckpt.is_file():
+        return None
+    from cbasr.engines.checkpoint import load_checkpoint
+
+    return sum(v.numel() for v in load_checkpoint(ckpt)["model"].values())
+
+
+def collect_systems(exp_dirs: list[str | Path], decodes: list[str] | None = None) -> list[System]:
+    """Every decoding directory of ``exp_dirs`` (those named in ``decodes`` if given), in order.
+
+    Raises:
+        FileNotFoundError: an experiment directory without ``decode/``, or a named decoding
+            that one of them lacks.
+    """
+    systems = []
+    names = [Path(e).name for e in exp_dirs]
+    for exp, name in zip(map(Path, exp_dirs), names):
+        label = name if names.count(name) == 1 else str(exp)
+        root = exp / "decode"
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root} not found: decode {exp} first (cbasr-decode)")
+        dirs = sorted(d for d in root.iterdir() if (d / "ref.trn").is_file())
+        if decodes is not None:
+            missing = [d for d in decodes if not (root / d / "ref.trn").is_file()]
+            if missing:
+                raise FileNotFoundError(f"{root}: no decoding {missing[0]!r} (has {[d.name for d in dirs]})")
+            dirs = [root / d for d in decodes]
+        for d in dirs:
+            info = json.loads((d / "decode.json").read_text()) if (d / "decode.json").is_file() else {}
+            counts = _per_utterance(d)
+            systems.append(System(f"{label}:{d.name}", exp, d, info,
+                                  {u: c["sub"] + c["del"] + c["ins"] for u, c in counts.items()}, counts,
+                                  info.get("epoch"), _parameters(exp, info)))
+    return systems
+
+
+def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -> list[dict]:
+    """One row per system: error rate, its bootstrap 95% interval, S/D/I and the rest."""
+    rows = []
+    for s in systems:
+        ids = sorted(s.counts)
+        errors = [s.errors[u] for u in ids]
+        refs = [s.counts[u]["ref_tokens"] for u in ids]
+        total_refs = sum(refs)
+        low, high = bootstrap_interval(errors, refs, samples, seed)
+        settings = s.info.get("settings", {"search": s.info.get("search", "greedy")})
+        rows.append({"system": s.label, "error_rate": 100.0 * sum(errors) / total_refs if total_refs else 0.0,
+                     "ci95_low": low, "ci95_high": high,
+                     "sub": sum(s.counts[u]["sub"] for u in ids), "del": sum(s.counts[u]["del"] for u in ids),
+                     "ins": sum(s.counts[u]["ins"] for u in ids), "ref_tokens": total_refs, "utts": len(ids),
+                     "parameters": s.parameters, "epochs": s.epochs, "decode": describe_settings(settings),
+                     "rtf": s.info.get("rtf")})
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| system | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | parameters | epochs | decode "
+             "| RTF |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        params = f"{r['parameters'] / 1e6:.2f} M" if r["parameters"] is not None else ""
+        rtf = f"{r['rtf']:.4f}" if r["rtf"] is not None else ""
+        lines.append(f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
+                     f"{r['sub']} | {r['del']} | {r['ins']} | {r['ref_tokens']} | {r['utts']} | {params} | "
+                     f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_table(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["system"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def find_systems(systems: list[System], name: str) -> list[System]:
+    """Systems matching ``name``: a full label ``exp:decode`` or an experiment's label."""
+    exact = [s for s in systems if s.label == name]
+    if exact:
+        return exact
+    found = [s for s in systems if s.label.rpartition(":")[0] == name]
+    if not found:
+        raise ValueError(f"no system {name!r}; systems are {[s.label for s in systems]}")
+    return found
+
+
+def paired_comparison(a: System, b: System, samples: int = 10000, seed: int = 0) -> dict:
+    """Paired bootstrap and sign test of ``a`` against ``b`` on the utterances both decoded.
+
+    Raises:
+        ValueError: when the two systems share no utterance (different splits).
+    """
+    ids = sorted(set(a.counts) & set(b.counts))
+    if not ids:
+        raise ValueError(f"{a.label} and {b.label} share no utterance: compare decodings of the same split")
+    if any(a.counts[u]["ref_tokens"] != b.counts[u]["ref_tokens"] for u in ids):
+        raise ValueError(f"{a.label} and {b.label} have different references for the same utterances")
+    ea, eb = [a.errors[u] for u in ids], [b.errors[u] for u in ids]
+    refs = [a.counts[u]["ref_tokens"] for u in ids]
+    return {"a": a.label, "b": b.label, "utts": len(ids), "only_a": len(a.counts) - len(ids),
+            "only_b": len(b.counts) - len(ids), "error_rate_a": 100.0 * sum(ea) / max(sum(refs), 1),
+            "error_rate_b": 100.0 * sum(eb) / max(sum(refs), 1),
+            "bootstrap": paired_bootstrap_test(ea, eb, refs, samples, seed), "sign_test": sign_test(ea, eb)}

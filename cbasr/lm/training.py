@@ -1,0 +1,162 @@
+"""Training an LSTM token LM (``cbasr-train-lm``): an experiment directory in, checkpoints out.
+
+Layout of an LM experiment directory: ``config.json`` (the resolved config), ``vocab.txt``,
+``checkpoints/{last,best}.pt`` (atomic), ``history.json`` (per epoch: train and validation
+perplexity), ``skipped.tsv`` (sentences with unknown tokens). Rerunning the same command resumes
+after the last finished epoch; a different model config or vocabulary in the same directory
+is refused.
+
+Perplexity is ``exp`` of the mean negative log probability per predicted token, the end of
+sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
+"""
+
+import logging
+import math
+import random
+from pathlib import Path
+
+import torch
+
+from cbasr.data.vocab import Vocabulary
+from cbasr.engines.checkpoint import load_checkpoint, save_checkpoint
+from cbasr.fileio import write_json, write_text
+from cbasr.lm.corpus import read_sentences
+from cbasr.modules.language_model import LSTMLanguageModel
+
+__all__ = ["train_lm", "load_lm_checkpoint", "perplexity", "token_batches", "build_lm"]
+
+log = logging.getLogger(__name__)
+
+LM_MODELS = {"lstm": LSTMLanguageModel}
+
+
+def build_lm(lm: dict, vocab_size: int) -> LSTMLanguageModel:
+    """The LM of an ``lm`` config group (its ``name`` picks the class)."""
+    options = dict(lm)
+    name = options.pop("name")
+    if name not in LM_MODELS:
+        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
+    return LM_MODELS[name](vocab_size=vocab_size, **options)
+
+
+def token_batches(sentences: list[list[int]], max_tokens: int, seed: int | None = None) -> list[list[int]]:
+    """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
+    (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    batches, batch, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, len(sentences[i]) + 1)
+        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            batches.append(batch)
+            batch, longest_if_added = [], len(sentences[i]) + 1
+        batch.append(i)
+        longest = longest_if_added
+    if batch:
+        batches.append(batch)
+    if seed is not None:
+        random.Random(seed).shuffle(batches)
+    return batches
+
+
+def _pad(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    lens = torch.tensor([len(s) for s in sentences], device=device)
+    targets = torch.ones(len(sentences), int(lens.max()), dtype=torch.long, device=device)
+    for i, s in enumerate(sentences):
+        targets[i, : len(s)] = torch.tensor(s, device=device)
+    return targets, lens
+
+
+@torch.no_grad()
+def perplexity(model: LSTMLanguageModel, sentences: list[list[int]], max_tokens: int = 4000,
+               device: str | torch.device = "cpu") -> float:
+    """Perplexity of ``model`` on ``sentences`` (module docstring), in eval mode."""
+    model.eval()
+    total, count = 0.0, 0
+    for batch in token_batches(sentences, max_tokens):
+        targets, lens = _pad([sentences[i] for i in batch], device)
+        total -= float(model.sequence_log_probs(targets, lens).sum())
+        count += int(lens.sum()) + len(batch)
+    return math.exp(total / max(count, 1))
+
+
+def load_lm_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[LSTMLanguageModel, list[str]]:
+    """``(model in eval mode, vocabulary tokens)`` from a ``cbasr-train-lm`` checkpoint."""
+    ckpt = load_checkpoint(path, device)
+    if "tokens" not in ckpt or "lm_config" not in ckpt:
+        raise ValueError(f"{path} is not a language-model checkpoint of cbasr-train-lm")
+    model = build_lm(ckpt["lm_config"], len(ckpt["tokens"]))
+    model.load_state_dict(ckpt["model"])
+    return model.to(device).eval(), ckpt["tokens"]
+
+
+def _resume(exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer) -> tuple[int, list]:
+    path = exp_dir / "checkpoints" / "last.pt"
+    if not path.is_file():
+        return 0, []
+    ckpt = load_checkpoint(path)
+    if ckpt["lm_config"] != cfg["lm"]:
+        raise ValueError(f"{exp_dir} holds a language model with config {ckpt['lm_config']}, not {cfg['lm']}: "
+                         "use another exp_dir")
+    if ckpt["tokens"] != tokens:
+        raise ValueError(f"{exp_dir} was trained with another vocabulary than {cfg['data']['vocab']}")
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"])
+    log.info("resuming %s after epoch %d", exp_dir, ckpt["epoch"])
+    return ckpt["epoch"], ckpt["history"]
+
+
+def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu") -> list[dict]:
+    """Train (or resume) the LM of ``cfg`` (a resolved ``conf/train_lm.yaml``) in ``exp_dir``.
+
+    Returns:
+        The history: per epoch ``{"epoch", "train_ppl", "valid_ppl", "lr"}``.
+    """
+    exp_dir = Path(exp_dir)
+    data, optim, trainer = cfg["data"], cfg["optim"], cfg["trainer"]
+    vocab = Vocabulary.load(data["vocab"])
+    train_set, skipped = read_sentences(data["train"], vocab, data["units"])
+    valid_set, skipped_valid = read_sentences(data["valid"], vocab, data["units"])
+    if not train_set:
+        raise ValueError(f"{data['train']}: no usable sentence (see {exp_dir / 'skipped.tsv'})")
+    if not valid_set:
+        raise ValueError(f"{data['valid']}: no usable sentence")
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_text(exp_dir / "skipped.tsv", "".join(line + "\n" for line in skipped + skipped_valid))
+    if skipped or skipped_valid:
+        log.warning("skipped %d training and %d validation sentences (see %s)", len(skipped), len(skipped_valid),
+                    exp_dir / "skipped.tsv")
+    torch.manual_seed(trainer["seed"])
+    model = build_lm(cfg["lm"], len(vocab)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"])
+    start, history = _resume(exp_dir, cfg, vocab.tokens, model, optimizer)
+    write_json(exp_dir / "config.json", cfg)
+    vocab.save(exp_dir / "vocab.txt")
+    log.info("LM: %.2fM parameters; %d training and %d validation sentences",
+             sum(p.numel() for p in model.parameters()) / 1e6, len(train_set), len(valid_set))
+    for epoch in range(start + 1, trainer["max_epochs"] + 1):
+        model.train()
+        total, count = 0.0, 0
+        for batch in token_batches(train_set, data["max_tokens"], seed=trainer["seed"] * 1000 + epoch):
+            targets, lens = _pad([train_set[i] for i in batch], device)
+            log_prob = model.sequence_log_probs(targets, lens)  # (B,)
+            predicted = int(lens.sum()) + len(batch)
+            loss = -log_prob.sum() / predicted
+            optimizer.zero_grad()
+            loss.backward()
+            if optim["grad_clip"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), optim["grad_clip"])
+            optimizer.step()
+            total, count = total - float(log_prob.detach().sum()), count + predicted
+        valid_ppl = perplexity(model, valid_set, data["max_tokens"], device)
+        history.append({"epoch": epoch, "train_ppl": math.exp(total / count), "valid_ppl": valid_ppl,
+                        "lr": optim["lr"]})
+        log.info("epoch %d: train perplexity %.3f, valid perplexity %.3f", epoch, history[-1]["train_ppl"], valid_ppl)
+        state = {"lm_config": cfg["lm"], "config": cfg, "tokens": vocab.tokens, "model": model.state_dict(),
+                 "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
+                 "rng": torch.get_rng_state()}
+        if valid_ppl <= min(h["valid_ppl"] for h in history):
+            save_checkpoint(exp_dir / "checkpoints" / "best.pt", state)
+        save_checkpoint(exp_dir / "checkpoints" / "last.pt", state)
+        write_json(exp_dir / "history.json", history)
+    return history

@@ -1,0 +1,184 @@
+"""External language models as the searches see them: next-label scores for rows of prefixes.
+
+Shallow fusion adds ``lm_weight * log P_LM(y)`` to a hypothesis's score (for HAT, eq. 9 of the
+HAT paper with the internal LM subtracted; see :mod:`cbasr.search.hypotheses`). A search keeps
+one LM state per hypothesis row next to the decoder's; a :class:`LabelScorer` gives, for each
+row, ``log P_LM(v | prefix)`` for the labels ``v = 1 .. V-1`` of the recogniser's vocabulary
+and ``log P_LM(</s> | prefix)``, added when the utterance ends.
+
+- :class:`NeuralLMScorer`: the toolkit's :class:`~cbasr.modules.language_model.LSTMLanguageModel`
+  (``cbasr-train-lm``).
+- :class:`ArpaLMScorer`: an ARPA back-off n-gram (:mod:`cbasr.lm.arpa`).
+
+Both map the recogniser's tokens to the LM's by their strings, so the two vocabularies may be
+ordered differently; a token the LM cannot score is an error when it is loaded (an ARPA file
+with ``<unk>`` scores unknown tokens as ``<unk>``).
+"""
+
+import abc
+from pathlib import Path
+
+import torch
+
+from cbasr.lm.arpa import ArpaModel, read_arpa
+from cbasr.modules.language_model import BOUNDARY, LSTMLanguageModel
+from cbasr.search.rows import reorder_rows
+
+__all__ = ["LabelScorer", "NeuralLMScorer", "ArpaLMScorer", "load_language_model"]
+
+
+class LabelScorer(abc.ABC):
+    """A language model over the recogniser's labels ``1 .. V-1``, one state per row.
+
+    States are dicts holding at least ``"log_probs"`` ``(N, V - 1)`` (the next label; entry
+    ``i`` for id ``i + 1``) and ``"eos"`` ``(N,)`` (the end of sentence), float32.
+    """
+
+    name: str = "lm"
+
+    @abc.abstractmethod
+    def begin(self, rows: int, device: torch.device | None = None) -> dict:
+        """The state of ``rows`` empty prefixes (after ``<s>``)."""
+
+    @abc.abstractmethod
+    def advance(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
+        """Extend the rows with ``emitted (N,)`` True by ``labels (N,)`` (ids); others unchanged."""
+
+    def reorder(self, state: dict, index: torch.Tensor) -> dict:
+        """Rows ``index (N',)`` of ``state``."""
+        return reorder_rows(state, index)
+
+    @abc.abstractmethod
+    def sequence_log_prob(self, labels: list[int]) -> float:
+        """``log P_LM(y)`` of a whole label sequence, ``</s>`` included, computed without the
+        row states (an independent path through the model, for checks and rescoring)."""
+
+
+def _vocab_map(tokens: list[str], lm_index: dict[str, int], source: str, unknown: int | None = None) -> list[int]:
+    """LM ids of the recogniser's tokens ``1 .. V-1``."""
+    ids = []
+    for token in tokens[1:]:
+        if token in lm_index:
+            ids.append(lm_index[token])
+        elif unknown is not None:
+            ids.append(unknown)
+        else:
+            raise ValueError(f"token {token!r} of the recogniser's vocabulary is not in the vocabulary of the "
+                             f"language model {source}")
+    return ids
+
+
+class NeuralLMScorer(LabelScorer):
+    """An :class:`LSTMLanguageModel` for fusion.
+
+    Args:
+        model: the LM (put in eval mode).
+        lm_tokens: its vocabulary (id 0 the boundary).
+        tokens: the recogniser's vocabulary (id 0 the blank).
+        source: a name for messages (the checkpoint path).
+    """
+
+    def __init__(self, model: LSTMLanguageModel, lm_tokens: list[str], tokens: list[str], source: str = "<lstm>"):
+        self.model = model.eval()
+        self.name = source
+        device = next(model.parameters()).device
+        lm_index = {t: i for i, t in enumerate(lm_tokens) if i != BOUNDARY}
+        self.ids = torch.tensor([BOUNDARY] + _vocab_map(tokens, lm_index, source), device=device)  # (V,)
+
+    def _split(self, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """LM log probabilities ``(N, V_lm)`` -> ``(labels (N, V - 1), eos (N,))``."""
+        return log_probs.index_select(1, self.ids[1:]), log_probs[:, BOUNDARY]
+
+    @torch.no_grad()
+    def begin(self, rows, device=None):
+        start = torch.full((rows,), BOUNDARY, dtype=torch.long, device=self.ids.device)
+        log_probs, lstm = self.model.step(start)
+        labels, eos = self._split(log_probs)
+        return {"lstm": lstm, "log_probs": labels, "eos": eos}
+
+    @torch.no_grad()
+    def advance(self, state, emitted, labels):
+        rows = emitted.nonzero().flatten()
+        if rows.numel() == 0:
+            return state
+        h, c = state["lstm"]
+        log_probs, (h_new, c_new) = self.model.step(self.ids[labels.index_select(0, rows)],
+                                                    (h.index_select(1, rows), c.index_select(1, rows)))
+        new_labels, new_eos = self._split(log_probs)
+        h, c = h.index_copy(1, rows, h_new), c.index_copy(1, rows, c_new)
+        return {"lstm": (h, c), "log_probs": state["log_probs"].index_copy(0, rows, new_labels),
+                "eos": state["eos"].index_copy(0, rows, new_eos)}
+
+    @torch.no_grad()
+    def sequence_log_prob(self, labels):
+        targets = self.ids[torch.tensor([labels], dtype=torch.long, device=self.ids.device)] if labels else \
+            torch.zeros(1, 0, dtype=torch.long, device=self.ids.device)
+        lens = torch.tensor([len(labels)], device=self.ids.device)
+        return float(self.model.sequence_log_probs(targets, lens)[0])
+
+
+class ArpaLMScorer(LabelScorer):
+    """An ARPA n-gram for fusion: each row's state is its last ``order - 1`` words.
+
+    Args:
+        arpa: the model.
+        tokens: the recogniser's vocabulary (id 0 the blank).
+    """
+
+    def __init__(self, arpa: ArpaModel, tokens: list[str]):
+        self.arpa, self.name = arpa, arpa.source
+        unknown = arpa.index.get("<unk>")
+        self.words = _vocab_map(tokens, arpa.index, arpa.source, unknown)  # arpa id of label i + 1
+        self.columns = self.words + [arpa.index["</s>"]]
+        self.start = (arpa.index["<s>"],)
+        self._rows: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def _row(self, history: tuple[int, ...]) -> torch.Tensor:
+        """``(V,)``: the labels' log probabilities after ``history``, then the end of sentence."""
+        row = self._rows.get(history)
+        if row is None:
+            row = torch.from_numpy(self.arpa.distribution(history)[self.columns]).float()
+            self._rows[history] = row
+        return row
+
+    def _state(self, histories: list[tuple[int, ...]], device) -> dict:
+        rows = torch.stack([self._row(h) for h in histories]).to(device)  # (N, V)
+        return {"history": histories, "log_probs": rows[:, :-1], "eos": rows[:, -1]}
+
+    def begin(self, rows, device=None):
+        return self._state([self.start] * rows, device)
+
+    def advance(self, state, emitted, labels):
+        if not bool(emitted.any()):
+            return state
+        keep = self.arpa.order - 1
+        histories = list(state["history"])
+        for row in emitted.nonzero().flatten().tolist():
+            extended = histories[row] + (self.words[int(labels[row]) - 1],)
+            histories[row] = extended[len(extended) - keep:] if keep > 0 else ()
+        return self._state(histories, state["log_probs"].device)
+
+    def sequence_log_prob(self, labels):
+        return self.arpa.sentence_log_prob([self.arpa.words[self.words[v - 1]] for v in labels])
+
+
+def load_language_model(path: str | Path, tokens: list[str], device: str | torch.device = "cpu") -> LabelScorer:
+    """A :class:`LabelScorer` from ``path``: an LM experiment directory of ``cbasr-train-lm``
+    (its ``checkpoints/best.pt``), a ``.pt`` checkpoint of one, or an ARPA file (``.gz`` too).
+
+    Args:
+        tokens: the recogniser's vocabulary, id 0 the blank.
+    """
+    from cbasr.lm.training import load_lm_checkpoint
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoints" / "best.pt"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: has this language model been trained (cbasr-train-lm)?")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: language model not found")
+    if path.suffix == ".pt":
+        model, lm_tokens = load_lm_checkpoint(path, device)
+        return NeuralLMScorer(model, lm_tokens, tokens, source=str(path))
+    return ArpaLMScorer(read_arpa(path), tokens)

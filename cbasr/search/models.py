@@ -1,0 +1,64 @@
+"""Beam search for any cbasr model: encoder once, then the search of its decoder family."""
+
+import dataclasses
+
+import torch
+
+from cbasr.models import CBModel, CTCModel, TransducerModel
+from cbasr.search.conditional_bernoulli import cb_beam_search
+from cbasr.search.ctc import ctc_prefix_beam_search
+from cbasr.search.fusion import LabelScorer
+from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
+from cbasr.search.transducer import transducer_beam_search
+
+__all__ = ["beam_search", "check_options", "search_family"]
+
+
+def search_family(model) -> str:
+    """``"ctc"``, ``"cb"`` or ``"transducer"``: which search decodes ``model``."""
+    if isinstance(model, CTCModel):
+        return "ctc"
+    if isinstance(model, CBModel):
+        return "cb"
+    if isinstance(model, TransducerModel):
+        return "transducer"
+    raise TypeError(f"no beam search for {type(model).__name__}")
+
+
+def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> None:
+    """Refuse option combinations that do not apply to ``model``, naming the option."""
+    family = search_family(model)
+    if options.ilm_weight != 0 and not (family == "transducer" and model.criterion == "hat"):
+        raise ValueError(f"--ilm-weight (HAT eq. 9's lambda_2) needs a HAT model; this is a {family} model"
+                         + (f" ({model.criterion})" if family == "transducer" else ""))
+    if options.lm_weight != 0 and lm is None:
+        raise ValueError("--lm-weight is set but no language model is given (--lm)")
+
+
+@torch.no_grad()
+def beam_search(model, feats: torch.Tensor, feat_lens: torch.Tensor, options: BeamSearchOptions,
+                lm: LabelScorer | None = None) -> list[list[Hypothesis]]:
+    """N-best hypotheses of each utterance.
+
+    Args:
+        model: a :class:`~cbasr.models.CTCModel`, :class:`~cbasr.models.CBModel` or
+            :class:`~cbasr.models.TransducerModel` (in eval mode).
+        feats: ``(B, T, F)`` features; feat_lens: ``(B,)``.
+        options: see :class:`BeamSearchOptions`; transducers use the model's ``max_symbols``
+            unless the options set one.
+        lm: external language model for shallow fusion.
+
+    Returns:
+        Per utterance, hypotheses best first.
+    """
+    check_options(model, options, lm)
+    family = search_family(model)
+    if family == "ctc":
+        log_probs, lens = model.log_probs(feats, feat_lens)
+        return ctc_prefix_beam_search(log_probs, lens, options, lm)
+    h, lens = model.encoder(feats, feat_lens)
+    if family == "cb":
+        return cb_beam_search(model.decoder, h, lens, options, lm)
+    if options.max_symbols is None:
+        options = dataclasses.replace(options, max_symbols=model.max_symbols)
+    return transducer_beam_search(model.decoder, h, lens, options, lm)

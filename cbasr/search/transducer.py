@@ -1,0 +1,205 @@
+"""Time-synchronous beam search for transducers (RNN-T and HAT), with a cap on labels per frame.
+
+The RNN-T lattice (HAT paper section 3.1): at node ``(t, u)`` a hypothesis either takes the
+blank to frame ``t + 1`` or emits a label and stays on frame ``t``. The prediction network
+reads the labels only, so all paths with the same label prefix continue identically and may
+be summed exactly (HAT section 3.3: "paths with equivalent history ... are merged and the
+corresponding hypotheses are recombined"). Per frame ``t``, with ``A`` the kept hypotheses
+(Saon et al., 2020, "time-synchronous decoding", with joint pruning):
+
+    C = A, D = {}
+    for s = 0 .. max_symbols:
+        D += C extended by the blank (summed into D's entry for the same prefix)
+        if s == max_symbols: stop
+        keep the ``beam`` best of D and of C extended by one label; the kept extensions are C
+    A = the ``beam`` best of D
+
+A hypothesis of ``D`` holds ``log`` of the summed probability of the paths reaching node
+``(t + 1, |y|)`` with prefix ``y`` and at most ``max_symbols`` labels on each frame. Exactness:
+
+- without pruning (``beam=None``) every final hypothesis's ``am_score`` is exactly the log of the
+  sum over the lattice paths of ``y`` with at most ``max_symbols`` labels per frame, which is
+  ``log P(y | x)`` (``-rnnt_nll``, ``-hat_nll``) when ``|y| <= max_symbols``; tested by
+  enumerating the lattice paths;
+- on a single frame each ``y`` has one path, so the ``am_score`` of every returned hypothesis is
+  exactly ``log P(y | x)`` whatever the beam;
+- with ``beam=1`` the joint pruning compares, at each step, the blank with the best label: the
+  model's greedy search (:meth:`~cbasr.models.TransducerModel.greedy_decode`), tested.
+
+Fusion (HAT paper eq. 9): candidates are ranked by ``am_weight * am + lm_weight * lm -
+ilm_weight * ilm + label_bonus * |y|``; the internal LM of HAT is ``log softmax(J(g2_u))``
+(section 3.2), computed per prefix from the prediction network state.
+"""
+
+import math
+
+import torch
+
+from cbasr.modules.decoders import TransducerDecoder
+from cbasr.search.fusion import LabelScorer
+from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
+from cbasr.search.prefix import PrefixScores, finalize, fused_extensions, next_prefixes, next_scores, select
+from cbasr.search.rows import DecoderRows, cat_rows, reorder_rows, utterance_rows
+
+__all__ = ["transducer_beam_search", "hat_internal_lm_step"]
+
+_NEG_INF = float("-inf")
+
+
+def hat_internal_lm_step(decoder: TransducerDecoder, state: dict) -> torch.Tensor:
+    """HAT's internal LM for the next label of each row, ``log softmax(J(g2_u))`` (section 3.2),
+    ``(N, V - 1)``: :meth:`TransducerDecoder.internal_lm_log_probs` one step at a time, from the
+    prediction network output ``g`` the search state holds (tested equal)."""
+    return decoder.out(decoder.label_proj(state["g"])).log_softmax(dim=-1)
+
+
+def _log_add(a: float, b: float) -> float:
+    """``log(exp(a) + exp(b))`` for Python floats."""
+    if a < b:
+        a, b = b, a
+    if b == _NEG_INF:
+        return a
+    return a + math.log1p(math.exp(b - a))
+
+
+class _Finished:
+    """Hypotheses of one frame that took the blank (``D``), merged by prefix, per utterance.
+
+    Each entry is ``[am, fused, lm, ilm, source row]`` where the source row numbers the row of
+    the sub-step snapshots (concatenated) whose decoder and LM state it continues from.
+    """
+
+    def __init__(self, batch: int):
+        self.entries: list[dict[tuple, list]] = [{} for _ in range(batch)]
+
+    def add(self, prefixes: list, am: list, fused: list, lm: list, ilm: list, width: int, offset: int) -> None:
+        for r, prefix in enumerate(prefixes):
+            if prefix is None or am[r] == _NEG_INF:
+                continue
+            table = self.entries[r // width]
+            entry = table.get(prefix)
+            if entry is None:
+                table[prefix] = [am[r], fused[r], lm[r], ilm[r], offset + r]
+            else:  # another alignment of the same prefix: the same state, probabilities add
+                entry[0] = _log_add(entry[0], am[r])
+
+    def totals(self, options: BeamSearchOptions, dtype, device) -> tuple[torch.Tensor, list[list[tuple]]]:
+        """``(B, M)`` ranking scores of the entries (``-inf`` padding) and their prefixes."""
+        keys = [list(table) for table in self.entries]
+        width = max(1, max(len(k) for k in keys))
+        out = torch.full((len(keys), width), _NEG_INF, dtype=torch.float64)
+        for b, table in enumerate(self.entries):
+            for i, key in enumerate(keys[b]):
+                am, fused = table[key][0], table[key][1]
+                out[b, i] = options.am_weight * am + fused
+        return out.to(dtype=dtype, device=device), keys
+
+    def best(self, options: BeamSearchOptions, dtype, device) -> tuple[list, PrefixScores, int, torch.Tensor]:
+        """The next beam: ``(prefixes, scores, width, source rows (B width,))`` of the best
+        ``options.beam`` entries per utterance (dead rows where an utterance has fewer)."""
+        total, keys = self.totals(options, dtype, device)
+        values, index, width = select(total, options.beam)
+        prefixes, columns, source = [], [], []
+        for b, (idx, vals) in enumerate(zip(index.tolist(), values.tolist())):
+            for i, v in zip(idx, vals):
+                entry = self.entries[b][keys[b][i]] if v > _NEG_INF else None
+                prefixes.append(keys[b][i] if entry is not None else None)
+                columns.append(entry[:4] if entry is not None else [_NEG_INF, 0.0, 0.0, 0.0])
+                source.append(entry[4] if entry is not None else 0)
+        scores = PrefixScores(0, dtype, device)
+        scores.am, scores.fused, scores.lm, scores.ilm = (torch.tensor(c, dtype=dtype, device=device)
+                                                         for c in zip(*columns))
+        return prefixes, scores, width, torch.tensor(source, device=device)
+
+    def keep(self, keys: list[list[tuple]], chosen: list[list[int]]) -> None:
+        """Keep entry ``chosen[b]`` (positions in ``keys[b]``) of each utterance."""
+        self.entries = [{keys[b][i]: table[keys[b][i]] for i in chosen[b]} for b, table in enumerate(self.entries)]
+
+
+@torch.no_grad()
+def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: torch.Tensor,
+                           options: BeamSearchOptions, lm: LabelScorer | None = None,
+                           per_utterance: tuple[str, ...] | None = None) -> list[list[Hypothesis]]:
+    """Beam search over an RNN-T or HAT decoder (module docstring).
+
+    Args:
+        decoder: a :class:`~cbasr.modules.decoders.TransducerDecoder`.
+        h: ``(B, T, D)`` encoder states; lens: ``(B,)`` valid frames.
+        options: ``max_symbols`` is required here; ``ilm_weight`` needs the HAT joint.
+        lm: external LM for shallow fusion.
+        per_utterance: see :class:`~cbasr.search.rows.DecoderRows` (tests only).
+
+    Returns:
+        Per utterance, its hypotheses best first.
+    """
+    if not isinstance(decoder, TransducerDecoder):
+        raise TypeError(f"transducer_beam_search needs a transducer decoder, got {type(decoder).__name__}")
+    if options.max_symbols is None:
+        raise ValueError("transducer search needs options.max_symbols (labels per frame)")
+    use_ilm = options.ilm_weight != 0
+    if use_ilm and decoder.joint != "hat":
+        raise ValueError("ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
+                         "internal language model of that form")
+    B, T = h.shape[0], h.shape[1]
+    if B == 0:
+        return []
+    device, dtype = h.device, torch.promote_types(h.dtype, torch.float32)
+    lens = lens.to(device)
+    rows = DecoderRows(decoder, decoder.begin(h, lens), B, 1, per_utterance, device)
+    width = 1
+    scores = PrefixScores(B, dtype, device)
+    scores.am.zero_()
+    prefixes: list = [()] * B
+    lm_state = lm.begin(B, device) if lm is not None else None
+    for t in range(T):
+        active_utt = t < lens  # (B,)
+        finished = _Finished(B)
+        snapshots, lm_snapshots, offset = [], [], 0
+        c_scores, c_prefixes, c_width, c_lm = scores, prefixes, width, lm_state
+        for s in range(options.max_symbols + 1):
+            state = rows.state
+            blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
+            V1 = label_lp.shape[1]
+            active = active_utt.index_select(0, utterance_rows(B, c_width, device))
+            blank_lp = torch.where(active, blank_lp.to(dtype), 0.0)  # a finished utterance stays put
+            label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
+            snapshots.append(rows.dynamic)
+            lm_snapshots.append(c_lm)
+            finished.add(c_prefixes, (c_scores.am + blank_lp).tolist(), c_scores.fused.tolist(),
+                         c_scores.lm.tolist(), c_scores.ilm.tolist(), c_width, offset)
+            offset += B * c_width
+            if s == options.max_symbols:
+                break
+            lm_lp = c_lm["log_probs"].to(dtype) if lm is not None else None
+            ilm_lp = hat_internal_lm_step(decoder, state).to(dtype) if use_ilm else None
+            extend = fused_extensions(c_scores.fused, options, V1, lm_lp, ilm_lp)  # (N, V - 1)
+            ext_am = c_scores.am[:, None] + label_lp  # (N, V - 1)
+            d_total, d_keys = finished.totals(options, dtype, device)  # (B, M)
+            M = d_total.shape[1]
+            pool = torch.cat([d_total, (options.am_weight * ext_am + extend).view(B, c_width * V1)], dim=1)
+            values, index, new_width = select(pool, options.beam)
+            alive = torch.isfinite(values)  # (B, W)
+            finished.keep(d_keys, [[i for i, ok in zip(idx, live) if ok and i < M]
+                                   for idx, live in zip(index.tolist(), alive.tolist())])
+            is_ext = alive & (index >= M)
+            if not bool(is_ext.any()):
+                break
+            flat = (index - M).clamp(min=0)
+            parent = ((torch.arange(B, device=device) * c_width)[:, None] + flat // V1).flatten()
+            label = (flat % V1 + 1).flatten()
+            emitted = is_ext.flatten()
+            am = ext_am[parent].gather(1, (label - 1)[:, None]).squeeze(1).masked_fill(~emitted, _NEG_INF)
+            new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
+            c_prefixes = next_prefixes(c_prefixes, parent, label, emitted)
+            rows.reorder(parent, new_width)
+            rows.update(decoder.commit(rows.state, emitted, label))
+            if lm is not None:
+                c_lm = lm.advance(lm.reorder(c_lm, parent), emitted, label)
+            c_scores, c_width = new, new_width
+        # A = the best of D, each with the decoder and LM state of the sub-step it came from.
+        prefixes, scores, width, source = finished.best(options, dtype, device)
+        rows.replace(decoder.reorder(cat_rows(snapshots), source) if snapshots[0] else {}, width)
+        if lm is not None:
+            lm_state = reorder_rows(cat_rows(lm_snapshots), source)
+    eos = lm_state["eos"].to(dtype) if lm is not None else None
+    return finalize(prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options)

@@ -1,0 +1,139 @@
+"""Decoding speed of the searches: CPU real-time factor for greedy search and beam 1, 4, 16.
+
+Random-weight models of the synthetic recipe's size (``conf/`` presets with the recipe's
+2x160 BLSTM over stacks of 3 frames, 49 phones + blank) decode dev utterances of the prepared
+corpus (``recipes/synth/data``: 80-dim filterbanks). Nothing is trained: speed does not depend
+on the weights, except through how often a model emits, so each model's emission (CB) or blank
+(transducer) bias is first shifted until its greedy search emits about as many labels as the
+references have (printed as "labels / ref"): a random CB model would otherwise emit on half of
+the frames and a random transducer up to ``max_symbols`` labels on every frame.
+
+RTF = decoding wall time (encoder included) / audio duration. On a CPU shared with other jobs,
+the many small operations of a search slow down badly with two OpenMP threads (each waits for
+the other): ``--threads 1`` (the default) is the fair setting there; the load average is printed.
+
+    .venv/bin/python scripts/bench_search.py                      # 60 dev utterances, all models
+    .venv/bin/python scripts/bench_search.py --utts 20 --models ctc cb_pointwise --beams 1 4
+    .venv/bin/python scripts/bench_search.py --exp-dir recipes/synth/exp/blstm_ctc   # a trained model
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cbasr import builder  # noqa: E402
+from cbasr.cli.models import compose_model_config  # noqa: E402
+from cbasr.data.batching import BucketBatchSampler  # noqa: E402
+from cbasr.data.features import FeatureStore, load_cmvn  # noqa: E402
+from cbasr.data.manifest import read_manifest  # noqa: E402
+from cbasr.data.vocab import Vocabulary  # noqa: E402
+from cbasr.search import BeamSearchOptions, beam_search  # noqa: E402
+
+MODELS = {  # name -> Hydra overrides (on top of the recipe's encoder)
+    "ctc": ["decoder=pointwise", "loss=ctc"],
+    "cb_pointwise": ["decoder=pointwise", "loss=cb_marginal"],
+    "cb_attention_emission": ["decoder=attention_emission", "loss=cb_marginal"],
+    "rnnt": ["decoder=transducer", "loss=rnnt"],
+    "hat": ["decoder=hat", "loss=hat"],
+}
+ENCODER = ["encoder=blstm", "encoder.hidden=160", "encoder.num_layers=2"]
+
+
+def _bias(model) -> torch.Tensor | None:
+    """The bias whose shift sets how often ``model`` emits (None for CTC), and its sign."""
+    d = model.decoder
+    if hasattr(d, "emission"):
+        return d.emission.net[-1].bias, 1.0
+    if hasattr(d, "blank_encoder"):
+        return d.blank_encoder.bias, -1.0
+    if hasattr(d, "prediction"):
+        return d.out[-1].bias[:1], -1.0
+    if type(model).__name__ == "CBModel":
+        return d.net[-1].bias[:1], 1.0
+    return None, 0.0
+
+
+@torch.no_grad()
+def calibrate(model, feats, lens, ref_labels: int) -> float:
+    """Shift the emission/blank bias (bisection) until greedy search emits about ``ref_labels``."""
+    bias, sign = _bias(model)
+    if bias is None:
+        return 0.0
+    base = bias.clone()
+    low, high = -12.0, 12.0
+    for _ in range(14):
+        mid = (low + high) / 2
+        bias.copy_(base + sign * mid)
+        emitted = sum(len(y) for y in model.greedy_decode(feats, lens))
+        low, high = (mid, high) if emitted < ref_labels else (low, mid)
+    bias.copy_(base + sign * (low + high) / 2)
+    return (low + high) / 2
+
+
+def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int):
+    """``(name, model)`` pairs: the trained experiment's, or random calibrated ones."""
+    if args.exp_dir is not None:
+        from cbasr.engines.decode import Experiment
+
+        yield args.exp_dir.name, Experiment(args.exp_dir).model
+        return
+    for name in args.models:
+        cfg = compose_model_config(ENCODER + MODELS[name])
+        torch.manual_seed(0)
+        model = builder.build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], 80, len(vocab)).eval()
+        calib = padded[0] if len(padded[0][1]) >= 4 else padded[-1]
+        calibrate(model, *calib, round(ref_labels * int(calib[1].sum()) / frames))
+        yield name, model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT / "recipes/synth/data")
+    parser.add_argument("--utts", type=int, default=60, help="dev utterances decoded per setting")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-frames", type=int, default=20000, help="input frames per batch")
+    parser.add_argument("--exp-dir", type=Path, default=None,
+                        help="benchmark this trained experiment's best checkpoint instead of random models")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    vocab = Vocabulary.load(args.data / "lang/phones.txt")
+    mean, std = load_cmvn(args.data / "fbank/cmvn.json")
+    store = FeatureStore(args.data / "fbank/dev")
+    records = [r for r in read_manifest(args.data / "synth/dev.jsonl") if r["id"] in store][: args.utts]
+    feats = [(store[r["id"]] - mean) / std for r in records]
+    audio = sum(f.shape[0] for f in feats) * 0.01
+    ref_labels = sum(len(r["phones"]) for r in records)
+    batches = BucketBatchSampler([f.shape[0] for f in feats], args.max_frames, shuffle=False).batches()
+    padded = [(torch.nn.utils.rnn.pad_sequence([feats[i] for i in b], batch_first=True),
+               torch.tensor([feats[i].shape[0] for i in b])) for b in batches]
+    print(f"{len(records)} dev utterances, {audio:.1f} s of audio, {ref_labels} reference labels; "
+          f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}")
+    print("\n| model | parameters | search | decode s | RTF | labels / ref |\n|---|---:|---|---:|---:|---:|")
+    for name, model in _models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)):
+        params = sum(p.numel() for p in model.parameters())
+        for beam in [0] + args.beams:
+            start, emitted = time.perf_counter(), 0
+            with torch.no_grad():
+                for x, lens in padded:
+                    if beam == 0:
+                        emitted += sum(len(y) for y in model.greedy_decode(x, lens))
+                    else:
+                        emitted += sum(len(n[0].tokens) for n in beam_search(model, x, lens, BeamSearchOptions(beam)))
+            seconds = time.perf_counter() - start
+            search = "greedy" if beam == 0 else f"beam {beam}"
+            print(f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | {seconds / audio:.4f} | "
+                  f"{emitted / ref_labels:.2f} |", flush=True)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""cbasr-train-lm as a user runs it (a subprocess): perplexity drops, a rerun resumes, a changed
+model or a misspelt key is refused at start, and the result decodes with cbasr-decode --lm."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def _train_lm(tone_data, exp, *overrides):
+    cmd = [str(BIN / "cbasr-train-lm"), f"exp_dir={exp}", f"data.train={tone_data / 'corpus/train.jsonl'}",
+           f"data.valid={tone_data / 'corpus/dev.jsonl'}", f"data.vocab={tone_data / 'lang/phones.txt'}",
+           "lm.embed_dim=8", "lm.hidden=16", "lm.num_layers=1", "lm.dropout=0.0", "data.max_tokens=300",
+           "optim.lr=0.01", "trainer.num_threads=1", *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+
+
+@pytest.fixture(scope="module")
+def trained_lm(tone_data, tmp_path_factory):
+    exp = tmp_path_factory.mktemp("lm") / "lm"
+    run = _train_lm(tone_data, exp, "trainer.max_epochs=3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return exp
+
+
+def test_perplexity_drops_and_a_rerun_resumes(tone_data, trained_lm):
+    history = json.loads((trained_lm / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    # 5 tones drawn uniformly and 2-6 of them per sentence: the best possible is about 5.4
+    assert history[-1]["valid_ppl"] < history[0]["valid_ppl"] and history[-1]["valid_ppl"] < 6.0
+    assert (trained_lm / "checkpoints/best.pt").is_file() and (trained_lm / "vocab.txt").is_file()
+    run = _train_lm(tone_data, trained_lm, "trainer.max_epochs=4")
+    assert run.returncode == 0, run.stderr[-3000:]
+    resumed = json.loads((trained_lm / "history.json").read_text())
+    assert resumed[:3] == history and resumed[3]["epoch"] == 4
+    assert "resuming" in run.stderr + run.stdout
+
+
+def test_a_changed_model_or_a_misspelt_key_is_refused(tone_data, trained_lm, tmp_path):
+    run = _train_lm(tone_data, trained_lm, "lm.hidden=32", "trainer.max_epochs=5")
+    assert run.returncode != 0 and "use another exp_dir" in run.stderr
+    run = _train_lm(tone_data, tmp_path / "x", "lm.hiden=3")
+    assert run.returncode != 0 and "Key 'hiden' not in 'LSTMLMConfig'" in run.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
+    from cbasr.cli import decode
+    from tests.engines.fake_experiment import make_experiment
+
+    exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
+    args = ["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
+            str(tone_data / "fbank"), "--splits", "dev", "--num-threads", "1", "--beam", "2"]
+    decode.main(args + ["--lm", str(trained_lm), "--lm-weight", "0.4"])
+    info = json.loads((exp / "decode/dev_beam2_lm0.4/decode.json").read_text())
+    assert info["settings"]["lm"] == str(trained_lm) and info["settings"]["lm_weight"] == 0.4
+    assert info["utts"] == 16

@@ -1,0 +1,151 @@
+"""Shallow fusion with external LMs (LSTM and ARPA) in every family's search: weight 0 is no
+LM, fused scores add the LM's own sequence score, a strong LM changes the decision, and the
+vocabularies are matched by token."""
+
+import pytest
+import torch
+
+from cbasr.engines.checkpoint import save_checkpoint
+from cbasr.lm.arpa import read_arpa
+from cbasr.modules.language_model import LSTMLanguageModel
+from cbasr.search import ArpaLMScorer, BeamSearchOptions, NeuralLMScorer, beam_search, load_language_model
+from tests.search import tiny
+
+TOKENS = ["<blk>", "a", "b", "c", "d"]  # the tiny models' vocabulary (VOCAB = 5)
+FAMILIES = [("pointwise", "cb_marginal"), ("attention_emission", "cb_marginal"), ("pointwise", "ctc"),
+            ("transducer", "rnnt"), ("hat", "hat")]
+
+# A bigram that strongly prefers "d" after anything and makes "a" rare.
+BIGRAM = """\\data\\
+ngram 1=6
+ngram 2=3
+
+\\1-grams:
+-1.0 </s>
+-99 <s> 0.0
+-2.5 a -0.5
+-1.0 b 0.0
+-0.2 d -0.1
+-1.5 <unk>
+
+\\2-grams:
+-0.05 <s> d
+-0.1 d d
+-3.0 a a
+
+\\end\\
+"""
+
+
+def _lstm_scorer(seed: int = 0, lm_tokens=TOKENS):
+    torch.manual_seed(seed)
+    lm = LSTMLanguageModel(len(lm_tokens), embed_dim=4, hidden=6, num_layers=1, dropout=0.0)
+    with torch.no_grad():
+        lm.out.weight.mul_(4.0)  # a peaked LM, so that fusion can change decisions
+    return NeuralLMScorer(lm, lm_tokens, TOKENS)
+
+
+@pytest.fixture(scope="module")
+def arpa_scorer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("arpa") / "bigram.arpa"
+    path.write_text(BIGRAM)
+    return ArpaLMScorer(read_arpa(path), TOKENS)
+
+
+def _model(decoder, loss):
+    if decoder == "transducer":
+        return tiny.build(decoder, loss, seed=1, shift=1.0)
+    return tiny.build(decoder, loss, seed=2, shift=1.5)
+
+
+@pytest.mark.parametrize("decoder,loss", FAMILIES)
+def test_weight_zero_is_no_lm(decoder, loss, arpa_scorer):
+    model = _model(decoder, loss)
+    feats, lens = tiny.batch(seed=3)
+    plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3))
+    for scorer in (_lstm_scorer(), arpa_scorer):
+        fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, lm_weight=0.0), scorer)
+        assert [[(x.tokens, x.score, x.am_score) for x in n] for n in fused] == \
+            [[(x.tokens, x.score, x.am_score) for x in n] for n in plain]
+
+
+@pytest.mark.parametrize("decoder,loss", FAMILIES)
+@pytest.mark.parametrize("kind", ["lstm", "arpa"])
+def test_fused_scores_add_the_lm_score_of_the_sequence(decoder, loss, kind, arpa_scorer):
+    """score = am + lambda log P_LM(y) + bonus |y|, with log P_LM(y) (end of sentence included)
+    computed by the LM on the whole sequence, not by the search's row states; a strong LM
+    changes the best hypothesis towards what it likes."""
+    model = _model(decoder, loss)
+    scorer = _lstm_scorer() if kind == "lstm" else arpa_scorer
+    feats, lens = tiny.batch(seed=3)
+    fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, lm_weight=0.7, label_bonus=0.3),
+                        scorer)
+    for x in (x for n in fused for x in n):
+        assert x.lm_score == pytest.approx(scorer.sequence_log_prob(x.tokens), abs=1e-4)
+        assert x.score == pytest.approx(x.am_score + 0.7 * x.lm_score + 0.3 * len(x.tokens), abs=1e-4)
+    plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3))
+    strong = beam_search(model, feats, lens, BeamSearchOptions(beam=3, lm_weight=5.0), scorer)
+    changed = [(p[0], s[0]) for p, s in zip(plain, strong) if p[0].tokens != s[0].tokens]
+    assert changed
+    assert all(scorer.sequence_log_prob(s.tokens) > scorer.sequence_log_prob(p.tokens) for p, s in changed)
+
+
+def test_length_normalisation_ranks_by_score_per_label():
+    model = _model("pointwise", "cb_marginal")
+    feats, lens = tiny.batch(seed=3)
+    for nbest in beam_search(model, feats, lens, BeamSearchOptions(beam=4, nbest=None, length_norm=True)):
+        for x in nbest:
+            assert x.score == pytest.approx(x.am_score / max(len(x.tokens), 1))
+        assert [x.score for x in nbest] == sorted((x.score for x in nbest), reverse=True)
+
+
+def test_vocabularies_are_matched_by_token(tmp_path, arpa_scorer):
+    permuted = ["<blk>", "d", "c", "b", "a"]
+    lstm = _lstm_scorer(1, permuted)
+    ids = {t: i for i, t in enumerate(permuted)}
+    targets = torch.tensor([[ids["a"], ids["c"], ids["c"]]])
+    expected = lstm.model.sequence_log_probs(targets, torch.tensor([3]))[0].detach()
+    state = lstm.begin(1)
+    total = 0.0
+    for label in (1, 3, 3):  # a c c in the recogniser's ids
+        total += float(state["log_probs"][0, label - 1])
+        state = lstm.advance(state, torch.tensor([True]), torch.tensor([label]))
+    assert total + float(state["eos"][0]) == pytest.approx(float(expected), abs=1e-5)
+    with pytest.raises(ValueError, match="token 'c' of the recogniser's vocabulary is not in"):
+        NeuralLMScorer(lstm.model, ["<blk>", "a", "b", "d", "e"], TOKENS)
+    # the ARPA file lists no "c": it scores as <unk>
+    assert arpa_scorer.sequence_log_prob([3]) == pytest.approx(
+        arpa_scorer.arpa.sentence_log_prob(["<unk>"]))
+
+
+def test_load_language_model_reads_checkpoints_and_arpa_files(tmp_path):
+    lm = LSTMLanguageModel(len(TOKENS), embed_dim=4, hidden=6, num_layers=1)
+    config = {"name": "lstm", "embed_dim": 4, "hidden": 6, "num_layers": 1, "dropout": 0.1}
+    save_checkpoint(tmp_path / "lm" / "checkpoints" / "best.pt",
+                    {"lm_config": config, "tokens": TOKENS, "model": lm.state_dict()})
+    scorer = load_language_model(tmp_path / "lm", TOKENS)
+    assert isinstance(scorer, NeuralLMScorer)
+    with torch.no_grad():
+        expected = float(lm.eval().sequence_log_probs(torch.tensor([[1, 2]]), torch.tensor([2]))[0])
+    assert scorer.sequence_log_prob([1, 2]) == pytest.approx(expected, abs=1e-6)
+    (tmp_path / "x.arpa").write_text(BIGRAM)
+    assert isinstance(load_language_model(tmp_path / "x.arpa", TOKENS), ArpaLMScorer)
+    with pytest.raises(FileNotFoundError, match="has this language model been trained"):
+        load_language_model(tmp_path, TOKENS)
+    with pytest.raises(FileNotFoundError, match="nope.arpa: language model not found"):
+        load_language_model(tmp_path / "nope.arpa", TOKENS)
+
+
+def test_arpa_rows_follow_the_trigram_history(tmp_path):
+    """The row states of the ARPA scorer (last two words of a trigram) give each sequence the
+    probability of the one-word back-off recursion."""
+    from tests.lm.test_arpa import TRIGRAM
+
+    (tmp_path / "tri.arpa").write_text(TRIGRAM)
+    scorer = ArpaLMScorer(read_arpa(tmp_path / "tri.arpa"), ["<blk>", "a", "b"])
+    for seq in ([1, 2, 1, 1], [2, 1, 2, 1, 2], [1, 1, 2, 2]):
+        state, total = scorer.begin(1), 0.0
+        for label in seq:
+            total += float(state["log_probs"][0, label - 1])
+            state = scorer.advance(state, torch.tensor([True]), torch.tensor([label]))
+        assert total + float(state["eos"][0]) == pytest.approx(scorer.sequence_log_prob(seq), abs=1e-5)

@@ -1,0 +1,177 @@
+"""Transducer beam search (RNN-T and HAT): exact sums over the capped lattice without pruning,
+exact single-frame scores, beam 1 is greedy search, HAT eq. (9) with the internal LM."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cbasr.losses import hat_nll, rnnt_nll
+from cbasr.modules.decoders import TransducerDecoder
+from cbasr.search import BeamSearchOptions, beam_search, hat_internal_lm_step, transducer_beam_search
+from tests.reference.search_enumeration import (argmax_unique, capped_transducer_log_prob, label_sequences, padded,
+                                                reference_transducer_search)
+from tests.search import tiny
+
+D, V = 4, 3
+
+
+def _decoder(joint: str, seed: int = 0) -> TransducerDecoder:
+    torch.manual_seed(seed)
+    return TransducerDecoder(D, V, joint=joint, embed_dim=3, hidden=4, joint_dim=4).double().eval()
+
+
+def _lattice(decoder: TransducerDecoder, h: torch.Tensor, y: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blank ``(T, U + 1)`` and label ``(T, U)`` edge log weights of ``y``'s lattice."""
+    targets, _ = padded([y])
+    targets = targets[:, : len(y)]
+    with torch.no_grad():
+        if decoder.joint == "rnnt":
+            log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)[0].log_softmax(-1)  # (T, U + 1, V)
+            blank, labels = log_probs[..., 0], log_probs[..., 1:]
+        else:
+            b, log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)
+            blank, labels = F.logsigmoid(b[0]), F.logsigmoid(-b[0]).unsqueeze(-1) + log_probs[0]
+    label = torch.stack([labels[:, u, v - 1] for u, v in enumerate(y)], dim=1) if y else labels[:, :0, 0]
+    return blank, label
+
+
+def _nll(decoder: TransducerDecoder, h: torch.Tensor, seqs: list) -> list[float]:
+    """``-log P(y | x)`` by the training losses."""
+    targets, target_lens = padded(seqs)
+    B, T = len(seqs), h.shape[1]
+    lens = torch.full((B,), T)
+    with torch.no_grad():
+        if decoder.joint == "rnnt":
+            return rnnt_nll(decoder(h.expand(B, -1, -1), lens, targets).float(), targets, lens, target_lens).tolist()
+        blank, log_probs = decoder(h.expand(B, -1, -1), lens, targets)
+        return hat_nll(blank, log_probs, targets - 1, lens, target_lens).tolist()
+
+
+@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+def test_exhaustive_search_sums_the_capped_lattice_exactly(joint):
+    """Without pruning, the search returns every sequence of at most ``T * cap`` labels with the
+    sum over its lattice paths having at most ``cap`` labels per frame (enumerated), which is
+    the training loss's log P(y) for ``|y| <= cap``; the best is the argmax of those sums."""
+    T, cap = 3, 2
+    decoder = _decoder(joint)
+    h = torch.randn(1, T, D, dtype=torch.float64)
+    hyps = transducer_beam_search(decoder, h, torch.tensor([T]),
+                                  BeamSearchOptions(beam=None, nbest=None, max_symbols=cap))[0]
+    found = {tuple(x.tokens): x.am_score for x in hyps}
+    assert set(found) == set(label_sequences(V - 1, T * cap))
+    capped = {y: capped_transducer_log_prob(*_lattice(decoder, h, y), cap) for y in found}
+    for y, score in found.items():
+        assert score == pytest.approx(capped[y], abs=1e-9), y
+    short = [y for y in found if len(y) <= cap]
+    tol = 1e-5 if joint == "rnnt" else 1e-9  # torchaudio's RNN-T loss runs in float32
+    for y, nll in zip(short, _nll(decoder, h, short)):
+        assert found[y] == pytest.approx(-nll, abs=tol)
+    assert tuple(hyps[0].tokens) == argmax_unique(capped)
+    # a small beam finds the same best hypothesis here, with part of its probability mass
+    small = transducer_beam_search(decoder, h, torch.tensor([T]), BeamSearchOptions(beam=4, max_symbols=cap))[0][0]
+    assert small.tokens == hyps[0].tokens and small.am_score <= capped[tuple(small.tokens)] + 1e-9
+
+
+@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("cap,beam", [(2, 3), (1, 2)])
+def test_a_pruned_beam_equals_the_plain_reference_search(joint, cap, beam):
+    """With pruning, the batched search (rows, snapshots, merging, joint pruning, the final
+    choice among the blank-ended hypotheses) keeps exactly the hypotheses of the same algorithm
+    written plainly, one prefix at a time."""
+    T = 4
+    decoder = _decoder(joint, seed=3)
+    h = torch.randn(2, T, D, dtype=torch.float64)
+    lens = torch.tensor([T, T - 1])
+    found = transducer_beam_search(decoder, h, lens, BeamSearchOptions(beam=beam, nbest=None, max_symbols=cap))
+
+    def step(b):
+        def scores(prefix, t):
+            with torch.no_grad():
+                state = decoder.begin(h[b : b + 1], lens[b : b + 1])
+                for v in prefix:
+                    state = decoder.commit(state, torch.tensor([True]), torch.tensor([v]))
+                blank, labels = decoder.frame_scores(state, t)
+            return float(blank[0]), labels[0].tolist()
+        return scores
+
+    for b in range(2):
+        expected = reference_transducer_search(step(b), int(lens[b]), beam, cap)
+        got = {tuple(x.tokens): x.am_score for x in found[b]}
+        assert list(got) == list(expected)  # the same hypotheses, in the same order
+        assert list(got.values()) == pytest.approx(list(expected.values()), abs=1e-9)
+
+
+@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+def test_on_one_frame_every_beam_score_is_the_exact_probability(joint):
+    """One frame: each label sequence has a single lattice path, so even a pruned beam's scores
+    are exact: log P(y | x) of the training loss."""
+    decoder = _decoder(joint, seed=1)
+    h = torch.randn(1, 1, D, dtype=torch.float64)
+    hyps = transducer_beam_search(decoder, h, torch.tensor([1]), BeamSearchOptions(beam=2, nbest=None, max_symbols=3))[0]
+    seqs = [tuple(x.tokens) for x in hyps]
+    assert len(seqs) == 2 and any(seqs)
+    tol = 1e-5 if joint == "rnnt" else 1e-9
+    assert [x.am_score for x in hyps] == pytest.approx([-n for n in _nll(decoder, h, seqs)], abs=tol)
+
+
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+def test_beam_one_is_greedy_search(name):
+    """Joint pruning of the blank-ended and the extended hypotheses with beam 1 compares the
+    blank with the best label at every step, as TransducerModel.greedy_decode does."""
+    model = tiny.build(name, seed=1, shift=2.0)
+    feats, lens = tiny.batch(seed=2)
+    greedy = model.greedy_decode(feats, lens)
+    beam = [nbest[0].tokens for nbest in beam_search(model, feats, lens, BeamSearchOptions(beam=1))]
+    assert beam == greedy
+    caps = [model.max_symbols * model.output_frames(int(n)) for n in lens]
+    assert any(len(y) > 2 for y in greedy) and any(len(y) < cap for y, cap in zip(greedy, caps))
+
+
+def test_batch_and_padding_change_nothing():
+    model = tiny.build("hat", seed=4, shift=1.5)
+    feats, lens = tiny.batch(seed=5)
+    together = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=2))
+    for b in range(len(lens)):
+        alone = beam_search(model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=3, nbest=2))[0]
+        assert [x.tokens for x in alone] == [x.tokens for x in together[b]]
+        assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
+
+
+def test_the_internal_lm_step_equals_the_teacher_forced_internal_lm():
+    decoder = _decoder("hat", seed=2)
+    targets = torch.tensor([[2, 1, 1, 2]])
+    teacher = decoder.internal_lm_log_probs(targets)[0]  # (U + 1, V - 1)
+    state = decoder.begin(torch.randn(1, 2, D, dtype=torch.float64), torch.tensor([2]))
+    for u in range(targets.shape[1] + 1):
+        torch.testing.assert_close(hat_internal_lm_step(decoder, state)[0], teacher[u])
+        if u < targets.shape[1]:
+            state = decoder.commit(state, torch.tensor([True]), targets[:, u])
+
+
+def test_hat_eq9_weights_the_model_and_subtracts_the_internal_lm():
+    """lambda_2 = 0 (and no LM) is plain HAT search; with lambda_1, lambda_2 set, every final
+    score is lambda_1 log P(y | x) - lambda_2 log P_ILM(y) (HAT eq. 9 without an external LM),
+    with the ILM score of TransducerModel.internal_lm_score."""
+    model = tiny.build("hat", seed=6, shift=1.5)
+    feats, lens = tiny.batch(seed=7)
+    plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3))
+    zero = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=1.0, ilm_weight=0.0))
+    assert [[(x.tokens, x.score) for x in n] for n in zero] == [[(x.tokens, x.score) for x in n] for n in plain]
+    fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=2.0, ilm_weight=0.7))
+    hyps = [x for n in fused for x in n]
+    targets, target_lens = padded([tuple(x.tokens) for x in hyps])
+    ilm = model.internal_lm_score(targets, target_lens).tolist()
+    for x, expected in zip(hyps, ilm):
+        assert x.ilm_score == pytest.approx(expected, abs=1e-4)
+        assert x.score == pytest.approx(2.0 * x.am_score - 0.7 * expected, abs=1e-4)
+    assert [x.tokens for x in fused[0]] != [x.tokens for x in plain[0]]  # the ILM term matters here
+
+
+def test_the_internal_lm_needs_the_hat_joint():
+    decoder = _decoder("rnnt")
+    with pytest.raises(ValueError, match="needs the HAT joint"):
+        transducer_beam_search(decoder, torch.randn(1, 2, D, dtype=torch.float64), torch.tensor([2]),
+                               BeamSearchOptions(ilm_weight=0.5, max_symbols=2))
+    model = tiny.build("transducer")
+    with pytest.raises(ValueError, match="--ilm-weight .* needs a HAT model; this is a transducer model \\(rnnt\\)"):
+        beam_search(model, *tiny.batch(), BeamSearchOptions(ilm_weight=0.5))

@@ -1,0 +1,62 @@
+"""Tiny random models of every family for the search tests, built like cbasr-train builds them.
+
+Random CB models emit rarely and random HAT models mostly emit blanks; :func:`build` shifts the
+emission (or blank) bias so that searches face real choices between staying and emitting.
+"""
+
+import torch
+
+from cbasr import builder
+
+ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
+DECODERS = {
+    "pointwise": {"name": "pointwise"},
+    "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
+    "autoregressive_luo": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4,
+                           "emission": "decoder"},
+    "monotonic": {"name": "monotonic", "window": 3, "attention_dim": 4, "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "monotonic_variable": {"name": "monotonic", "window": 4, "variable": True, "attention_dim": 4, "embed_dim": 4,
+                           "hidden": 8, "joint_dim": 8},
+    "attention_emission": {"name": "attention_emission", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+}
+# decoder preset -> the loss that trains it here
+LOSS = {"pointwise": "cb_marginal", "autoregressive": "cb_reinforce", "autoregressive_luo": "forced_suffix",
+        "monotonic": "cb_marginal", "monotonic_variable": "cb_marginal", "attention_emission": "cb_marginal",
+        "transducer": "rnnt", "hat": "hat", "hat_context1": "hat"}
+CB = ["pointwise", "autoregressive", "autoregressive_luo", "monotonic", "monotonic_variable", "attention_emission"]
+TRANSDUCERS = ["transducer", "hat", "hat_context1"]
+FEATS, VOCAB = 6, 5
+
+
+def build(decoder: str, loss: str | None = None, seed: int = 0, shift: float = 1.5, dtype=torch.float32):
+    """A random model in eval mode; ``shift`` moves CB emissions up, HAT blanks down and RNN-T
+    blanks up."""
+    torch.manual_seed(seed)
+    model = builder.build_model(ENCODER, DECODERS[decoder], {"name": loss or LOSS[decoder]}, FEATS, VOCAB)
+    d = model.decoder
+    with torch.no_grad():
+        if hasattr(d, "emission"):
+            d.emission.net[-1].bias.add_(shift)
+        elif hasattr(d, "emission_out"):
+            d.emission_out.bias.add_(shift)
+        elif hasattr(d, "blank_encoder"):  # HAT: a sharper blank, less likely
+            d.blank_encoder.weight.mul_(5.0)
+            d.blank_label.weight.mul_(5.0)
+            d.blank_encoder.bias.sub_(shift)
+        elif hasattr(d, "prediction"):  # RNN-T: sharper outputs, the blank up a little
+            d.out[-1].weight.mul_(6.0)
+            d.out[-1].bias[0].add_(shift / 2)
+        elif (loss or LOSS[decoder]) != "ctc":  # pointwise CB: unit 0 is the emission logit
+            d.net[-1].bias[0].add_(shift)
+    return model.to(dtype).eval()
+
+
+def batch(seed: int = 0, lengths=(23, 17, 9, 4)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded random features ``(B, T, F)`` and their lengths."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.tensor(lengths)
+    feats = torch.randn(len(lengths), int(lens.max()), FEATS, generator=g)
+    return feats, lens
