@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The synthetic eSpeak recipe: corpus -> features -> phone vocabulary -> BLSTM-CTC training ->
-# greedy decoding of dev and test -> scoring -> results table. Every stage skips itself when
-# its outputs are complete; deleting data/ or exp/ and rerunning regenerates them.
+# The synthetic eSpeak recipe: corpus -> features -> phone vocabulary -> training (BLSTM-CTC by
+# default, any pinned system with --config) -> greedy and beam decoding of dev and test ->
+# scoring -> results table -> forced alignment against the gold phone starts. Every stage skips
+# itself when its outputs are complete; deleting data/ or exp/ and rerunning regenerates them.
 #
-#   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--exp DIR] [hydra overrides...]
+#   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--config NAME] [--exp DIR] [--beam N] [hydra overrides...]
 #
-# Stages: 0 corpus, 1 features, 2 vocabulary, 3 training, 4 decoding, 5 scoring.
+# Stages: 0 corpus, 1 features, 2 vocabulary, 3 training, 4 decoding, 5 scoring, 6 alignment.
 # Overrides go to cbasr-train, e.g. ./run.sh --stage 3 encoder.hidden=192 trainer.max_epochs=12
 set -euo pipefail
 cd "$(dirname "$0")"
 
 stage=0
-stop_stage=5
+stop_stage=6
+beam=8
 size=default
 config=blstm_ctc
 exp=""
@@ -27,7 +29,8 @@ while [[ $# -gt 0 ]]; do
     --exp) exp=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --beam) beam=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) overrides+=("$1"); shift ;;
   esac
@@ -73,16 +76,24 @@ if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
 fi
 
 if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
-  log "stage 4: greedy decoding of dev and test with $exp/checkpoints/best.pt"
+  log "stage 4: greedy and beam-$beam decoding of dev and test with $exp/checkpoints/best.pt"
   cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test
+  cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test \
+    --beam "$beam"
 fi
 
 if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   log "stage 5: scoring"
   cbasr-score --exp-dir "$exp" --splits dev test
+  cbasr-score --exp-dir "$exp" --splits dev test --tag "beam$beam"
   echo
   cbasr-results "$exp"
   echo
+fi
+
+if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
+  log "stage 6: forced alignment of dev against the gold phone starts"
+  cbasr-align --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev
 fi
 
 log "done in $(( $(date +%s) - start )) s"

@@ -24,7 +24,7 @@ def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
 
     first = _run(recipe, "--size", "tiny", "--workers", "0", *TINY_MODEL)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-    for stage in range(6):
+    for stage in range(7):
         assert f"stage {stage}:" in first.stdout
     exp = recipe / "exp" / "blstm_ctc"
     for split in ("dev", "test"):
@@ -32,6 +32,11 @@ def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
         assert score["utts"] == len((recipe / "data/synth" / f"{split}.jsonl").read_text().splitlines())
         assert f"| blstm_ctc | {split} | {score['error_rate']:.2f} |" in first.stdout
     assert len(json.loads((exp / "history.json").read_text())) == 2
+    beam = json.loads((exp / "decode" / "test_beam8" / "decode.json").read_text())
+    assert beam["utts"] == score["utts"] and "8" in json.dumps(beam)
+    assert (exp / "decode" / "test_beam8" / "score.json").is_file()
+    alignment = json.loads((exp / "align" / "dev" / "alignment.json").read_text())
+    assert (exp / "align" / "dev" / "align.ctm").read_text().strip() and "onset" in json.dumps(alignment)
     assert list((recipe / "log").glob("run-*.log"))
 
     stamps = {p: p.stat().st_mtime_ns for p in [recipe / "data/fbank/train/feats.bin",
