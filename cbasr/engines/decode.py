@@ -16,7 +16,7 @@ import torch
 
 from cbasr.builder import build_model
 from cbasr.data.batching import BucketBatchSampler
-from cbasr.data.features import FeatureStore, load_cmvn
+from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import Vocabulary, tokens_of
 from cbasr.engines.checkpoint import load_checkpoint
@@ -43,10 +43,10 @@ class Experiment:
         self.checkpoint = checkpoint
         self.checkpoint_stamp = f"{path.stat().st_mtime_ns}:{path.stat().st_size}"
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
-        self.cmvn = load_cmvn(self.exp_dir / "cmvn.json")
+        input_dim, self.cmvn = experiment_input(self.exp_dir)  # cmvn None: text input (source ids)
         self.device = torch.device(device)
         self.model = build_model(self.cfg["encoder"], self.cfg["decoder"], self.cfg["loss"],
-                                 input_dim=self.cmvn[0].numel(), vocab_size=len(self.vocab))
+                                 input_dim=input_dim, vocab_size=len(self.vocab))
         self.model.load_state_dict(ckpt["model"])
         self.model.to(self.device).eval()
 
@@ -59,6 +59,9 @@ class Experiment:
         return sum(p.numel() for p in self.model.parameters())
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
+        """CMVN of filterbank features; source ids of a text input pass unchanged."""
+        if self.cmvn is None:
+            return feats
         mean, std = self.cmvn
         return (feats - mean) / std
 
@@ -113,7 +116,7 @@ def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path,
     if options is not None:
         check_options(exp.model, options, lm)
     out_dir = Path(out_dir)
-    store = FeatureStore(feature_dir)
+    store = open_store(feature_dir)
     records = read_manifest(manifest)
     usable = [r for r in records if r["id"] in store]
     skipped = [r["id"] for r in records if r["id"] not in store]
@@ -134,10 +137,10 @@ def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path,
         for i, hyp in zip(indices, best):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)
     seconds = time.perf_counter() - start
-    audio = sum(lengths) * frame_shift_seconds(feature_dir)
+    audio = 0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
     write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in usable])
     write_trn(out_dir / "ref.trn", [(r["id"], tokens_of(r, exp.units)) for r in usable])
-    write_text(out_dir / "utt2spk", "".join(f"{r['id']} {r['speaker']}\n" for r in usable))
+    write_text(out_dir / "utt2spk", "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in usable))
     write_text(out_dir / "skipped.tsv", "".join(f"{u}\tno features\n" for u in skipped))
     summary = {"manifest": str(manifest), "checkpoint": exp.checkpoint, "epoch": exp.epoch,
                "checkpoint_stamp": exp.checkpoint_stamp, "search": settings["search"], "settings": settings,

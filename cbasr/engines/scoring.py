@@ -22,6 +22,7 @@ import jiwer
 import numpy as np
 
 from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
+from cbasr.engines.rouge import rouge_f1
 from cbasr.fileio import write_json, write_text
 
 __all__ = ["error_counts", "utterance_counts", "align_tokens", "format_alignment", "read_trn", "write_trn",
@@ -202,19 +203,49 @@ def sign_test(errors_a, errors_b) -> dict:
     return {"a_better": a_better, "b_better": b_better, "ties": len(errors_a) - n, "p_value": min(1.0, 2.0 * tail)}
 
 
-def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed: int = 0) -> dict:
+def read_token_map(path: str | Path) -> dict[str, str | None]:
+    """A scoring map, one ``token<TAB>mapped`` per line; an empty ``mapped`` deletes the token
+    (TIMIT's ``map_39.txt``: 61 or 48 phones to 39, ``q`` deleted)."""
+    table = {}
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        token, _, mapped = line.partition("\t")
+        if not token:
+            raise ValueError(f"{path}:{lineno}: expected 'token<TAB>mapped token', got {line!r}")
+        table[token] = mapped.strip() or None
+    return table
+
+
+def map_tokens(tokens: list[str], table: dict[str, str | None]) -> list[str]:
+    """``tokens`` through a scoring map; tokens it does not list stay as they are."""
+    return [table.get(t, t) for t in tokens if table.get(t, t) is not None]
+
+
+def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed: int = 0,
+                     token_map: str | Path | None = None, rouge: bool = False) -> dict:
     """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis.
 
     Writes ``score.json`` (totals, 95% bootstrap interval, per-speaker counts when ``utt2spk``
     is there, the decoding's checkpoint and settings, and for character or sentencepiece units
     the word error counts under ``"words"``), ``per_utt.tsv`` (id, speaker, reference
     tokens, S, D, I) and ``errors.pra`` (the alignment of every utterance, errors marked).
+
+    Args:
+        token_map: a :func:`read_token_map` file applied to references and hypotheses first
+            (TIMIT: score on 39 phones).
+        rouge: also ROUGE-1/2/L F1 of the hypothesis words against the reference words
+            (headline generation), under ``"rouge"``.
     """
     decode_dir = Path(decode_dir)
     for name in ("ref.trn", "hyp.trn"):
         if not (decode_dir / name).is_file():
             raise FileNotFoundError(f"{decode_dir / name} not found: decode first (cbasr-decode)")
     refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
+    if token_map is not None:
+        table = read_token_map(token_map)
+        refs = {u: map_tokens(t, table) for u, t in refs.items()}
+        hyps = {u: map_tokens(t, table) for u, t in hyps.items()}
     missing = sorted(set(refs) - set(hyps))
     if missing:
         raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
@@ -242,6 +273,13 @@ def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed
         if units == "chars" or units.startswith(SENTENCEPIECE):  # the error rate is a CER: add the WER
             score["words"] = error_counts([tokens_to_words(refs[i], units) for i in ids],
                                           [tokens_to_words(hyps[i], units) for i in ids])
+        if rouge:
+            score["rouge"] = rouge_f1([" ".join(tokens_to_words(refs[i], units)) for i in ids],
+                                      [" ".join(tokens_to_words(hyps[i], units)) for i in ids])
+    elif rouge:
+        raise FileNotFoundError(f"{info_path} not found: ROUGE needs the decoding's units")
+    if token_map is not None:
+        score["token_map"] = str(token_map)
     write_json(decode_dir / "score.json", score)
     write_text(decode_dir / "per_utt.tsv", "id\tspeaker\tref_tokens\tsub\tdel\tins\n" + "".join(
         f"{u}\t{speakers.get(u, '')}\t{c['ref_tokens']}\t{c['sub']}\t{c['del']}\t{c['ins']}\n"

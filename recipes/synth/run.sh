@@ -10,6 +10,9 @@
 # Overrides go to cbasr-train, e.g. ./run.sh --stage 3 encoder.hidden=192 trainer.max_epochs=12
 set -euo pipefail
 cd "$(dirname "$0")"
+all_args="$*"
+
+recipe_name=synth
 
 stage=0
 stop_stage=6
@@ -37,52 +40,39 @@ while [[ $# -gt 0 ]]; do
 done
 exp=${exp:-exp/${config}}
 
-if ! command -v cbasr-train > /dev/null; then
-  if [[ -x ../../.venv/bin/cbasr-train ]]; then
-    PATH="$(cd ../.. && pwd)/.venv/bin:$PATH"
-  else
-    echo "run.sh: cbasr is not installed; run 'make demo' from the repository root" >&2
-    exit 1
-  fi
-fi
+source ../shared/common.sh
+log "run.sh $all_args (log: $PWD/$logfile)"
 
-mkdir -p log
-logfile=log/run-$(date +%Y%m%d-%H%M%S).log
-exec > >(tee -a "$logfile") 2>&1
-log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [synth] $*"; }
-start=$(date +%s)
-log "run.sh $* (log: $PWD/$logfile)"
-
-if [[ $stage -le 0 && $stop_stage -ge 0 ]]; then
+if stage_on 0; then
   log "stage 0: synthetic corpus ($size) -> data/synth"
   cbasr-synth --out data/synth --size "$size" --seed "$seed" --workers "$workers"
 fi
 
-if [[ $stage -le 1 && $stop_stage -ge 1 ]]; then
+if stage_on 1; then
   log "stage 1: 80-dim log-mel filterbanks -> data/fbank"
   cbasr-features --manifest-dir data/synth --out data/fbank --splits train dev test \
     --num-mel-bins 80 --workers "$workers"
 fi
 
-if [[ $stage -le 2 && $stop_stage -ge 2 ]]; then
+if stage_on 2; then
   log "stage 2: phone vocabulary -> data/lang/phones.txt"
   cbasr-vocab --manifest data/synth/train.jsonl --units phones --inventory data/synth/phones.txt \
     --out data/lang/phones.txt --check data/synth/dev.jsonl data/synth/test.jsonl
 fi
 
-if [[ $stage -le 3 && $stop_stage -ge 3 ]]; then
+if stage_on 3; then
   log "stage 3: training $exp (resumes if interrupted)"
   cbasr-train --config-dir conf --config-name "$config" exp_dir="$exp" ${overrides[@]+"${overrides[@]}"}
 fi
 
-if [[ $stage -le 4 && $stop_stage -ge 4 ]]; then
+if stage_on 4; then
   log "stage 4: greedy and beam-$beam decoding of dev and test with $exp/checkpoints/best.pt"
   cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test
   cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test \
     --beam "$beam"
 fi
 
-if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
+if stage_on 5; then
   log "stage 5: scoring"
   cbasr-score --exp-dir "$exp" --splits dev test
   cbasr-score --exp-dir "$exp" --splits dev test --tag "beam$beam"
@@ -91,9 +81,9 @@ if [[ $stage -le 5 && $stop_stage -ge 5 ]]; then
   echo
 fi
 
-if [[ $stage -le 6 && $stop_stage -ge 6 ]]; then
+if stage_on 6; then
   log "stage 6: forced alignment of dev against the gold phone starts"
   cbasr-align --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev
 fi
 
-log "done in $(( $(date +%s) - start )) s"
+log "done in $(( $(date +%s) - recipe_start )) s"

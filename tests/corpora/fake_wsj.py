@@ -64,8 +64,8 @@ def make_fake_wsj(root: Path, flat: bool = False, seed: int = 0) -> Path:
             lines.append(_entry_line(style, disc, folder, utt))
             audio_dir = place(disc, folder)
             audio_dir.mkdir(parents=True, exist_ok=True)
-            samples = np.concatenate([0.3 * np.sin(2 * np.pi * f * np.arange(1200) / 16000)
-                                      for f in rng.integers(200, 2000, size=6)])
+            samples = np.concatenate([0.3 * np.sin(2 * np.pi * f * np.arange(2400) / 16000)
+                                      for f in rng.integers(200, 2000, size=8)])  # 1.2 s
             wav = audio_dir / f"{utt}.wv1"
             write_wv1(wav, samples + 0.002 * rng.standard_normal(samples.size))
             if utt == TRUNCATED:

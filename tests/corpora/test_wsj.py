@@ -49,7 +49,7 @@ def test_splits_transcripts_and_exclusions(tmp_path, flat):
     for utt, words in NORMALISED.items():
         assert records[utt]["words"] == words
     assert records["011c0201"]["words_with_noise"].endswith(",COMMA <NOISE>")
-    assert records["4k0c0301"]["speaker"] == "4k0" and records["4k0c0301"]["duration"] == pytest.approx(0.45)
+    assert records["4k0c0301"]["speaker"] == "4k0" and records["4k0c0301"]["duration"] == pytest.approx(1.2)
     assert summary["utterances"]["si284"] == 3
 
 

@@ -21,6 +21,7 @@ def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
     recipe.mkdir()
     shutil.copy(RECIPE / "run.sh", recipe)
     shutil.copytree(RECIPE / "conf", recipe / "conf")
+    shutil.copytree(RECIPE.parent / "shared", tmp_path / "shared")
 
     first = _run(recipe, "--size", "tiny", "--workers", "0", *TINY_MODEL)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# WSJ: manifests from the corpus's indices -> features (Shorten audio through ffmpeg) -> units
+# (characters or sentencepiece) -> training on si284 (or si84) -> greedy and beam decoding of
+# dev93 and eval92 -> WER. Every stage skips itself when its outputs are complete.
+#
+#   ./run.sh --corpus-dir DIR [--stage N] [--stop-stage M] [--train-set si284|si84] [--units chars|sp]
+#            [--sp-size N] [--config NAME] [--exp DIR] [--beam N] [--allow-partial] [hydra overrides...]
+#
+# Stages: 0 manifests, 1 features, 2 units, 3 training, 4 decoding, 5 scoring.
+set -euo pipefail
+cd "$(dirname "$0")"
+all_args="$*"
+
+recipe_name=wsj
+stage=0
+stop_stage=5
+corpus_dir=""
+train_set=si284
+units=chars
+sp_size=500
+config=blstm_ctc
+exp=""
+beam=8
+workers=2
+partial=()
+overrides=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --corpus-dir) corpus_dir=$2; shift 2 ;;
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    --train-set) train_set=$2; shift 2 ;;
+    --units) units=$2; shift 2 ;;
+    --sp-size) sp_size=$2; shift 2 ;;
+    --config) config=$2; shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --beam) beam=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --allow-partial) partial=(--allow-partial); shift ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) overrides+=("$1"); shift ;;
+  esac
+done
+exp=${exp:-exp/${config}_${units}}
+case "$units" in
+  chars) unit_name=chars; data_units=chars ;;
+  sp) unit_name=sp${sp_size}; data_units=sp:data/lang/${unit_name}.model ;;
+  *) echo "run.sh: --units must be chars or sp" >&2; exit 2 ;;
+esac
+source ../shared/common.sh
+log "run.sh $all_args (log: $PWD/$logfile)"
+
+if stage_on 0; then
+  [[ -n $corpus_dir ]] || { echo "run.sh: stage 0 needs --corpus-dir (the WSJ copy)" >&2; exit 2; }
+  log "stage 0: WSJ manifests from $corpus_dir -> data/wsj"
+  cbasr-prepare wsj --corpus-dir "$corpus_dir" --out data/wsj ${partial[@]+"${partial[@]}"}
+fi
+
+if stage_on 1; then
+  log "stage 1: 80-dim log-mel filterbanks of $train_set, dev93 and eval92 -> data/fbank"
+  cbasr-features --manifest-dir data/wsj --out data/fbank --splits "$train_set" dev93 eval92 --workers "$workers"
+fi
+
+if stage_on 2; then
+  log "stage 2: $unit_name units -> data/lang/$unit_name.txt"
+  if [[ $units == sp ]]; then
+    cbasr-vocab --manifest "data/wsj/$train_set.jsonl" --units sp --sp-size "$sp_size" --out "data/lang/$unit_name.txt"
+  else
+    cbasr-vocab --manifest "data/wsj/$train_set.jsonl" --units chars --out data/lang/chars.txt \
+      --check data/wsj/dev93.jsonl data/wsj/eval92.jsonl
+  fi
+fi
+
+if stage_on 3; then
+  log "stage 3: training $exp on $train_set (on a GPU when one is visible; resumes if interrupted)"
+  cbasr-train --config-dir conf --config-name "$config" exp_dir="$exp" data.train_split="$train_set" \
+    data.units="$data_units" data.vocab="data/lang/$unit_name.txt" ${overrides[@]+"${overrides[@]}"}
+fi
+
+if stage_on 4; then
+  log "stage 4: greedy and beam-$beam decoding of dev93 and eval92"
+  for search in 0 "$beam"; do
+    cbasr-decode --exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --splits dev93 eval92 --beam "$search"
+  done
+fi
+
+if stage_on 5; then
+  log "stage 5: scoring (character or piece error rate, and the WER in score.json)"
+  cbasr-score --exp-dir "$exp" --splits dev93 eval92
+  cbasr-score --exp-dir "$exp" --splits dev93 eval92 --tag "beam$beam"
+  echo
+  cbasr-results "$exp"
+  echo
+fi
+
+log "done in $(( $(date +%s) - recipe_start )) s"
