@@ -180,16 +180,18 @@ class FeatureStore:
         split_dir = Path(split_dir)
         done = split_dir / ".done"
         if not done.is_file():
-            raise FileNotFoundError(f"{split_dir}: features incomplete (no .done); rerun extraction")
+            raise FileNotFoundError(f"{split_dir}: features incomplete (no .done); rerun extraction (cbasr-features)")
         summary = json.loads(done.read_text())
         self.dim = summary["dim"]
         self.index: dict[str, tuple[int, int]] = {}
         for line in (split_dir / "index.tsv").read_text().splitlines():
             utt_id, offset, frames = line.split("\t")
             self.index[utt_id] = (int(offset), int(frames))
-        total = summary["frames"]
-        self._feats = np.memmap(split_dir / "feats.bin", dtype=np.float16, mode="r",
-                                shape=(max(total, 1), self.dim)) if total else None
+        self._data = self._open(split_dir, summary["frames"]) if summary["frames"] else None
+
+    def _open(self, split_dir: Path, total: int) -> np.ndarray:
+        """The concatenated frames of every utterance, memory-mapped: ``(N, F)`` float16."""
+        return np.memmap(split_dir / "feats.bin", dtype=np.float16, mode="r", shape=(total, self.dim))
 
     def __contains__(self, utt_id: str) -> bool:
         return utt_id in self.index
@@ -203,7 +205,7 @@ class FeatureStore:
     def __getitem__(self, utt_id: str) -> torch.Tensor:
         """``(T, F)`` float32 features of ``utt_id``."""
         offset, frames = self.index[utt_id]
-        return torch.from_numpy(np.asarray(self._feats[offset:offset + frames], dtype=np.float32))
+        return torch.from_numpy(np.asarray(self._data[offset:offset + frames], dtype=np.float32))
 
 
 def frames_of(duration: float, opts: FbankOptions) -> int:

@@ -72,35 +72,16 @@ def extract_source_tokens(manifest: str | Path, out_dir: str | Path, units: str,
     return summary
 
 
-class TokenStore:
+class TokenStore(FeatureStore):
     """Random access to the source ids of one split written by :func:`extract_source_tokens`."""
 
-    def __init__(self, split_dir: str | Path):
-        split_dir = Path(split_dir)
-        done = split_dir / ".done"
-        if not done.is_file():
-            raise FileNotFoundError(f"{split_dir}: source tokens incomplete (no .done); rerun extraction")
-        summary = json.loads(done.read_text())
-        self.dim = summary["dim"]
-        self.index = {}
-        for line in (split_dir / "index.tsv").read_text().splitlines():
-            utt_id, offset, length = line.split("\t")
-            self.index[utt_id] = (int(offset), int(length))
-        self._ids = np.memmap(split_dir / "ids.bin", dtype=np.int32, mode="r") if summary["frames"] else None
-
-    def __contains__(self, utt_id: str) -> bool:
-        return utt_id in self.index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def num_frames(self, utt_id: str) -> int:
-        return self.index[utt_id][1]
+    def _open(self, split_dir: Path, total: int) -> np.ndarray:
+        return np.memmap(split_dir / "ids.bin", dtype=np.int32, mode="r", shape=(total,))
 
     def __getitem__(self, utt_id: str) -> torch.Tensor:
         """``(T,)`` int64 source ids of ``utt_id``."""
         offset, length = self.index[utt_id]
-        return torch.from_numpy(np.asarray(self._ids[offset:offset + length], dtype=np.int64))
+        return torch.from_numpy(np.asarray(self._data[offset:offset + length], dtype=np.int64))
 
 
 def open_store(split_dir: str | Path) -> FeatureStore | TokenStore:

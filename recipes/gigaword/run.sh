@@ -20,23 +20,8 @@ sp_size=8000
 config=cb_pointwise
 exp=""
 beam=8
-partial=()
-overrides=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --corpus-dir) corpus_dir=$2; shift 2 ;;
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --sp-size) sp_size=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --allow-partial) partial=(--allow-partial); shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) overrides+=("$1"); shift ;;
-  esac
-done
+allow_partial=false
+source ../shared/parse_options.sh "$@"
 exp=${exp:-exp/${config}}
 units=sp:data/lang/sp${sp_size}.model
 source ../shared/common.sh
@@ -45,7 +30,7 @@ log "run.sh $all_args (log: $PWD/$logfile)"
 if stage_on 0; then
   [[ -n $corpus_dir ]] || { echo "run.sh: stage 0 needs --corpus-dir (the Gigaword pairs)" >&2; exit 2; }
   log "stage 0: Gigaword manifests from $corpus_dir -> data/gigaword"
-  cbasr-prepare gigaword --corpus-dir "$corpus_dir" --out data/gigaword ${partial[@]+"${partial[@]}"}
+  cbasr-prepare gigaword --corpus-dir "$corpus_dir" --out data/gigaword $([[ $allow_partial == true ]] && echo --allow-partial)
 fi
 
 if stage_on 1; then

@@ -16,32 +16,14 @@ stage=0
 stop_stage=6
 corpus_dir=""
 phone_set=48
-mel=80
+num_mel_bins=80
 deltas=0
 config=blstm_ctc
 exp=""
 beam=8
 workers=2
-partial=()
-overrides=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --corpus-dir) corpus_dir=$2; shift 2 ;;
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --phone-set) phone_set=$2; shift 2 ;;
-    --num-mel-bins) mel=$2; shift 2 ;;
-    --deltas) deltas=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --allow-partial) partial=(--allow-partial); shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) overrides+=("$1"); shift ;;
-  esac
-done
+allow_partial=false
+source ../shared/parse_options.sh "$@"
 exp=${exp:-exp/${config}}
 source ../shared/common.sh
 log "run.sh $all_args (log: $PWD/$logfile)"
@@ -49,13 +31,13 @@ log "run.sh $all_args (log: $PWD/$logfile)"
 if stage_on 0; then
   [[ -n $corpus_dir ]] || { echo "run.sh: stage 0 needs --corpus-dir (the TIMIT copy)" >&2; exit 2; }
   log "stage 0: TIMIT manifests ($phone_set phones) from $corpus_dir -> data/timit"
-  cbasr-prepare timit --corpus-dir "$corpus_dir" --out data/timit --phone-set "$phone_set" ${partial[@]+"${partial[@]}"}
+  cbasr-prepare timit --corpus-dir "$corpus_dir" --out data/timit --phone-set "$phone_set" $([[ $allow_partial == true ]] && echo --allow-partial)
 fi
 
 if stage_on 1; then
-  log "stage 1: $mel-dim log-mel filterbanks (deltas: $deltas) -> data/fbank"
+  log "stage 1: $num_mel_bins-dim log-mel filterbanks (deltas: $deltas) -> data/fbank"
   cbasr-features --manifest-dir data/timit --out data/fbank --splits train dev test \
-    --num-mel-bins "$mel" --deltas "$deltas" --workers "$workers"
+    --num-mel-bins "$num_mel_bins" --deltas "$deltas" --workers "$workers"
 fi
 
 if stage_on 2; then

@@ -22,26 +22,8 @@ config=blstm_ctc
 exp=""
 beam=8
 workers=2
-partial=()
-overrides=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --corpus-dir) corpus_dir=$2; shift 2 ;;
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --train-set) train_set=$2; shift 2 ;;
-    --units) units=$2; shift 2 ;;
-    --sp-size) sp_size=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --allow-partial) partial=(--allow-partial); shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) overrides+=("$1"); shift ;;
-  esac
-done
+allow_partial=false
+source ../shared/parse_options.sh "$@"
 exp=${exp:-exp/${config}_${units}}
 case "$units" in
   chars) unit_name=chars; data_units=chars ;;
@@ -54,7 +36,7 @@ log "run.sh $all_args (log: $PWD/$logfile)"
 if stage_on 0; then
   [[ -n $corpus_dir ]] || { echo "run.sh: stage 0 needs --corpus-dir (the WSJ copy)" >&2; exit 2; }
   log "stage 0: WSJ manifests from $corpus_dir -> data/wsj"
-  cbasr-prepare wsj --corpus-dir "$corpus_dir" --out data/wsj ${partial[@]+"${partial[@]}"}
+  cbasr-prepare wsj --corpus-dir "$corpus_dir" --out data/wsj $([[ $allow_partial == true ]] && echo --allow-partial)
 fi
 
 if stage_on 1; then
