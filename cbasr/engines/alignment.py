@@ -29,7 +29,7 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
 from cbasr.engines.decode import Experiment, frame_shift_seconds
 from cbasr.fileio import write_json, write_text
-from cbasr.losses import cb_posteriors, cb_viterbi
+from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
 
 __all__ = ["subsampling_stride", "cb_alignment", "ctc_alignment", "transducer_alignment", "Alignment",
@@ -62,18 +62,22 @@ def _pad_targets(targets: list[list[int]], device) -> tuple[torch.Tensor, torch.
 @torch.no_grad()
 def cb_alignment(model: CBModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
                  ) -> tuple[list[Alignment], torch.Tensor, torch.Tensor]:
-    """Viterbi emission times of a memoryless CB model.
+    """Viterbi emission times of a CB model with a memoryless or a second-order decoder.
 
     Returns:
         ``(alignments, posteriors (B, T', L), encoder lengths (B,))``.
     """
-    if model.decoder.order != "memoryless":
-        raise ValueError(f"CB Viterbi alignment needs a memoryless decoder (label terms reading the emission time "
-                         f"only); {type(model.decoder).__name__} is {model.decoder.order}")
+    if model.decoder.order == "history":
+        raise ValueError(f"CB Viterbi alignment needs label terms that read the current (and previous) emission "
+                         f"time only; {type(model.decoder).__name__} depends on every earlier one")
     y, y_lens = _pad_targets(targets, feats.device)
     emit_logits, terms, lens = model.terms(feats, feat_lens, y, y_lens)
-    times, _ = cb_viterbi(emit_logits, terms, lens, y_lens)
-    post = cb_posteriors(emit_logits, terms, lens, y_lens)
+    if model.decoder.order == "second_order":
+        times, _ = cb_viterbi_windowed(emit_logits, terms, lens, y_lens)
+        post = cb_posteriors_windowed(emit_logits, terms, lens, y_lens)
+    else:
+        times, _ = cb_viterbi(emit_logits, terms, lens, y_lens)
+        post = cb_posteriors(emit_logits, terms, lens, y_lens)
     out = [Alignment(times[b, : int(y_lens[b])].tolist(), [1] * int(y_lens[b])) for b in range(len(targets))]
     return out, post, lens
 

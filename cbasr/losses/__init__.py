@@ -2,7 +2,8 @@
 
 - :func:`cb_marginal_nll`, :func:`cb_posteriors`, :func:`cb_viterbi`: the Conditional
   Bernoulli exact marginal of CB paper eq. (38), its alignment posteriors and best path.
-- :func:`cb_marginal_nll_windowed`: the second-order CB model with emission gaps ``<= W``.
+- :func:`cb_marginal_nll_windowed`, :func:`cb_viterbi_windowed`, :func:`cb_posteriors_windowed`:
+  the second-order CB model with emission gaps ``<= W``.
 - :func:`ctc_nll`: CTC (PyTorch's kernel).
 - :func:`rnnt_nll`: RNN-T (torchaudio's kernel); :func:`transducer_lattice_nll`: the same
   lattice from gathered per-node edge log-weights.
@@ -10,7 +11,11 @@
 """
 
 from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
-from cbasr.losses.conditional_bernoulli_second_order import cb_marginal_nll_windowed
+from cbasr.losses.conditional_bernoulli_second_order import (
+    cb_marginal_nll_windowed,
+    cb_posteriors_windowed,
+    cb_viterbi_windowed,
+)
 from cbasr.losses.ctc import ctc_nll
 from cbasr.losses.hat import hat_internal_lm_score, hat_nll
 from cbasr.losses.transducer import rnnt_nll, transducer_lattice_nll
@@ -18,6 +23,8 @@ from cbasr.losses.transducer import rnnt_nll, transducer_lattice_nll
 __all__ = [
     "cb_marginal_nll",
     "cb_marginal_nll_windowed",
+    "cb_posteriors_windowed",
+    "cb_viterbi_windowed",
     "cb_posteriors",
     "cb_viterbi",
     "ctc_nll",

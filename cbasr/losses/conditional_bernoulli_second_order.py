@@ -21,13 +21,14 @@ Conventions (0-based frames):
   :mod:`cbasr.losses.conditional_bernoulli`. Memory is ``O(B T W L)``.
 """
 
+import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
 from cbasr.losses._checks import check_floating, check_lengths, check_shape
 from cbasr.losses.conditional_bernoulli import _apply_impossible_policy, _cb_weights
 
-__all__ = ["cb_marginal_nll_windowed"]
+__all__ = ["cb_marginal_nll_windowed", "cb_viterbi_windowed", "cb_posteriors_windowed"]
 
 _NEG_INF = float("-inf")
 
@@ -110,9 +111,7 @@ class _WindowedForwardBackward(torch.autograd.Function):
         # exact and keeps float32 round-off small (as in the first-order lattice).
         shift = emit.detach().amax(dim=(1, 2)) if T else emit.new_zeros(B, L)  # (B, L)
         shift = torch.where(torch.isfinite(shift), shift, 0.0)
-        emit_rev = emit.new_full((T + W, W, B, L), _NEG_INF)
-        # (B, T, W, L) -> (T, W, B, L), with d reversed so that k = W - 1 - d
-        emit_rev[:T] = (emit.detach() - shift[:, None, None, :]).flip(2).permute(1, 2, 0, 3)
+        emit_rev = _reversed_window(emit.detach() - shift[:, None, None, :])  # k = W - 1 - d
         alpha = _windowed_alpha(emit_rev, L)
         ends = alpha[:, torch.arange(B, device=emit.device), target_lengths]  # (W + T, B)
         log_z = torch.logsumexp(ends, dim=0)  # (B,)
@@ -134,6 +133,26 @@ class _WindowedForwardBackward(torch.autograd.Function):
         log_post = source + emit_rev[:T] + beta[:T, None, :, 1:] - log_z[None, None, :, None]
         post = torch.exp(log_post) * grad_log_z[None, None, :, None]
         return post.flip(1).permute(2, 0, 1, 3), None  # (T, W, B, L) -> (B, T, W, L), d order
+
+
+def _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_lengths) -> None:
+    check_floating("emit_logits", emit_logits)
+    check_floating("label_log_probs", label_log_probs)
+    check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
+    B, T = emit_logits.shape
+    check_shape("label_log_probs", label_log_probs, "(B, T, W, L)", (B, T, None, None))
+    if label_log_probs.shape[2] < 1:
+        raise ValueError("label_log_probs must have a window W >= 1 (its dimension 2)")
+    check_lengths("input_lengths", input_lengths, B, T)
+    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[3])
+
+
+def _reversed_window(emit: torch.Tensor) -> torch.Tensor:
+    """``(B, T, W, L)`` -> ``(T + W, W, B, L)`` with ``[t, k] = emit[:, t, d = W - 1 - k]``, ``-inf`` rows after ``T``."""
+    B, T, W, L = emit.shape
+    emit_rev = emit.new_full((T + W, W, B, L), _NEG_INF)
+    emit_rev[:T] = emit.flip(2).permute(1, 2, 0, 3)  # (B, T, W, L) -> (T, W, B, L), d reversed
+    return emit_rev
 
 
 def cb_marginal_nll_windowed(
@@ -164,18 +183,72 @@ def cb_marginal_nll_windowed(
     Returns:
         ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs.
     """
-    check_floating("emit_logits", emit_logits)
-    check_floating("label_log_probs", label_log_probs)
-    check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
-    B, T = emit_logits.shape
-    check_shape("label_log_probs", label_log_probs, "(B, T, W, L)", (B, T, None, None))
-    if label_log_probs.shape[2] < 1:
-        raise ValueError("label_log_probs must have a window W >= 1 (its dimension 2)")
-    check_lengths("input_lengths", input_lengths, B, T)
-    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[3])
+    _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
     _apply_impossible_policy(input_lengths, target_lengths, impossible)
 
     # Same masking and non-emission factoring as the first-order lattice, for every gap d.
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     log_z = _WindowedForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
     return torch.where(torch.isneginf(log_z), float("inf"), -(stay + log_z))
+
+
+@torch.no_grad()
+def cb_viterbi_windowed(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Most likely emission times of the second-order model: the max-product form of the
+    windowed lattice (``alpha[t, l] = max_d alpha[t - d - 1, l - 1] + emit[t, d, l]``) and a
+    backtrace.
+
+    Args:
+        as :func:`cb_marginal_nll_windowed`.
+
+    Returns:
+        ``times (B, L)`` int64 (``-1`` at padded labels and where no alignment exists) and
+        ``log_prob (B,)`` ``log P(b*, y)`` (``-inf`` where none exists).
+    """
+    _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
+    B, T, W, L = emit.shape
+    emit_rev = _reversed_window(emit)
+    alpha = emit.new_full((W + T, B, L + 1), _NEG_INF)  # row r: frame r - W, as the forward pass
+    alpha[W - 1, :, 0] = 0.0
+    best_k = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)
+    window = alpha.unfold(0, W, 1)[:, :, :L].permute(0, 3, 1, 2)  # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    for t in range(T):
+        alpha[W + t, :, 1:], best_k[t] = (window[t] + emit_rev[t]).max(dim=0)  # over the W previous frames
+    lengths = target_lengths.to(emit.device)
+    ends = alpha[:, torch.arange(B, device=emit.device), lengths]  # (W + T, B): last label at each frame
+    best_end, last_row = ends.max(dim=0)
+    log_prob = best_end + stay
+    # Backtrace on the host: row r holds frame r - W; entry k of frame t's window is row t + k.
+    best_k, rows = best_k.cpu().numpy(), last_row.cpu().numpy()
+    times = np.full((B, L), -1, dtype=np.int64)
+    for b in range(B):
+        if not np.isfinite(float(best_end[b])):
+            continue
+        row = int(rows[b])
+        for l in range(int(lengths[b]) - 1, -1, -1):
+            t = row - W
+            times[b, l] = t
+            row = t + int(best_k[t, b, l])
+    return torch.from_numpy(times).to(emit.device), log_prob
+
+
+def cb_posteriors_windowed(
+    emit_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """``P(t_l = t | y)`` of the second-order model, ``(B, T, L)``: the lattice's edge
+    posteriors (the gradient of ``log Z``, from the explicit backward pass) summed over gaps."""
+    with torch.enable_grad():
+        terms = label_log_probs.detach().clone().requires_grad_()
+        nll = cb_marginal_nll_windowed(emit_logits.detach(), terms, input_lengths, target_lengths, impossible="inf")
+        finite = torch.isfinite(nll)
+        (grad,) = torch.autograd.grad(-torch.where(finite, nll, 0.0).sum(), terms)
+    return grad.sum(dim=2)  # (B, T, W, L) -> (B, T, L)

@@ -17,6 +17,7 @@ DECODERS = {
     "monotonic_variable": {"name": "monotonic", "window": 4, "variable": True, "attention_dim": 4, "embed_dim": 4,
                            "hidden": 8, "joint_dim": 8},
     "attention_emission": {"name": "attention_emission", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
 }

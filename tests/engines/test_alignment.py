@@ -66,7 +66,8 @@ def _ctm(path):
     return [(r[0], int(r[1]), float(r[2]), float(r[3]), r[4]) for r in rows]
 
 
-@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("pointwise", "ctc"), ("hat", "hat")])
+@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("monotonic_variable", "cb_marginal"),
+                                          ("pointwise", "ctc"), ("hat", "hat")])
 def test_ctm_covers_every_reference_label_in_order_with_onset_errors(tone_data, tmp_path, decoder, loss):
     exp = Experiment(make_experiment(tmp_path / "exp", tone_data, decoder, loss))
     out = tmp_path / "align"
@@ -94,8 +95,8 @@ def test_ctm_covers_every_reference_label_in_order_with_onset_errors(tone_data, 
 
 
 def test_refusals_name_the_problem(tone_data, tmp_path):
-    exp = Experiment(make_experiment(tmp_path / "mv", tone_data, "monotonic_variable", "cb_marginal"))
-    with pytest.raises(ValueError, match="needs a memoryless decoder .* is second_order"):
+    exp = Experiment(make_experiment(tmp_path / "ar", tone_data, "autoregressive", "cb_reinforce"))
+    with pytest.raises(ValueError, match="AutoregressiveDecoder depends on every earlier one"):
         align_split(exp, tone_data / "corpus/dev.jsonl", tone_data / "fbank/dev", tmp_path / "a")
     exp = Experiment(make_experiment(tmp_path / "pw", tone_data, "pointwise", "cb_marginal"))
     with pytest.raises(ValueError, match="--plot-utt 'nope' is not an alignable utterance"):

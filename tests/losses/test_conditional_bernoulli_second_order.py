@@ -158,3 +158,64 @@ def test_random_sizes_match_enumeration(seed):
     for b, (tb, lb) in enumerate(lengths):
         want = -ref.cb_windowed_log_marginal(a[b, :tb], lp[b, :tb, :, :lb])
         torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
+
+
+def _best_windowed_path(emit_logits, label_log_probs):
+    """Enumerated ``argmax_b P(b, y)`` of the second-order model (``((), -inf)`` if none)."""
+    T, W, L = label_log_probs.shape
+    best, best_lp = (), float("-inf")
+    for s in ref.cb_emission_sets(T, L):
+        gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
+        if any(g > W for g in gaps):
+            continue
+        lp = sum(float(torch.nn.functional.logsigmoid(emit_logits[t] if t in s else -emit_logits[t]))
+                 for t in range(T)) + sum(float(label_log_probs[t, g - 1, l]) for l, (t, g) in enumerate(zip(s, gaps)))
+        if lp > best_lp:
+            best, best_lp = s, lp
+    return best, best_lp
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 8])
+def test_viterbi_matches_enumeration(W):
+    from cbasr.losses import cb_viterbi_windowed
+
+    a, lp, il, tl = _batch(10 + W, W, pad_value=float("nan"))
+    times, log_prob = cb_viterbi_windowed(a, lp, il, tl)
+    for b in range(len(LENGTHS)):
+        T, L = int(il[b]), int(tl[b])
+        best, best_lp = _best_windowed_path(a[b, :T].detach(), lp[b, :T, :, :L].detach())
+        assert times[b, :L].tolist() == list(best) and (times[b, L:] == -1).all()
+        if math.isinf(best_lp):
+            assert math.isinf(float(log_prob[b]))
+        else:
+            assert float(log_prob[b]) == pytest.approx(best_lp, abs=1e-9)
+
+
+def test_posteriors_sum_over_gaps_and_match_enumeration():
+    from cbasr.losses import cb_posteriors_windowed
+
+    W = 2
+    a, lp, il, tl = _batch(3, W)
+    a, lp = a.detach(), lp.detach()
+    post = cb_posteriors_windowed(a, lp, il, tl)
+    for b in range(len(LENGTHS)):
+        T, L = int(il[b]), int(tl[b])
+        if L == 0:
+            continue
+        # Enumerated P(t_l = t | y): path weights of the admissible emission sets.
+        weights = {}
+        for s in ref.cb_emission_sets(T, L):
+            gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
+            if any(g > W for g in gaps):
+                continue
+            w = sum(float(torch.nn.functional.logsigmoid(a[b, t] if t in s else -a[b, t])) for t in range(T))
+            weights[s] = w + sum(float(lp[b, t, g - 1, l]) for l, (t, g) in enumerate(zip(s, gaps)))
+        if not weights:
+            continue
+        z = torch.logsumexp(torch.tensor(list(weights.values()), dtype=F64), 0)
+        expected = torch.zeros(T, L, dtype=F64)
+        for s, w in weights.items():
+            for l, t in enumerate(s):
+                expected[t, l] += math.exp(w - float(z))
+        torch.testing.assert_close(post[b, :T, :L], expected)
+        torch.testing.assert_close(post[b, :T, :L].sum(0), torch.ones(L, dtype=F64))
