@@ -15,6 +15,7 @@ the other): ``--threads 1`` (the default) is the fair setting there; the load av
     .venv/bin/python scripts/bench_search.py                      # 60 dev utterances, all models
     .venv/bin/python scripts/bench_search.py --utts 20 --models ctc cb_pointwise --beams 1 4
     .venv/bin/python scripts/bench_search.py --exp-dir recipes/synth/exp/blstm_ctc   # a trained model
+    .venv/bin/python scripts/bench_search.py --models cb_autoregressive --cb-search frame
 """
 
 import argparse
@@ -34,12 +35,14 @@ from cbasr.data.batching import BucketBatchSampler  # noqa: E402
 from cbasr.data.features import FeatureStore, load_cmvn  # noqa: E402
 from cbasr.data.manifest import read_manifest  # noqa: E402
 from cbasr.data.vocab import Vocabulary  # noqa: E402
-from cbasr.search import BeamSearchOptions, beam_search  # noqa: E402
+from cbasr.search import BeamSearchOptions, beam_search, cb_search_kind  # noqa: E402
 
 MODELS = {  # name -> Hydra overrides (on top of the recipe's encoder)
     "ctc": ["decoder=pointwise", "loss=ctc"],
     "cb_pointwise": ["decoder=pointwise", "loss=cb_marginal"],
     "cb_attention_emission": ["decoder=attention_emission", "loss=cb_marginal"],
+    "cb_autoregressive": ["decoder=autoregressive", "loss=cb_reinforce"],
+    "cb_autoregressive_luo": ["decoder=autoregressive_luo", "loss=forced_suffix"],
     "rnnt": ["decoder=transducer", "loss=rnnt"],
     "hat": ["decoder=hat", "loss=hat"],
 }
@@ -51,6 +54,8 @@ def _bias(model) -> torch.Tensor | None:
     d = model.decoder
     if hasattr(d, "emission"):
         return d.emission.net[-1].bias, 1.0
+    if hasattr(d, "emission_out"):
+        return d.emission_out.bias, 1.0
     if hasattr(d, "blank_encoder"):
         return d.blank_encoder.bias, -1.0
     if hasattr(d, "prediction"):
@@ -99,6 +104,8 @@ def main() -> None:
     parser.add_argument("--utts", type=int, default=60, help="dev utterances decoded per setting")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--cb-search", choices=["auto", "frame", "label"], default="auto",
+                        help="CB models: which beam search (auto: label-synchronous for autoregressive decoders)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-frames", type=int, default=20000, help="input frames per batch")
     parser.add_argument("--exp-dir", type=Path, default=None,
@@ -122,14 +129,18 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
         for beam in [0] + args.beams:
             start, emitted = time.perf_counter(), 0
+            options = BeamSearchOptions(beam=max(beam, 1), cb_search=args.cb_search
+                                        if type(model).__name__ == "CBModel" else "auto")
             with torch.no_grad():
                 for x, lens in padded:
                     if beam == 0:
                         emitted += sum(len(y) for y in model.greedy_decode(x, lens))
                     else:
-                        emitted += sum(len(n[0].tokens) for n in beam_search(model, x, lens, BeamSearchOptions(beam)))
+                        emitted += sum(len(n[0].tokens) for n in beam_search(model, x, lens, options))
             seconds = time.perf_counter() - start
             search = "greedy" if beam == 0 else f"beam {beam}"
+            if beam and type(model).__name__ == "CBModel":
+                search += f" ({cb_search_kind(model, options)})"
             print(f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | {seconds / audio:.4f} | "
                   f"{emitted / ref_labels:.2f} |", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")

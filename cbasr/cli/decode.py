@@ -4,6 +4,7 @@
     cbasr-decode ... --beam 8                                     # beam search -> decode/<split>_beam8
     cbasr-decode ... --beam 8 --lm exp/lm --lm-weight 0.3         # shallow fusion (LSTM LM or ARPA file)
     cbasr-decode ... --beam 8 --lm lm.arpa --lm-weight 1 --am-weight 2.5 --ilm-weight 0.9   # HAT eq. (9)
+    cbasr-decode ... --beam 8 --cb-search frame      # autoregressive CB: frame- instead of label-synchronous
 
 The search settings go to ``decode.json``; an existing decoding with the same checkpoint and
 settings is skipped (``--force`` redoes it).
@@ -19,7 +20,7 @@ from cbasr.cli.common import setup_logging
 from cbasr.cli.score import decode_dir_name
 from cbasr.engines.decode import Experiment, decode_settings, decode_split, is_decoded
 from cbasr.engines.trainer import select_device
-from cbasr.search import BeamSearchOptions, check_options, load_language_model
+from cbasr.search import CB_SEARCHES, BeamSearchOptions, check_options, load_language_model
 
 log = logging.getLogger("cbasr-decode")
 
@@ -39,6 +40,8 @@ def default_tag(args) -> str | None:
         tag += f"_bonus{args.label_bonus:g}"
     if args.length_norm:
         tag += "_norm"
+    if args.cb_search != "auto":
+        tag += f"_{args.cb_search}"
     return tag
 
 
@@ -48,7 +51,8 @@ def search_options(args) -> BeamSearchOptions | None:
         raise SystemExit(f"cbasr-decode: --beam must be 0 (greedy) or a beam width >= 1, got {args.beam}")
     beam_only = {"--lm": args.lm is not None, "--ilm-weight": args.ilm_weight != 0.0,
                  "--am-weight": args.am_weight != 1.0, "--label-bonus": args.label_bonus != 0.0,
-                 "--length-norm": args.length_norm, "--max-symbols": args.max_symbols is not None}
+                 "--length-norm": args.length_norm, "--max-symbols": args.max_symbols is not None,
+                 "--cb-search": args.cb_search != "auto"}
     if args.beam == 0:
         given = [name for name, set_ in beam_only.items() if set_]
         if given:
@@ -60,7 +64,8 @@ def search_options(args) -> BeamSearchOptions | None:
         return BeamSearchOptions(beam=args.beam, am_weight=args.am_weight,
                                  lm_weight=args.lm_weight if args.lm is not None else 0.0,
                                  ilm_weight=args.ilm_weight, label_bonus=args.label_bonus,
-                                 length_norm=args.length_norm, max_symbols=args.max_symbols)
+                                 length_norm=args.length_norm, max_symbols=args.max_symbols,
+                                 cb_search=args.cb_search)
     except ValueError as e:
         raise SystemExit(f"cbasr-decode: {e}") from None
 
@@ -88,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     search.add_argument("--length-norm", action="store_true", help="rank final hypotheses by score per label")
     search.add_argument("--max-symbols", type=int, default=None,
                         help="transducers: most labels per frame (default: the model's)")
+    search.add_argument("--cb-search", choices=CB_SEARCHES, default="auto",
+                        help="CB models: frame-synchronous prefix search or label-synchronous search (default "
+                             "auto: label for autoregressive decoders, frame for the others)")
     search.add_argument("--tag", default=None,
                         help="output to decode/<split>_<tag> (default: beam<N>[_lm<w>...] for beam search)")
     args = parser.parse_args(argv)

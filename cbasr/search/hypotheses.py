@@ -19,7 +19,9 @@ uses the unnormalised score).
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["BeamSearchOptions", "Hypothesis"]
+__all__ = ["BeamSearchOptions", "Hypothesis", "CB_SEARCHES"]
+
+CB_SEARCHES = ("auto", "frame", "label")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class BeamSearchOptions:
         length_norm: rank final hypotheses by score per label.
         max_symbols: transducers: most labels emitted on one frame (``None``: the model's own
             ``max_symbols``).
+        cb_search: CB models: ``"frame"`` (the time-synchronous prefix search), ``"label"``
+            (the label-synchronous search, autoregressive decoders only) or ``"auto"``: label
+            for autoregressive decoders, frame for the others.
     """
 
     beam: int | None = 4
@@ -47,6 +52,7 @@ class BeamSearchOptions:
     label_bonus: float = 0.0
     length_norm: bool = False
     max_symbols: int | None = None
+    cb_search: str = "auto"
 
     def __post_init__(self):
         if self.beam is not None and self.beam < 1:
@@ -55,6 +61,8 @@ class BeamSearchOptions:
             raise ValueError(f"nbest must be >= 1 (or None for the whole beam), got {self.nbest}")
         if self.max_symbols is not None and self.max_symbols < 1:
             raise ValueError(f"max_symbols must be >= 1, got {self.max_symbols}")
+        if self.cb_search not in CB_SEARCHES:
+            raise ValueError(f"cb_search must be one of {', '.join(CB_SEARCHES)}, got {self.cb_search!r}")
         if self.am_weight <= 0:
             raise ValueError(f"am_weight (lambda_1) must be positive, got {self.am_weight}")
 

@@ -9,9 +9,10 @@ from cbasr.search.conditional_bernoulli import cb_beam_search
 from cbasr.search.ctc import ctc_prefix_beam_search
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
+from cbasr.search.label_synchronous import cb_label_beam_search
 from cbasr.search.transducer import transducer_beam_search
 
-__all__ = ["beam_search", "check_options", "search_family"]
+__all__ = ["beam_search", "check_options", "search_family", "cb_search_kind"]
 
 
 def search_family(model) -> str:
@@ -25,9 +26,23 @@ def search_family(model) -> str:
     raise TypeError(f"no beam search for {type(model).__name__}")
 
 
+def cb_search_kind(model, options: BeamSearchOptions) -> str:
+    """``"frame"`` or ``"label"``: which search decodes a CB ``model`` with ``options``
+    (``cb_search="auto"``: label-synchronous for autoregressive decoders, whose label terms
+    read every earlier emission time, frame-synchronous for the others)."""
+    if options.cb_search != "auto":
+        return options.cb_search
+    return "label" if model.decoder.order == "history" else "frame"
+
+
 def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> None:
     """Refuse option combinations that do not apply to ``model``, naming the option."""
     family = search_family(model)
+    if options.cb_search != "auto" and family != "cb":
+        raise ValueError(f"--cb-search applies to CB models only; this is a {family} model")
+    if family == "cb" and cb_search_kind(model, options) == "label" and model.decoder.order != "history":
+        raise ValueError("--cb-search label needs an autoregressive decoder; the frame-synchronous search is "
+                         f"exact for this one ({type(model.decoder).__name__}, order {model.decoder.order})")
     if options.ilm_weight != 0 and not (family == "transducer" and model.criterion == "hat"):
         raise ValueError(f"--ilm-weight (HAT eq. 9's lambda_2) needs a HAT model; this is a {family} model"
                          + (f" ({model.criterion})" if family == "transducer" else ""))
@@ -58,6 +73,8 @@ def beam_search(model, feats: torch.Tensor, feat_lens: torch.Tensor, options: Be
         return ctc_prefix_beam_search(log_probs, lens, options, lm)
     h, lens = model.encoder(feats, feat_lens)
     if family == "cb":
+        if cb_search_kind(model, options) == "label":
+            return cb_label_beam_search(model.decoder, h, lens, options, lm)
         return cb_beam_search(model.decoder, h, lens, options, lm)
     if options.max_symbols is None:
         options = dataclasses.replace(options, max_symbols=model.max_symbols)

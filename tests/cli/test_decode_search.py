@@ -22,6 +22,8 @@ def _args(exp, tone_data, *extra):
     (["--beam", "2", "--lm-weight", "0.3"], "--lm-weight needs --lm"),
     (["--beam", "2", "--ilm-weight", "0.3"], "--ilm-weight .* needs a HAT model; this is a cb model"),
     (["--beam", "2", "--am-weight", "0"], "am_weight \\(lambda_1\\) must be positive"),
+    (["--cb-search", "frame"], "--cb-search need a beam search"),
+    (["--beam", "2", "--cb-search", "label"], "--cb-search label needs an autoregressive decoder"),
 ])
 def test_options_that_do_not_apply_are_named(tone_data, tmp_path, capsys, extra, message):
     exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
@@ -36,6 +38,6 @@ def test_hat_weights_reach_decode_json_and_name_the_directory(tone_data, tmp_pat
     info = json.loads((exp / "decode/dev_beam3_am2.5_ilm0.9/decode.json").read_text())
     assert info["settings"] == {"search": "beam", "beam": 3, "nbest": 1, "am_weight": 2.5, "lm_weight": 0.0,
                                 "ilm_weight": 0.9, "label_bonus": 0.0, "length_norm": False, "max_symbols": 2,
-                                "lm": None}
+                                "cb_search": "auto", "lm": None}
     decode.main(_args(exp, tone_data, "--beam", "3", "--tag", "mine"))
     assert json.loads((exp / "decode/dev_mine/decode.json").read_text())["settings"]["max_symbols"] == 3
