@@ -15,7 +15,7 @@ the other): ``--threads 1`` (the default) is the fair setting there; the load av
     .venv/bin/python scripts/bench_search.py                      # 60 dev utterances, all models
     .venv/bin/python scripts/bench_search.py --utts 20 --models ctc cb_pointwise --beams 1 4
     .venv/bin/python scripts/bench_search.py --exp-dir recipes/synth/exp/blstm_ctc   # a trained model
-    .venv/bin/python scripts/bench_search.py --models cb_autoregressive --cb-search frame
+    .venv/bin/python scripts/bench_search.py --models cb_autoregressive --cb-search label
 """
 
 import argparse
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--cb-search", choices=["auto", "frame", "label"], default="auto",
-                        help="CB models: which beam search (auto: label-synchronous for autoregressive decoders)")
+                        help="CB models: which beam search (auto: frame-synchronous)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-frames", type=int, default=20000, help="input frames per batch")
     parser.add_argument("--exp-dir", type=Path, default=None,

@@ -4,7 +4,7 @@
     cbasr-decode ... --beam 8                                     # beam search -> decode/<split>_beam8
     cbasr-decode ... --beam 8 --lm exp/lm --lm-weight 0.3         # shallow fusion (LSTM LM or ARPA file)
     cbasr-decode ... --beam 8 --lm lm.arpa --lm-weight 1 --am-weight 2.5 --ilm-weight 0.9   # HAT eq. (9)
-    cbasr-decode ... --beam 8 --cb-search frame      # autoregressive CB: frame- instead of label-synchronous
+    cbasr-decode ... --beam 8 --cb-search label      # autoregressive CB: label- instead of frame-synchronous
 
 The search settings go to ``decode.json``; an existing decoding with the same checkpoint and
 settings is skipped (``--force`` redoes it).
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     search.add_argument("--max-symbols", type=int, default=None,
                         help="transducers: most labels per frame (default: the model's)")
     search.add_argument("--cb-search", choices=CB_SEARCHES, default="auto",
-                        help="CB models: frame-synchronous prefix search or label-synchronous search (default "
-                             "auto: label for autoregressive decoders, frame for the others)")
+                        help="CB models: frame-synchronous prefix search or label-synchronous search (autoregressive "
+                             "decoders only; default auto: frame)")
     search.add_argument("--tag", default=None,
                         help="output to decode/<split>_<tag> (default: beam<N>[_lm<w>...] for beam search)")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ utterance, the ``beam`` best rows and sums the candidates that reach the same st
 - ``order == "history"`` (autoregressive decoders, label terms reading every earlier emission
   time): rows are merged by prefix as for memoryless decoders, keeping the decoder state of
   the more probable path: an approximation, no exactness claim (the label-synchronous search
-  of :mod:`cbasr.search.label_synchronous`, their default, is exact without pruning).
+  of :mod:`cbasr.search.label_synchronous`, ``cb_search="label"``, is exact without pruning).
 
 With ``beam=1``, no LM and no label bonus, each frame keeps the better of "stay" and "emit the
 best label": the model's greedy search (:meth:`~cbasr.models.CBModel.greedy_decode`), tested

@@ -40,8 +40,8 @@ class BeamSearchOptions:
         max_symbols: transducers: most labels emitted on one frame (``None``: the model's own
             ``max_symbols``).
         cb_search: CB models: ``"frame"`` (the time-synchronous prefix search), ``"label"``
-            (the label-synchronous search, autoregressive decoders only) or ``"auto"``: label
-            for autoregressive decoders, frame for the others.
+            (the label-synchronous search, autoregressive decoders only) or ``"auto"``
+            (frame, see :func:`cbasr.search.cb_search_kind`).
     """
 
     beam: int | None = 4

@@ -129,7 +129,7 @@ def test_a_pruned_beam_collects_part_of_the_mass(emission):
 def test_batch_and_padding_change_nothing(name):
     model = tiny.build(name, seed=4)
     feats, lens = tiny.batch(seed=5)
-    options = BeamSearchOptions(beam=4, nbest=2)
+    options = BeamSearchOptions(beam=4, nbest=2, cb_search="label")
     together = beam_search(model, feats, lens, options)
     assert any(len(n[0].tokens) > 2 for n in together)
     for b in range(len(lens)):
@@ -138,18 +138,21 @@ def test_batch_and_padding_change_nothing(name):
         assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
 
 
-def test_autoregressive_models_are_searched_label_synchronously_by_default():
-    """``cb_search="auto"`` picks the label-synchronous search for autoregressive decoders; the
-    frame-synchronous one stays available, and asking for the label search on a memoryless
-    decoder is refused with the reason."""
+def test_the_label_synchronous_search_is_chosen_by_option():
+    """``cb_search="label"`` runs the label-synchronous search through ``beam_search``; the
+    default (``"auto"``) and ``"frame"`` run the frame-synchronous one, a different search; the
+    label search on a memoryless decoder is refused with the reason."""
     model = tiny.build("autoregressive", seed=6, shift=0.0)  # emits on some frames only
     feats, lens = tiny.batch(seed=7)
     h, enc_lens = model.encoder(feats, lens)
     options = BeamSearchOptions(beam=3, nbest=3)
-    auto = beam_search(model, feats, lens, options)
+    chosen = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, cb_search="label"))
     label = cb_label_beam_search(model.decoder, h, enc_lens, options)
-    assert [[(x.tokens, x.am_score) for x in n] for n in auto] == [[(x.tokens, x.am_score) for x in n] for n in label]
+    assert [[(x.tokens, x.am_score) for x in n] for n in chosen] == \
+        [[(x.tokens, x.am_score) for x in n] for n in label]
+    auto = beam_search(model, feats, lens, options)
     frame = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, cb_search="frame"))
+    assert [[(x.tokens, x.am_score) for x in n] for n in auto] == [[(x.tokens, x.am_score) for x in n] for n in frame]
     # a different search: the same words may win, but from different sets of alignments
     assert [[(x.tokens, round(x.am_score, 4)) for x in n] for n in frame] != \
         [[(x.tokens, round(x.am_score, 4)) for x in n] for n in label]
