@@ -117,6 +117,7 @@ class TransducerDecoderConfig:
     context: int = -1  # prediction network: -1 LSTM, or the last N labels (HAT Table 2)
     joint_dim: int = 128
     dropout: float = 0.1
+    blank_joint: str = "tanh"  # HAT blank logit: tanh (a unit of the joint) | linear (eq. 5 literally)
 
 
 @dataclass

@@ -50,7 +50,7 @@ def hat_internal_lm_step(decoder: TransducerDecoder, state: dict) -> torch.Tenso
     """HAT's internal LM for the next label of each row, ``log softmax(J(g2_u))`` (section 3.2),
     ``(N, V - 1)``: :meth:`TransducerDecoder.internal_lm_log_probs` one step at a time, from the
     prediction network output ``g`` the search state holds (tested equal)."""
-    return decoder.out(decoder.label_proj(state["g"])).log_softmax(dim=-1)
+    return decoder.internal_lm_step(state["g"])
 
 
 def _log_add(a: float, b: float) -> float:

@@ -24,6 +24,8 @@ DECODERS = {
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
     "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 8, "hidden": 16,
                      "joint_dim": 16},
+    "hat_linear": {"name": "transducer", "joint": "hat", "blank_joint": "linear", "embed_dim": 8, "hidden": 16,
+                   "joint_dim": 16},
 }
 DECODERS["autoregressive_luo"] = {**DECODERS["autoregressive"], "emission": "decoder"}
 LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"},
@@ -43,6 +45,7 @@ ALLOWED = {
     "transducer": {"rnnt"},
     "hat": {"hat"},
     "hat_context1": {"hat"},
+    "hat_linear": {"hat"},
 }
 PAIRS = [(d, l) for d in DECODERS for l in LOSSES]
 
@@ -145,7 +148,7 @@ def _decoding_scores_transducer(model, feats, lens, targets):
 
 @pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("attention_emission", "cb_marginal"),
                                           ("monotonic", "cb_marginal"), ("transducer", "rnnt"), ("hat", "hat"),
-                                          ("hat_context1", "hat")])
+                                          ("hat_context1", "hat"), ("hat_linear", "hat")])
 def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder, loss):
     """An independent path through the model: a plain dynamic programme over the scores that
     greedy search uses equals the loss the trainer minimises."""

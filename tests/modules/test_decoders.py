@@ -155,11 +155,12 @@ def test_variable_window_forbids_gaps_beyond_the_window_when_decoding():
     assert torch.isneginf(log_probs).all()
 
 
-@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("joint,blank_joint", [("rnnt", "tanh"), ("hat", "tanh"), ("hat", "linear")])
 @pytest.mark.parametrize("context", [-1, 0, 2])
-def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, context):
+def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, blank_joint, context):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, context=context, joint_dim=6).eval()
+    decoder = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, context=context, joint_dim=6,
+                                blank_joint=blank_joint).eval()
     B, T, U = 2, 5, 3
     h, lens, targets = torch.randn(B, T, D), torch.tensor([T, T]), torch.randint(1, V, (B, U))
     out = decoder(h, lens, targets)
@@ -180,13 +181,21 @@ def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, context
             state = decoder.commit(state, torch.ones(B, dtype=torch.bool), targets[:, u])
 
 
-def test_hat_internal_lm_drops_the_encoder():
+@pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
+def test_hat_internal_lm_drops_the_encoder(blank_joint):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6).eval()
+    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6, blank_joint=blank_joint).eval()
     targets = torch.randint(1, V, (2, 3))
     ilm = decoder.internal_lm_log_probs(targets)  # (B, U + 1, V - 1)
     g2 = decoder.label_proj(decoder.prediction(targets))
-    torch.testing.assert_close(ilm, decoder.out(g2).log_softmax(-1))
+    label_units = decoder.out(g2)[..., -(V - 1):]  # the tanh blank is unit 0, not a label
+    torch.testing.assert_close(ilm, label_units.log_softmax(-1))
+    # the label units are the ones the joint's label distribution uses with the encoder side
+    h = torch.zeros(2, 1, D)
+    with torch.no_grad():
+        decoder.encoder_proj.weight.zero_()
+        decoder.encoder_proj.bias.zero_()
+    torch.testing.assert_close(decoder(h, torch.tensor([1, 1]), targets)[1][:, 0], ilm)
     torch.testing.assert_close(ilm.exp().sum(-1), torch.ones(2, 4))
     with pytest.raises(TypeError, match="HAT joint only"):
         TransducerDecoder(D, V, joint="rnnt").internal_lm_log_probs(targets)
@@ -256,10 +265,12 @@ def test_reordered_states_decode_like_the_rows_they_copy(name):
         torch.testing.assert_close(decoder.candidates(single, 3)[1], after[row:row + 1])
 
 
+@pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
 @pytest.mark.parametrize("context", [-1, 2])
-def test_reordered_transducer_states_score_like_their_rows(context):
+def test_reordered_transducer_states_score_like_their_rows(context, blank_joint):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, context=context, joint_dim=6).eval()
+    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, context=context, joint_dim=6,
+                                blank_joint=blank_joint).eval()
     h = torch.randn(3, 4, D)
     state = decoder.commit(decoder.begin(h, torch.tensor([4, 4, 4])), torch.tensor([True, False, True]),
                            torch.tensor([2, 1, 5]))

@@ -53,7 +53,7 @@ def arpa_scorer(tmp_path_factory):
 
 
 def _model(decoder, loss):
-    if decoder == "transducer":
+    if decoder in ("transducer", "hat"):
         return tiny.build(decoder, loss, seed=1, shift=1.0)
     return tiny.build(decoder, loss, seed=2, shift=1.5)
 

@@ -16,8 +16,11 @@ D, V = 4, 3
 
 
 def _decoder(joint: str, seed: int = 0) -> TransducerDecoder:
+    """``joint``: ``"rnnt"``, ``"hat"`` (blank unit of the joint) or ``"hat_linear"`` (eq. 5)."""
     torch.manual_seed(seed)
-    return TransducerDecoder(D, V, joint=joint, embed_dim=3, hidden=4, joint_dim=4).double().eval()
+    blank_joint = "linear" if joint == "hat_linear" else "tanh"
+    return TransducerDecoder(D, V, joint=joint.removesuffix("_linear"), embed_dim=3, hidden=4, joint_dim=4,
+                             blank_joint=blank_joint).double().eval()
 
 
 def _lattice(decoder: TransducerDecoder, h: torch.Tensor, y: tuple) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +50,7 @@ def _nll(decoder: TransducerDecoder, h: torch.Tensor, seqs: list) -> list[float]
         return hat_nll(blank, log_probs, targets - 1, lens, target_lens).tolist()
 
 
-@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("joint", ["rnnt", "hat", "hat_linear"])
 def test_exhaustive_search_sums_the_capped_lattice_exactly(joint):
     """Without pruning, the search returns every sequence of at most ``T * cap`` labels with the
     sum over its lattice paths having at most ``cap`` labels per frame (enumerated), which is
@@ -72,7 +75,7 @@ def test_exhaustive_search_sums_the_capped_lattice_exactly(joint):
     assert small.tokens == hyps[0].tokens and small.am_score <= capped[tuple(small.tokens)] + 1e-9
 
 
-@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("joint", ["rnnt", "hat", "hat_linear"])
 @pytest.mark.parametrize("cap,beam", [(2, 3), (1, 2)])
 def test_a_pruned_beam_equals_the_plain_reference_search(joint, cap, beam):
     """With pruning, the batched search (rows, snapshots, merging, joint pruning, the final
@@ -101,7 +104,7 @@ def test_a_pruned_beam_equals_the_plain_reference_search(joint, cap, beam):
         assert list(got.values()) == pytest.approx(list(expected.values()), abs=1e-9)
 
 
-@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+@pytest.mark.parametrize("joint", ["rnnt", "hat", "hat_linear"])
 def test_on_one_frame_every_beam_score_is_the_exact_probability(joint):
     """One frame: each label sequence has a single lattice path, so even a pruned beam's scores
     are exact: log P(y | x) of the training loss."""

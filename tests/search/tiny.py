@@ -21,13 +21,15 @@ DECODERS = {
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "hat_linear": {"name": "transducer", "joint": "hat", "blank_joint": "linear", "embed_dim": 4, "hidden": 8,
+                   "joint_dim": 8},
 }
 # decoder preset -> the loss that trains it here
 LOSS = {"pointwise": "cb_marginal", "autoregressive": "cb_reinforce", "autoregressive_luo": "forced_suffix",
         "monotonic": "cb_marginal", "monotonic_variable": "cb_marginal", "attention_emission": "cb_marginal",
-        "transducer": "rnnt", "hat": "hat", "hat_context1": "hat"}
+        "transducer": "rnnt", "hat": "hat", "hat_context1": "hat", "hat_linear": "hat"}
 CB = ["pointwise", "autoregressive", "autoregressive_luo", "monotonic", "monotonic_variable", "attention_emission"]
-TRANSDUCERS = ["transducer", "hat", "hat_context1"]
+TRANSDUCERS = ["transducer", "hat", "hat_context1", "hat_linear"]
 FEATS, VOCAB = 6, 5
 
 
@@ -42,10 +44,14 @@ def build(decoder: str, loss: str | None = None, seed: int = 0, shift: float = 1
             d.emission.net[-1].bias.add_(shift)
         elif hasattr(d, "emission_out"):
             d.emission_out.bias.add_(shift)
-        elif hasattr(d, "blank_encoder"):  # HAT: a sharper blank, less likely
+        elif hasattr(d, "blank_encoder"):  # HAT, linear blank: a sharper blank, less likely
             d.blank_encoder.weight.mul_(5.0)
             d.blank_label.weight.mul_(5.0)
             d.blank_encoder.bias.sub_(shift)
+        elif getattr(d, "joint", None) == "hat":  # HAT, blank unit of the joint: frame-dependent
+            d.encoder_proj.weight.mul_(8.0)
+            d.out[-1].weight[0].mul_(5.0)
+            d.out[-1].bias[0].sub_(shift - 0.5)
         elif hasattr(d, "prediction"):  # RNN-T: sharper outputs, the blank up a little
             d.out[-1].weight.mul_(6.0)
             d.out[-1].bias[0].add_(shift / 2)
