@@ -33,6 +33,7 @@ LOSSES = {
     "ctc": (CTCModel, {}),
     "cb_marginal": (CBModel, {"criterion": "cb_marginal"}),
     "cb_reinforce": (CBModel, {"criterion": "cb_reinforce"}),
+    "cb_mc": (CBModel, {"criterion": "cb_mc"}),
     "forced_suffix": (CBModel, {"criterion": "forced_suffix"}),
     "rnnt": (TransducerModel, {"criterion": "rnnt"}),
     "hat": (TransducerModel, {"criterion": "hat"}),

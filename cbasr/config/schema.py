@@ -13,7 +13,8 @@ from omegaconf import MISSING
 __all__ = [
     "RNNEncoderConfig", "ConformerEncoderConfig", "PointwiseDecoderConfig", "AutoregressiveDecoderConfig",
     "MonotonicDecoderConfig", "AttentionEmissionDecoderConfig", "TransducerDecoderConfig", "CTCLossConfig",
-    "CBMarginalLossConfig", "CBReinforceLossConfig", "ForcedSuffixLossConfig", "TransducerLossConfig",
+    "CBMarginalLossConfig", "CBReinforceLossConfig", "CBMonteCarloLossConfig", "ForcedSuffixLossConfig",
+    "TransducerLossConfig",
     "SpecAugmentConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
     "register_configs",
 ]
@@ -143,6 +144,14 @@ class CBReinforceLossConfig:
 
 
 @dataclass
+class CBMonteCarloLossConfig:
+    """The Monte Carlo marginal log P(L) + log mean_m P(y | b_m), b_m ~ P(b | L), VIMCO gradient."""
+
+    name: str = "cb_mc"
+    num_samples: int = 16  # samples per utterance, >= 2
+
+
+@dataclass
 class ForcedSuffixLossConfig:
     """Luo et al.'s REINFORCE with forced-suffix samples (CB paper eq. 1)."""
 
@@ -251,6 +260,7 @@ def register_configs() -> None:
     cs.store(group="loss", name="ctc_schema", node=CTCLossConfig)
     cs.store(group="loss", name="cb_marginal_schema", node=CBMarginalLossConfig)
     cs.store(group="loss", name="cb_reinforce_schema", node=CBReinforceLossConfig)
+    cs.store(group="loss", name="cb_mc_schema", node=CBMonteCarloLossConfig)
     cs.store(group="loss", name="forced_suffix_schema", node=ForcedSuffixLossConfig)
     cs.store(group="loss", name="transducer_schema", node=TransducerLossConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)

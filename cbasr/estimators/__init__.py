@@ -8,6 +8,9 @@ or, for decoders that look at earlier emission times, as a callable from sampled
 - :func:`cb_expected_reward`: ``R`` exactly for memoryless rewards (eq. 15); the oracle.
 - :func:`cb_reinforce`: REINFORCE with CB samples, ``"global"`` (eq. 21), ``"idb"`` (eq. 23),
   ``"bb"`` (eq. 28) or ``"mbb"`` (eq. 29); :func:`cb_reinforce_from_samples` at given samples.
+- :func:`cb_monte_carlo_marginal`: the Monte Carlo marginal ``log P(L) + log (1/M) sum_m
+  P(y | b_m)``, which tends to the exact marginal (eq. 38) as ``M`` grows, with VIMCO's
+  leave-one-out gradient; :func:`cb_monte_carlo_marginal_from_samples` at given samples.
 - Baselines: ``"loo"``, :class:`RunningMeanBaseline`, :class:`LearnedBaseline`.
 - Luo et al.'s forced suffix (section 1): :func:`forced_suffix_sample` (eq. 48),
   :func:`forced_suffix_marginals` (eq. 3), :func:`forced_suffix_reinforce` (eq. 1).
@@ -36,6 +39,10 @@ from cbasr.estimators.continuous_relaxations import (
     straight_through_cb,
 )
 from cbasr.estimators.expected_reward import cb_expected_reward
+from cbasr.estimators.monte_carlo_marginal import (
+    cb_monte_carlo_marginal,
+    cb_monte_carlo_marginal_from_samples,
+)
 from cbasr.estimators.forced_suffix import (
     forced_suffix_marginals,
     forced_suffix_reinforce,
@@ -53,6 +60,8 @@ __all__ = [
     "cb_expected_reward",
     "cb_reinforce",
     "cb_reinforce_from_samples",
+    "cb_monte_carlo_marginal",
+    "cb_monte_carlo_marginal_from_samples",
     "RunningMeanBaseline",
     "LearnedBaseline",
     "forced_suffix_sample",

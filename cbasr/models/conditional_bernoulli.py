@@ -11,11 +11,18 @@ the decoder gives the emission logits and the label terms (see
   bounded (eq. 28) or marginal bounded (eq. 29) estimator; any decoder whose emissions come
   from the encoder, except the bounded-window second-order one (its samples would need to
   respect the window), MBB for memoryless ones only.
+- ``"cb_mc"``: the Monte Carlo marginal ``log P(L) + log (1/M) sum_m P(y | b_m)`` with exact
+  CB samples, the sampled criterion the CB paper's experiments train; it tends to the exact
+  marginal as ``M`` grows (VIMCO gradient, :mod:`cbasr.estimators.monte_carlo_marginal`). The
+  same decoders as ``cb_reinforce``.
 - ``"forced_suffix"``: Luo et al.'s REINFORCE with forced-suffix samples (eq. 1), biased for
-  the CB objective (section 1), with an entropy bonus.
+  the CB objective (section 1), with an entropy penalty on the emissions (Luo et al.).
 
-For the sampled criteria the reported ``nll`` is minus the Monte Carlo value of the
-objective, a stochastic lower bound on ``log P(y)`` (Jensen).
+In training mode the sampled criteria report ``nll`` as minus the Monte Carlo value of their
+objective, a stochastic lower bound on ``log P(y)`` (Jensen). In evaluation mode every
+criterion reports the exact ``-log P(y)`` (eq. 38, or its second-order form) whenever the
+decoder has one, so validation losses compare across criteria; only the autoregressive
+decoders, which have no exact marginal, keep the sampled value.
 
 Greedy decoding is frame-synchronous: at each frame the model emits the best next label when
 ``log P(B_t = 1) + max_y log P(y | ...)`` beats ``log P(B_t = 0)``.
@@ -28,6 +35,7 @@ from cbasr.estimators import (
     ESTIMATORS,
     ProposalSampler,
     RunningMeanBaseline,
+    cb_monte_carlo_marginal,
     cb_reinforce,
     forced_suffix_reinforce,
     forced_suffix_reinforce_from_samples,
@@ -39,7 +47,7 @@ from cbasr.modules.label_context import START
 
 __all__ = ["CBModel", "emission_rate_stats", "CRITERIA", "BASELINES"]
 
-CRITERIA = ("cb_marginal", "cb_reinforce", "forced_suffix")
+CRITERIA = ("cb_marginal", "cb_reinforce", "cb_mc", "forced_suffix")
 BASELINES = ("none", "loo", "running_mean")
 
 
@@ -56,11 +64,12 @@ class CBModel(AsrModel):
 
     Args:
         encoder, decoder: the modules; ``decoder`` is a :class:`CBDecoder`.
-        criterion: ``"cb_marginal"``, ``"cb_reinforce"`` or ``"forced_suffix"``.
+        criterion: ``"cb_marginal"``, ``"cb_reinforce"``, ``"cb_mc"`` or ``"forced_suffix"``.
         estimator: for ``cb_reinforce``: ``"global"``, ``"idb"``, ``"bb"`` or ``"mbb"``.
-        num_samples: Monte Carlo samples per utterance (sampled criteria).
+        num_samples: Monte Carlo samples per utterance (sampled criteria; ``cb_mc``: >= 2).
         baseline: ``"none"``, ``"loo"`` (leave one out; ``num_samples >= 2``) or
-            ``"running_mean"`` (sampled criteria).
+            ``"running_mean"`` (``cb_reinforce`` and ``forced_suffix``; ``cb_mc`` always uses
+            VIMCO's leave-one-out baseline).
         entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus.
     """
 
@@ -70,6 +79,8 @@ class CBModel(AsrModel):
         reason = self.supports(decoder, criterion, estimator)
         if reason:
             raise ValueError(reason)
+        if criterion == "cb_mc" and num_samples < 2:
+            raise ValueError(f"num_samples must be >= 2 for cb_mc (VIMCO leaves one sample out), got {num_samples}")
         if criterion != "cb_marginal":
             if num_samples < 1 or (baseline == "loo" and num_samples < 2):
                 raise ValueError(f"num_samples must be >= 1 (>= 2 with baseline='loo'), got {num_samples}")
@@ -108,7 +119,9 @@ class CBModel(AsrModel):
         return emit_logits, label_terms, lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
-        if self.criterion == "cb_marginal":
+        exact_available = self.decoder.order != "history" and not getattr(self.decoder, "autoregressive_emissions",
+                                                                          False)
+        if self.criterion == "cb_marginal" or (exact_available and not self.training):
             emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
             marginal = cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
             nll = marginal(emit_logits, label_terms, lens, target_lens)
@@ -121,6 +134,8 @@ class CBModel(AsrModel):
         if self.criterion == "cb_reinforce":
             estimate = cb_reinforce(emit_logits, target_lens, rewards, lens, self.estimator, self.num_samples,
                                     baseline)
+        elif self.criterion == "cb_mc":
+            estimate = cb_monte_carlo_marginal(emit_logits, target_lens, rewards, lens, self.num_samples)
         else:
             estimate = forced_suffix_reinforce(emit_logits, target_lens, rewards, lens, self.num_samples,
                                                baseline, self.entropy_weight)

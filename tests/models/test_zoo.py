@@ -31,13 +31,14 @@ DECODERS["autoregressive_luo"] = {**DECODERS["autoregressive"], "emission": "dec
 LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"},
           "cb_reinforce": {"name": "cb_reinforce", "estimator": "idb", "num_samples": 4},
           "cb_reinforce_mbb": {"name": "cb_reinforce", "estimator": "mbb", "num_samples": 4},
+          "cb_mc": {"name": "cb_mc", "num_samples": 4},
           "forced_suffix": {"name": "forced_suffix", "num_samples": 4},
           "rnnt": {"name": "rnnt"}, "hat": {"name": "hat"}}
-SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "forced_suffix"}
+SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "cb_mc", "forced_suffix"}
 # The specification (issue 6; CB paper sections 2.2, 2.4 and 5.2): which loss trains which decoder.
 ALLOWED = {
     "pointwise": {"ctc", "cb_marginal"} | SAMPLED,
-    "autoregressive": {"cb_reinforce", "forced_suffix"},  # no exact marginal, no MBB
+    "autoregressive": {"cb_reinforce", "cb_mc", "forced_suffix"},  # no exact marginal, no MBB
     "autoregressive_luo": {"forced_suffix"},  # emissions read the decoder state
     "monotonic": {"cb_marginal"} | SAMPLED,
     "monotonic_variable": {"cb_marginal"},  # gaps beyond the window have probability 0: no sampling
