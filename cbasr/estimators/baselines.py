@@ -6,9 +6,14 @@ does not depend on the step's own outcome or later ones, since
 ``E[c_s d log q_s | history] = c_s d E[1 | history] = 0`` (the argument of eq. 25). Three
 kinds, passed as ``baseline=`` to the estimators:
 
-- ``"loo"``: leave-one-out over the ``M`` samples of an utterance: sample ``m``'s step ``s``
-  gets the mean return of the other ``M - 1`` samples at the same step. The samples are
-  independent, so it is a function of other samples only.
+- ``"loo"``: leave-one-out over the ``M`` samples of an utterance, per label: sample ``m``'s
+  step ``s`` gets ``n_{m,s}`` times the other ``M - 1`` samples' reward per covered label at
+  the same step, ``sum_{j != m} A_{j,s} / sum_{j != m} n_{j,s}``. The samples are
+  independent and ``n_{m,s}`` is fixed before step ``s`` is drawn, so it is unbiased; and
+  since it compares rewards per label, a constant reward gives a learning signal of exactly
+  0 for every estimator (a plain mean of the others' returns would not, where the samples
+  have different numbers of labels left at the same step: the ID-checking estimator's
+  frames, the forced suffix's frames).
 - :class:`RunningMeanBaseline`: an exponential running mean ``c`` of the per-label reward
   over past batches (Luo et al.'s running-average baseline), scaled by the number of labels
   the return covers (``c * n_s``; ``n_s`` is fixed by the history before step ``s``).
@@ -87,6 +92,39 @@ def leave_one_out(returns: torch.Tensor) -> torch.Tensor:
     return (returns.sum(0, keepdim=True) - returns) / (M - 1)
 
 
+def leave_one_out_per_label(returns: torch.Tensor, labels_covered: torch.Tensor) -> torch.Tensor:
+    """``(M, B, S)`` -> ``(M, B, S)``: ``n_{m,s}`` times the other ``M - 1`` samples' reward per
+    covered label at step ``s``, ``sum_{j != m} A_{j,s} / sum_{j != m} n_{j,s}`` (0 where the
+    others cover no label); ``labels_covered`` broadcasts to ``(M, B, S)``."""
+    if returns.shape[0] < 2:
+        raise ValueError("baseline='loo' needs num_samples >= 2 (it averages the other samples)")
+    covered = labels_covered.clamp(min=0).to(returns.dtype).expand_as(returns)
+    other_returns = returns.sum(0, keepdim=True) - returns  # (M, B, S)
+    other_labels = covered.sum(0, keepdim=True) - covered
+    per_label = torch.where(other_labels > 0, other_returns / other_labels.clamp(min=1), 0.0)
+    return covered * per_label
+
+
+def vimco_signals(log_weights: torch.Tensor) -> torch.Tensor:
+    """VIMCO's learning signals ``L^ - L^_{-m}`` for ``log_weights (M, B)``: ``(M, B)``.
+
+    ``L^ = log mean_m exp(f_m)`` and ``L^_{-m}`` is the same with ``f_m`` replaced by the mean
+    of the other ``M - 1`` values (Mnih & Rezende, 2016, "Variational Inference for Monte
+    Carlo Objectives", arXiv:1602.06725, eq. 10). Everything is computed relative to the
+    per-utterance maximum, so equal ``f_m`` give signals that are exactly 0.
+    """
+    M = log_weights.shape[0]
+    if M < 2:
+        raise ValueError("baseline='loo' (VIMCO's leave-one-out) needs num_samples >= 2")
+    f = log_weights.detach()
+    shifted = f - f.max(dim=0, keepdim=True).values  # (M, B), <= 0
+    others_mean = (shifted.sum(0, keepdim=True) - shifted) / (M - 1)  # (M, B)
+    weights = shifted.exp()
+    log_all = weights.sum(0, keepdim=True).log()  # (1, B)
+    log_without = (weights.sum(0, keepdim=True) - weights + others_mean.exp()).log()  # (M, B)
+    return log_all - log_without
+
+
 def baseline_values(
     baseline,
     returns: torch.Tensor,
@@ -119,7 +157,7 @@ def baseline_values(
                 "baseline must be None, 'loo', a RunningMeanBaseline or a tensor (B,); "
                 f"got {baseline!r}"
             )
-        return leave_one_out(returns), None
+        return leave_one_out_per_label(returns, labels_covered), None
     if isinstance(baseline, RunningMeanBaseline):
         value = baseline.mean.to(returns.dtype) * labels_covered
         baseline.update(per_label, label_valid)

@@ -43,8 +43,9 @@ from cbasr.estimators._common import (
     masked_logits,
     pad_times,
 )
+from cbasr.estimators.baselines import vimco_signals
 
-__all__ = ["cb_monte_carlo_marginal", "cb_monte_carlo_marginal_from_samples", "vimco_signals"]
+__all__ = ["cb_monte_carlo_marginal", "cb_monte_carlo_marginal_from_samples"]
 
 
 def cb_monte_carlo_marginal(
@@ -105,23 +106,6 @@ def cb_monte_carlo_marginal_from_samples(
     if times.dim() != 3 or times.shape[1:] != (len(total), L) or times.is_floating_point():
         raise ValueError(f"times must be int64 (M, B, L) = (*, {len(total)}, {L}); got {tuple(times.shape)}")
     return _estimate(emit_logits, total, rewards, input_lengths, times)
-
-
-def vimco_signals(log_weights: torch.Tensor) -> torch.Tensor:
-    """VIMCO's learning signals ``L^ - L^_{-m}`` for ``log_weights (M, B)``: ``(M, B)``.
-
-    ``L^ = log mean_m exp(f_m)`` and ``L^_{-m}`` is the same with ``f_m`` replaced by the mean
-    of the other ``M - 1`` values (Mnih & Rezende, 2016, eq. 10). Everything is computed
-    relative to the per-utterance maximum, so equal ``f_m`` give signals that are exactly 0.
-    """
-    M = log_weights.shape[0]
-    f = log_weights.detach()
-    shifted = f - f.max(dim=0, keepdim=True).values  # (M, B), <= 0
-    others_mean = (shifted.sum(0, keepdim=True) - shifted) / (M - 1)  # (M, B)
-    weights = shifted.exp()
-    log_all = weights.sum(0, keepdim=True).log()  # (1, B)
-    log_without = (weights.sum(0, keepdim=True) - weights + others_mean.exp()).log()  # (M, B)
-    return log_all - log_without
 
 
 def _check_num_samples(num_samples: int) -> None:

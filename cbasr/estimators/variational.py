@@ -32,7 +32,7 @@ from cbasr.estimators._common import (
     reward_to_go,
     score_surrogate,
 )
-from cbasr.estimators.baselines import leave_one_out
+from cbasr.estimators.baselines import leave_one_out, vimco_signals
 from cbasr.estimators.proposals import PROPOSALS, proposal_sample
 
 __all__ = ["variational_lower_bound", "multi_sample_lower_bound"]
@@ -167,12 +167,7 @@ def multi_sample_lower_bound(
     if baseline is None:
         base = torch.zeros_like(fixed)
     elif baseline == "loo":
-        others = leave_one_out(fixed.unsqueeze(-1)).squeeze(-1)  # mean of the other s_j
-        # logsumexp with s_k replaced by ``others[k]``, for every k at once.
-        swapped = fixed.unsqueeze(0).expand(K, K, -1).clone()  # [k, j, b] = s_j
-        index = torch.arange(K, device=fixed.device)
-        swapped[index, index] = others
-        base = torch.logsumexp(swapped, 1) - math.log(K)  # (K, B)
+        base = bound.detach().unsqueeze(0) - vimco_signals(fixed)  # (K, B): s_k swapped for the others' mean
     else:
         raise ValueError(f"baseline must be None or 'loo'; got {baseline!r}")
     coefficients = (bound.detach().unsqueeze(0) - base).unsqueeze(-1)  # (K, B, 1)

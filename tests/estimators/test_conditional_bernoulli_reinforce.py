@@ -294,3 +294,28 @@ def _nan_at(times, index):
     out = torch.zeros(times.shape, dtype=F64)
     out[index] = float("nan")
     return out
+
+
+CONSTANT = -1.7
+CONSTANT_BASELINES = {  # every control variate, at what it would learn from a constant reward
+    "loo": lambda B: "loo",
+    "running": lambda B: _running_mean_at(CONSTANT),
+    "learned": lambda B: torch.full((B,), CONSTANT, dtype=F64),
+}
+
+
+@pytest.mark.parametrize("baseline", list(CONSTANT_BASELINES))
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_constant_rewards_give_no_score_function_gradient(estimator, baseline):
+    """With the same reward for every label, each sample's learning signal is exactly 0 (to
+    rounding): the gradient w.r.t. the emission logits is that of log P(L) alone. The plain
+    leave-one-out mean of the other samples' returns failed this for the ID-checking estimator,
+    whose samples have different numbers of labels left at the same frame."""
+    logits, _, total, lengths = ragged_batch(4)
+    B, T = logits.shape
+    rewards = torch.full((B, T, 3), CONSTANT, dtype=F64)
+    est = cb_reinforce(logits, total, rewards, lengths, estimator, 4, CONSTANT_BASELINES[baseline](B),
+                       torch.Generator().manual_seed(2))
+    (g,) = torch.autograd.grad(-est.loss.sum(), logits)
+    (prior,) = torch.autograd.grad(PoissonBinomial(logits, lengths).log_prob(total).sum(), logits)
+    torch.testing.assert_close(g, prior, rtol=0, atol=1e-13)

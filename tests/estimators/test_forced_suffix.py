@@ -130,3 +130,23 @@ def test_bad_inputs_name_the_argument():
         forced_suffix_marginals(0.5, 11, 10)
     with pytest.raises(ValueError, match="p must lie"):
         forced_suffix_marginals(1.5, 3, 10)
+
+
+@pytest.mark.parametrize("baseline", ["loo", "running", "learned"])
+def test_constant_rewards_give_no_score_function_gradient(baseline):
+    """Eq. (1) has no log P(L) term: with the same reward for every label and a baseline at
+    that reward per label, the gradient w.r.t. the emission logits is exactly 0 (to rounding)."""
+    from cbasr.estimators import RunningMeanBaseline
+
+    logits, _, total, lengths = ragged_batch(4)
+    B, T = logits.shape
+    rewards = torch.full((B, T, 3), -1.7, dtype=F64)
+    if baseline == "running":
+        chosen = RunningMeanBaseline(decay=0.5).double()
+        chosen.update(torch.full((1, 1, 1), -1.7, dtype=F64), torch.ones(1, 1, 1, dtype=torch.bool))
+    else:
+        chosen = "loo" if baseline == "loo" else torch.full((B,), -1.7, dtype=F64)
+    est = forced_suffix_reinforce(logits, total, rewards, lengths, 4, chosen,
+                                  generator=torch.Generator().manual_seed(2))
+    (g,) = torch.autograd.grad(-est.loss.sum(), logits)
+    torch.testing.assert_close(g, torch.zeros_like(g), rtol=0, atol=1e-13)

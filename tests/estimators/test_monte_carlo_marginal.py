@@ -9,7 +9,7 @@ import torch
 
 from cbasr.distributions import PoissonBinomial
 from cbasr.estimators import cb_monte_carlo_marginal, cb_monte_carlo_marginal_from_samples
-from cbasr.estimators.monte_carlo_marginal import vimco_signals
+from cbasr.estimators.baselines import vimco_signals
 from cbasr.losses import cb_marginal_nll
 from tests.estimators.cases import F64, assert_unbiased, ragged_batch, replicate
 from tests.reference import cb_enumeration as cb_ref
