@@ -3,9 +3,12 @@
     .venv/bin/python scripts/bench_train.py                       # both presets, CPU (and CUDA if present)
     .venv/bin/python scripts/bench_train.py --presets blstm_ctc --device cpu --num-threads 1 --steps 20
 
-Presets: ``blstm_ctc`` is the synthetic recipe's pinned experiment
-(``recipes/synth/conf/blstm_ctc.yaml``: 2x160 BLSTM over stacks of 3 frames, CTC);
-``conformer_ctc`` is ``conf/encoder/conformer.yaml`` with the CTC loss. Both train through the
+    .venv/bin/python scripts/bench_train.py --presets cb_monotonic,cb_monotonic_variable --device cpu \
+        --num-threads 1 --synthetic --json     # one JSON object per line on stdout
+
+Presets: every pinned experiment of the synthetic recipe (``recipes/synth/conf/NAME.yaml``;
+``blstm_ctc`` is the demo's: 2x160 BLSTM over stacks of 3 frames, CTC), and
+``conformer_ctc``, ``conf/encoder/conformer.yaml`` with the CTC loss. All train through the
 real :class:`~cbasr.engines.trainer.Trainer` (data loader, collation, step, optimizer) on
 the prepared synth corpus (``recipes/synth/data``, 80-dim fbank, cached) when it exists, else
 on random 80-dim features with the corpus's length distribution (``--synthetic``).
@@ -23,6 +26,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,10 +43,17 @@ from cbasr.engines.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/synth"
-PRESETS = {
-    "blstm_ctc": (RECIPE / "conf", "blstm_ctc", []),
-    "conformer_ctc": (CONF_DIR, "train", ["encoder=conformer", "loss=ctc"]),
-}
+PRESETS = {path.stem: (RECIPE / "conf", path.stem, []) for path in sorted((RECIPE / "conf").glob("*.yaml"))}
+PRESETS["conformer_ctc"] = (CONF_DIR, "train", ["encoder=conformer", "loss=ctc"])
+
+
+def _preset_list(text: str) -> list[str]:
+    """``a,b`` (or one name) -> the preset names, each checked."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in PRESETS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown preset(s) {unknown}; choose from {sorted(PRESETS)}")
+    return names
 
 
 def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0) -> Path:
@@ -127,7 +138,8 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--presets", nargs="+", type=_preset_list, default=[["blstm_ctc", "conformer_ctc"]],
+                        help="preset names, space- or comma-separated (default: blstm_ctc conformer_ctc)")
     parser.add_argument("--device", default="all", help="cpu | cuda | all (cpu, and cuda when present)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -136,8 +148,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--precision", default="fp32", help="trainer.precision (bf16/fp16 on CUDA)")
     parser.add_argument("--synthetic", action="store_true", help="random features even if the corpus exists")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                        help="print one JSON object per row on stdout instead of the table, or with PATH also "
+                             "write the rows there as a JSON list")
     args = parser.parse_args(argv)
+    args.presets = [name for names in args.presets for name in names]
     register_configs()
     random.seed(0)
     torch.manual_seed(0)
@@ -148,15 +163,23 @@ def main(argv: list[str] | None = None) -> None:
         real = (data / "fbank/train/.done").is_file() and not args.synthetic
         if not real:
             data = synthetic_corpus(Path(tmp) / "data")
-        print(f"data: {'recipes/synth/data (cached 80-dim fbank)' if real else 'random 80-dim features'}; "
-              f"max_frames {args.max_frames}; precision {args.precision}")
-        rows = [bench(p, data, args, d) for d in devices for p in args.presets]
+        data_note = "recipes/synth/data (cached 80-dim fbank)" if real else "random 80-dim features"
+        print(f"data: {data_note}; max_frames {args.max_frames}; precision {args.precision}",
+              file=sys.stderr if args.json == "-" else sys.stdout)
+        rows = []
+        for d in devices:
+            for p in args.presets:
+                rows.append(bench(p, data, args, d))
+                if args.json == "-":
+                    print(json.dumps(rows[-1]), flush=True)
+    if args.json == "-":
+        return
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
         print("| " + " | ".join(str(row[k]) for k in keys) + " |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -124,26 +124,31 @@ def _direct_window(decoder, h, g, first, t):
 
 @pytest.mark.parametrize("variable", [False, True])
 def test_monotonic_windows_equal_a_direct_softmax(variable):
+    """Every label term the lattice can read is the softmax attention over its window by the
+    definition (the variable window's folded projections and per-row softmax included); the
+    variable window's unreachable cells are 0."""
     torch.manual_seed(0)
-    W = 3
+    W, T, L = 3, 7, 3
     decoder = MonotonicAttentionDecoder(D, V, window=W, variable=variable, attention_dim=4, embed_dim=4,
                                         hidden=5).eval()
-    T = 7
-    h, targets = torch.randn(1, T, D), torch.randint(1, V, (1, 3))
+    h, targets = torch.randn(1, T, D), torch.randint(1, V, (1, L))
     with torch.no_grad():
-        g = decoder.label_context(targets)[0, :3]  # (L, H)
-        contexts = decoder._windows(h, torch.tensor([T]), decoder.query(g).unsqueeze(0))[0]
+        g = decoder.label_context(targets)[0, :L]  # (L, H)
+        _, terms = decoder.cb_terms(h, torch.tensor([T]), targets, torch.tensor([L]))
         for t in range(T):
-            for l in range(3):
-                if variable:
-                    for d in range(min(W, t + 1)):
-                        direct = _direct_window(decoder, h[0], g[l], t - d, t)
-                        got = decoder._output(contexts[t, d, l], decoder.label_proj(g[l]))
-                        torch.testing.assert_close(got, direct)
-                else:
+            for l in range(L):
+                y = int(targets[0, l]) - 1
+                if not variable:
                     direct = _direct_window(decoder, h[0], g[l], max(0, t - W + 1), t)
-                    got = decoder._output(contexts[t, l], decoder.label_proj(g[l]))
-                    torch.testing.assert_close(got, direct)
+                    torch.testing.assert_close(terms[0, t, l], direct[y])
+                    continue
+                for d in range(W):
+                    reachable = l <= t <= T - L + l and (d == t if l == 0 else t - T + L - l <= d <= t - l)
+                    if reachable:
+                        direct = _direct_window(decoder, h[0], g[l], t - d, t)
+                        torch.testing.assert_close(terms[0, t, d, l], direct[y])
+                    else:
+                        assert terms[0, t, d, l] == 0.0
 
 
 def test_variable_window_forbids_gaps_beyond_the_window_when_decoding():
@@ -231,12 +236,12 @@ def test_monotonic_windows_are_stable_for_large_energies(variable):
         decoder.key.weight.mul_(3000.0)  # energies of several hundred: exp overflows without a running max
         h, targets = torch.randn(1, 7, D), torch.randint(1, V, (1, 3))
         g = decoder.label_context(targets)[0, :3]
-        contexts = decoder._windows(h, torch.tensor([7]), decoder.query(g).unsqueeze(0))[0]
-        assert torch.isfinite(contexts).all()
+        _, terms = decoder.cb_terms(h, torch.tensor([7]), targets, torch.tensor([3]))
+        assert torch.isfinite(terms).all()
         t, l = 5, 1
-        got = contexts[t, 3, l] if variable else contexts[t, l]
+        got = terms[0, t, 3, l] if variable else terms[0, t, l]
         direct = _direct_window(decoder, h[0], g[l], t - 3, t)
-        torch.testing.assert_close(decoder._output(got, decoder.label_proj(g[l])), direct)
+        torch.testing.assert_close(got, direct[int(targets[0, l]) - 1])
 
 
 @pytest.mark.parametrize("name", sorted(CB_DECODERS))

@@ -15,8 +15,21 @@ its emission frame. The query is a label-history state ``g_l``
   ``1 <= d <= window`` (the first label's window starts at frame 0). The label term depends on
   the current and the previous emission time: second order, ``(B, T, W, L)`` for
   :func:`cbasr.losses.cb_marginal_nll_windowed`, where gaps beyond ``window`` have probability 0.
-  All ``W`` window sizes ending at each frame come from one online-softmax pass over the
-  window (running maximum, rescaled sums: exact and stable, no differences of large sums).
+
+Teacher forcing computes only what the lattice reads. The fixed window's contexts come from
+one online-softmax pass over the window (running maximum, rescaled sums). The variable
+window has ``W`` contexts per ``(t, l)``, so its cost is in the ``B T W L`` cells:
+
+- the value and context projections are folded, ``W_c c + b = sum_s alpha_s (W_c W_v h_s) +
+  b`` (the weights sum to 1), so every window's joint input is one batched product of its
+  softmax weights with the projected encoder states of the ``W`` frames ending at ``t``;
+  each row of weights is a masked softmax with its own maximum (exact and stable);
+- the tanh, the output layer and its log-softmax run on the reachable cells alone: ``l <=
+  t <= T_b - L_b + l`` and ``t - T_b + L_b - l <= d <= t - l`` (the previous label needs a
+  frame of its own before ``t - d`` and room for the rest after), ``d = t`` for ``l = 0``;
+  the other entries of the ``(B, T, W, L)`` result are 0 and never on a complete path;
+- dropout on the joint draws one mask per ``(t, l)``, shared by its window sizes (the
+  alternatives for one emission), rather than one per cell.
 """
 
 import math
@@ -71,21 +84,21 @@ class MonotonicAttentionDecoder(CBDecoder):
         self.context_proj = nn.Linear(attention_dim, joint_dim)
         self.label_proj = nn.Linear(hidden, joint_dim, bias=False)
         self.out = nn.Sequential(nn.Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
+        self.dropout = dropout
         self.scale = 1.0 / math.sqrt(attention_dim)
 
     def _output(self, context: torch.Tensor, lab: torch.Tensor) -> torch.Tensor:
         """``log softmax(W_o tanh(W_c c + W_g g))`` over the ``V - 1`` labels."""
         return self.out(torch.tanh(self.context_proj(context) + lab)).log_softmax(dim=-1)
 
-    def _windows(self, h: torch.Tensor, lens: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """Attention contexts of the windows ending at every frame.
+    def _windows(self, h: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Attention contexts of the fixed windows ending at every frame.
 
         Args:
             h: ``(B, T, D)``; q: ``(B, L, A)`` queries.
 
         Returns:
-            ``(B, T, L, A)`` for a fixed window; ``(B, T, W, L, A)`` for a variable one, entry
-            ``d`` covering frames ``t - d .. t``.
+            ``(B, T, L, A)``.
         """
         keys, values = self.key(h), self.value(h)  # (B, T, A)
         energy = torch.einsum("bta,bla->btl", keys, q) * self.scale  # (B, T, L)
@@ -93,7 +106,6 @@ class MonotonicAttentionDecoder(CBDecoder):
         run_max = energy
         weight_sum = torch.ones_like(energy)  # sum of exp(e - run_max) over the window so far
         weighted = values.unsqueeze(2).expand(-1, -1, energy.shape[2], -1)  # (B, T, L, A)
-        contexts = [weighted]  # the window of frame t alone: its own value
         for j in range(1, self.window):
             e_j = _shifted(energy, j, _NEG_INF)  # (B, T, L); -inf before frame 0
             v_j = _shifted(values, j, 0.0).unsqueeze(2)  # (B, T, 1, A)
@@ -102,19 +114,68 @@ class MonotonicAttentionDecoder(CBDecoder):
             weight_sum = weight_sum * keep + add
             weighted = weighted * keep.unsqueeze(-1) + add.unsqueeze(-1) * v_j
             run_max = new_max
-            if self.variable:
-                contexts.append(weighted / weight_sum.unsqueeze(-1))
-        if self.variable:
-            return torch.stack(contexts, dim=2)  # W x (B, T, L, A) -> (B, T, W, L, A)
         return weighted / weight_sum.unsqueeze(-1)  # (B, T, L, A)
+
+    def _variable_window_terms(self, h, lens, g, targets, target_lens) -> torch.Tensor:
+        """Label terms of the variable window at the reachable cells, ``(B, T, W, L)``.
+
+        Args:
+            h: ``(B, T, D)``; g: ``(B, L, H)`` label-history states; targets: ``(B, L)``;
+            lens, target_lens: ``(B,)``.
+        """
+        (B, T, _), L, W = h.shape, targets.shape[1], self.window
+        energy = torch.einsum("bta,bla->btl", self.key(h), self.query(g)) * self.scale  # (B, T, L)
+        # W_c W_v h_s: the value and context projections folded into one (D -> J) map.
+        folded = self.context_proj.weight @ self.value.weight  # (J, A) @ (A, D) -> (J, D)
+        projected = h @ folded.t()  # (B, T, J)
+        # Window entry j is frame t - j (j = 0 .. W - 1); frames before 0 get -inf energy.
+        energies = torch.stack([_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1)  # (B, T, L, W_j)
+        frames = torch.stack([_shifted(projected, j, 0.0) for j in range(W)], dim=2)  # (B, T, W_j, J)
+        # Weights of the window of gap d + 1 (entries j <= d): a masked softmax per row d.
+        inside = torch.ones(W, W, dtype=torch.bool, device=h.device).tril()  # [d, j]: j <= d
+        scores = energies.unsqueeze(3).masked_fill(~inside, _NEG_INF)  # (B, T, L, W_d, W_j)
+        weights = scores.softmax(dim=-1).nan_to_num(0.0)  # a row with no frame (before frame 0): 0
+        joint = torch.matmul(weights.view(B * T, L * W, W), frames.view(B * T, W, -1))  # (B T, L W, J)
+        joint = joint.view(B, T, L, W, -1)  # (B, T, L, W_d, J)
+        reach = self._reachable(lens, target_lens, T, L)  # (B, T, L, W_d)
+        cells = reach.view(-1).nonzero().squeeze(1)  # (N,) flat indices of the reachable cells
+        rows = cells // W  # the (b, t, l) of each cell, flat
+        b, l = rows // (T * L), rows % L
+        J = joint.shape[-1]
+        bias = self.context_proj.bias + self.label_proj(g)  # (B, L, J)
+        x = joint.reshape(-1, J).index_select(0, cells) + bias.reshape(-1, J).index_select(0, b * L + l)
+        x = torch.tanh(x)  # (N, J)
+        if self.training and self.dropout > 0:
+            keep = 1.0 - self.dropout
+            mask = torch.bernoulli(x.new_full((B * T * L, J), keep)) / keep  # one per (t, l), scaled
+            x = x * mask.index_select(0, rows)
+        log_probs = self.out[-1](x).log_softmax(dim=-1)  # (N, V - 1)
+        ids = (targets.reshape(-1).index_select(0, b * L + l) - 1).clamp(min=0)  # (N,)
+        picked = log_probs.gather(1, ids.unsqueeze(1)).squeeze(1)  # (N,)
+        terms = picked.new_zeros(B * T * L * W).index_put((cells,), picked).view(B, T, L, W)
+        return terms.permute(0, 1, 3, 2)  # (B, T, L, W) -> (B, T, W, L)
+
+    def _reachable(self, lens, target_lens, T: int, L: int) -> torch.Tensor:
+        """``(B, T, L, W)`` bool: cells ``(t, l, d)`` on some emission path of ``L_b`` labels
+        in ``T_b`` frames (necessary conditions; see the module docstring)."""
+        device = lens.device
+        t = torch.arange(T, device=device).view(1, T, 1, 1)
+        l = torch.arange(L, device=device).view(1, 1, L, 1)
+        d = torch.arange(self.window, device=device).view(1, 1, 1, -1)
+        T_b, L_b = lens.view(-1, 1, 1, 1), target_lens.to(device).view(-1, 1, 1, 1)
+        band = (l < L_b) & (t >= l) & (t <= T_b - L_b + l)
+        first = (l == 0) & (d == t)
+        later = (l > 0) & (d <= t - l) & (d >= t - T_b + L_b - l)
+        return band & (first | later)
 
     def cb_terms(self, h, lens, targets, target_lens):
         """``(emit_logits (B, T), label terms (B, T, L) or (B, T, W, L))``."""
         L = targets.shape[1]
         g = self.label_context(targets)[:, :L]  # (B, L, H): g_l reads y_<l
-        contexts = self._windows(h, lens, self.query(g))
-        lab = self.label_proj(g)  # (B, L, J)
-        lab = lab.view(lab.shape[0], *[1] * (contexts.dim() - 3), L, -1)  # broadcast over T (and W)
+        if self.variable:
+            return self.emission(h), self._variable_window_terms(h, lens, g, targets, target_lens)
+        contexts = self._windows(h, self.query(g))  # (B, T, L, A)
+        lab = self.label_proj(g).unsqueeze(1)  # (B, L, J) -> (B, 1, L, J), broadcast over T
         return self.emission(h), gather_targets(self._output(contexts, lab), targets)
 
     # --- decoding --------------------------------------------------------------------------
