@@ -8,7 +8,10 @@ trained with the exact marginal (eq. 38) at a few checkpoints. At each, every es
 total variance ``sum_p Var(g_p)`` and the distance of their mean from the exact gradient of
 the objective it targets (eq. 19 through :func:`cbasr.estimators.cb_expected_reward`;
 ``E_{b|L}[sum_l R]`` without ``log P(L)`` for the forced suffix, whose eq. (1) has no prior
-term), next to that distance's Monte Carlo noise ``sqrt(variance / draws)``.
+term; the exact marginal of eq. 38 for the Monte Carlo marginal, which is biased for it at
+finite ``M``: the gradient of a bound that rises to it), next to that distance's Monte Carlo
+noise ``sqrt(variance / draws)``. The Monte Carlo marginal always uses VIMCO's leave-one-out
+baseline: it is measured in the ``loo`` rows only.
 """
 
 import dataclasses
@@ -28,20 +31,22 @@ from cbasr.toy.training import flat_gradient, method_loss, new_state
 __all__ = ["compare_at_shared_parameters", "compare_all"]
 
 
-def _targets(learner, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact gradients of ``-(eq. 19)`` and of ``-E_{b|L}[sum_l R]``: ``(P,)`` each."""
+def _targets(learner, batch) -> dict[str, torch.Tensor]:
+    """Exact gradients of ``-(eq. 19)``, of ``-E_{b|L}[sum_l R]`` and of ``-log P(y)``
+    (eq. 38), ``(P,)`` each, by the estimators that target them."""
     N = batch.total.shape[0]
     emit = learner.emit_logits.expand(N, -1)
     rewards = label_rewards(learner, batch)
     objective = cb_expected_reward(emit, batch.total, rewards, batch.lengths)
     log_prior = PoissonBinomial(emit, batch.lengths).log_prob(batch.total)
     full = flat_gradient(-objective, learner, retain_graph=True)
-    return full, flat_gradient(-(objective - log_prior), learner)
+    rewards_only = flat_gradient(-(objective - log_prior), learner)
+    marginal = flat_gradient(cb_marginal_nll(emit, label_rewards(learner, batch), batch.lengths, batch.total),
+                             learner)
+    return {"full": full, "forced_suffix": rewards_only, "mc": marginal}
 
 
-def _measure(
-    estimator, baseline, learner, batch, config: SweepConfig, generator, full, rewards_only
-):
+def _measure(estimator, baseline, learner, batch, config: SweepConfig, generator, targets):
     toy = dataclasses.replace(
         config.base, num_samples=config.compare.num_samples, baseline=baseline
     )
@@ -52,7 +57,7 @@ def _measure(
             for _ in range(config.compare.draws)
         ]
     )
-    target = rewards_only if estimator == "forced_suffix" else full
+    target = targets.get(estimator, targets["full"])
     variance = float(draws.var(0).sum())
     return {
         "estimator": estimator,
@@ -82,16 +87,16 @@ def compare_at_shared_parameters(config: SweepConfig, seed: int, log=print) -> d
     for step in range(last + 1):
         batch = sample_batch(population, base.batch_size, data)
         if step in compare.checkpoints:
-            full, rewards_only = _targets(learner, batch)
+            targets = _targets(learner, batch)
             for estimator in compare.estimators:
                 for baseline in compare.baselines:
                     if baseline == "loo" and (
                         compare.num_samples < 2 or estimator == "straight_through"
                     ):
                         continue  # no leave-one-out with one sample; eq. (37) takes no baseline
-                    row = _measure(
-                        estimator, baseline, learner, batch, config, noise, full, rewards_only
-                    )
+                    if estimator == "mc" and baseline != "loo":
+                        continue  # VIMCO's leave-one-out is part of the estimator
+                    row = _measure(estimator, baseline, learner, batch, config, noise, targets)
                     row["step"] = step
                     results.append(row)
             log(f"compare seed {seed}: step {step} measured")

@@ -125,6 +125,7 @@ COLORS = {  # one colour per method, the same in every figure
     "idb": "tab:orange",
     "bb": "tab:olive",
     "mbb": "tab:green",
+    "mc": "gold",
     "forced_suffix": "tab:purple",
     "straight_through": "tab:brown",
     "relax": "tab:cyan",

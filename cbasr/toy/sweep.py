@@ -110,6 +110,7 @@ def expand_runs(config: SweepConfig) -> list[Run]:
         Run("base", m, s, config.base)
         for m in config.methods + config.base_only_methods
         for s in config.seeds
+        if _runs_at(m, config.base)
     ]
     for key, values in config.sweep.items():
         for value in values:
@@ -117,9 +118,17 @@ def expand_runs(config: SweepConfig) -> list[Run]:
                 continue
             variant = dataclasses.replace(config.base, **{key: value})
             runs += [
-                Run(f"{key}={value}", m, s, variant) for m in config.methods for s in config.seeds
+                Run(f"{key}={value}", m, s, variant)
+                for m in config.methods
+                for s in config.seeds
+                if _runs_at(m, variant)
             ]
     return runs
+
+
+def _runs_at(method: str, toy) -> bool:
+    """The Monte Carlo marginal needs two samples (VIMCO leaves one out); the rest run anywhere."""
+    return method != "mc" or toy.num_samples >= 2
 
 
 def write_json(path: Path, payload) -> None:

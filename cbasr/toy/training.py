@@ -26,6 +26,7 @@ from cbasr.estimators import (
     RebarControlVariate,
     RunningMeanBaseline,
     cb_expected_reward,
+    cb_monte_carlo_marginal,
     cb_reinforce,
     forced_suffix_reinforce,
     relax_cb,
@@ -74,6 +75,7 @@ METHODS = {
     "idb": "ID-checking REINFORCE, eq. (23)",
     "bb": "bounded REINFORCE, eq. (28)",
     "mbb": "marginal bounded REINFORCE, eq. (29)",
+    "mc": "Monte Carlo marginal log P(L) + log mean_m P(y | b_m), VIMCO gradient",
     "forced_suffix": "forced-suffix REINFORCE, eq. (1)",
     "straight_through": "straight-through CB, eq. (37)",
     "relax": "RELAX on ID-checking steps, eq. (36)",
@@ -165,6 +167,8 @@ def method_loss(
             _baseline(config, state),
             generator,
         )
+    elif method == "mc":  # VIMCO's leave-one-out baseline, whatever config.baseline says
+        est = cb_monte_carlo_marginal(emit, batch.total, rewards, batch.lengths, M, generator)
     elif method == "forced_suffix":
         est = forced_suffix_reinforce(
             emit,

@@ -48,7 +48,8 @@ def test_rewards_are_the_learners_transition_log_probabilities():
 
 def test_sweep_file_is_checked_when_read(tmp_path):
     config = load_sweep(RECIPE / "conf" / "sweep.json")
-    assert len(expand_runs(config)) == 3 * (11 + 8 * 7)
+    # 12 methods at the base and 8 in each of 8 variants, for 3 seeds; no Monte Carlo marginal at M = 1
+    assert len(expand_runs(config)) == 3 * (12 + 8 * 8) - 3
     bad = json.loads((RECIPE / "conf" / "tiny.json").read_text())
     bad["base"]["num_frame"] = 4
     (tmp_path / "bad.json").write_text(json.dumps(bad))
@@ -80,7 +81,7 @@ def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
     stamp = (exp / "results.md").stat().st_mtime_ns
     second = _run(recipe, "--conf", "conf/tiny.json")
     assert second.returncode == 0, second.stdout[-4000:]
-    assert "36 of 36 runs already complete" in second.stdout
+    assert "40 of 40 runs already complete" in second.stdout
     assert "2 of 2 comparison seeds complete" in second.stdout and "nothing to do" in second.stdout
     assert (exp / "results.md").stat().st_mtime_ns == stamp
 
