@@ -117,12 +117,20 @@ def vimco_signals(log_weights: torch.Tensor) -> torch.Tensor:
     if M < 2:
         raise ValueError("baseline='loo' (VIMCO's leave-one-out) needs num_samples >= 2")
     f = log_weights.detach()
-    shifted = f - f.max(dim=0, keepdim=True).values  # (M, B), <= 0
+    shifted = f - f.max(dim=0, keepdim=True).values  # (M, B), <= 0; the best sample at 0
     others_mean = (shifted.sum(0, keepdim=True) - shifted) / (M - 1)  # (M, B)
     weights = shifted.exp()
-    log_all = weights.sum(0, keepdim=True).log()  # (1, B)
-    log_without = (weights.sum(0, keepdim=True) - weights + others_mean.exp()).log()  # (M, B)
-    return log_all - log_without
+    total = weights.sum(0, keepdim=True)  # >= 1
+    # L^ - L^_{-m} = -log(1 + (exp(mean_{-m}) - w_m) / sum w): the sum without w_m still holds
+    # the best sample's 1, so nothing underflows, except for the best sample itself ...
+    signals = -torch.log1p((others_mean.exp() - weights) / total)
+    # ... whose leave-one-out value is a log-sum-exp of its own.
+    best = shifted.argmax(dim=0)  # (B,)
+    columns = torch.arange(f.shape[1], device=f.device)
+    replaced = shifted.clone()
+    replaced[best, columns] = others_mean[best, columns]
+    signals[best, columns] = torch.logsumexp(shifted, dim=0) - torch.logsumexp(replaced, dim=0)
+    return signals
 
 
 def baseline_values(

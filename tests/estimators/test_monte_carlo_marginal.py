@@ -139,6 +139,18 @@ def test_vimco_signal_is_the_log_mean_exp_minus_its_leave_one_out_version():
         torch.testing.assert_close(vimco_signals(f)[m], full - (torch.logsumexp(replaced, 0) - math.log(M)))
 
 
+def test_vimco_signals_are_finite_for_far_apart_weights():
+    """Log weights hundreds of nats apart (a long utterance, one good sample): the
+    leave-one-out terms must not underflow to log 0 (a sum of exponentials would)."""
+    f = torch.tensor([[0.0], [-200.0], [-350.0], [-90.0]])
+    got = vimco_signals(f)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, vimco_signals(f.double()).float())
+    # the best sample's signal: log-mean-exp with it against the one with the others' mean
+    expected = torch.logsumexp(f[:, 0], 0) - torch.logsumexp(torch.tensor([(-200 - 350 - 90) / 3, -200, -350, -90]), 0)
+    torch.testing.assert_close(got[0, 0], expected)
+
+
 def test_callable_rewards_and_padding():
     """A callable reward (label terms that read the emission times) gives the same estimate as
     the equivalent tensor; padded frames and labels change nothing."""
