@@ -98,6 +98,27 @@ def test_each_allowed_pair_trains_and_decodes(tone_batch, decoder, loss):
     assert len(hyps) == 8 and all(0 < y < vocab_size for hyp in hyps for y in hyp)
 
 
+@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_reinforce"), ("pointwise", "cb_mc"),
+                                          ("monotonic", "forced_suffix"), ("attention_emission", "cb_reinforce_mbb")])
+def test_sampled_criteria_report_the_exact_marginal_in_evaluation(tone_batch, decoder, loss):
+    """Validation losses compare across criteria: in evaluation mode a sampled criterion reports
+    the exact -log P(y) (eq. 38) of its model, in training mode its own Monte Carlo value."""
+    batch, vocab_size = tone_batch
+    torch.manual_seed(0)
+    model = _build(decoder, loss, batch.feats.shape[-1], vocab_size)
+    exact = _build(decoder, "cb_marginal", batch.feats.shape[-1], vocab_size)
+    exact.load_state_dict(model.state_dict())
+    args = (batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+    model.eval(), exact.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model.loss(*args).nll, exact.loss(*args).nll)
+        model.train(), exact.train()
+        torch.manual_seed(1)
+        sampled = model.loss(*args).nll
+        torch.manual_seed(1)
+        assert not torch.allclose(sampled, exact.loss(*args).nll)
+
+
 def test_cb_models_report_the_emission_rate(tone_batch):
     batch, vocab_size = tone_batch
     model = _build("pointwise", "cb_marginal", batch.feats.shape[-1], vocab_size)
