@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from cbasr.losses import cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
     AutoregressiveDecoder,
@@ -283,3 +284,19 @@ def test_reordered_transducer_states_score_like_their_rows(context, blank_joint)
     moved = decoder.reorder(state, index)
     for got, want in zip(decoder.frame_scores(moved, 1), decoder.frame_scores(state, 1)):
         torch.testing.assert_close(got, want[index])
+
+
+def test_variable_window_gradients_are_finite_with_padding_and_a_wide_band():
+    """Utterances of different lengths and label counts: the band of the shortest-label one
+    reaches past the padded length T; no NaN may reach any gradient."""
+    torch.manual_seed(0)
+    decoder = MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5)
+    h = torch.randn(3, 9, D, requires_grad=True)
+    lens, target_lens = torch.tensor([9, 9, 6]), torch.tensor([6, 1, 3])
+    targets = torch.randint(1, V, (3, 6))
+    emit, terms = decoder.cb_terms(h, lens, targets, target_lens)
+    nll = cb_marginal_nll_windowed(emit, terms, lens, target_lens)
+    assert torch.isfinite(nll).all()
+    nll.sum().backward()
+    assert torch.isfinite(h.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in decoder.parameters() if p.grad is not None)

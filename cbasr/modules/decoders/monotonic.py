@@ -24,10 +24,11 @@ window has ``W`` contexts per ``(t, l)``, so its cost is in the ``B T W L`` cell
   b`` (the weights sum to 1), so every window's joint input is one batched product of its
   softmax weights with the projected encoder states of the ``W`` frames ending at ``t``;
   each row of weights is a masked softmax with its own maximum (exact and stable);
-- the tanh, the output layer and its log-softmax run on the reachable cells alone: ``l <=
-  t <= T_b - L_b + l`` and ``t - T_b + L_b - l <= d <= t - l`` (the previous label needs a
-  frame of its own before ``t - d`` and room for the rest after), ``d = t`` for ``l = 0``;
-  the other entries of the ``(B, T, W, L)`` result are 0 and never on a complete path;
+- only the band ``l <= t <= T_b - L_b + l`` is computed, one diagonal ``t = l + k`` at a
+  time, and of it the result keeps the reachable cells, ``t - T_b + L_b - l <= d <= t - l``
+  (the previous label needs a frame of its own before ``t - d`` and room for the rest
+  after), ``d = t`` for ``l = 0``; the other entries of the ``(B, T, W, L)`` result are 0 and
+  never on a complete path;
 - dropout on the joint draws one mask per ``(t, l)``, shared by its window sizes (the
   alternatives for one emission), rather than one per cell.
 """
@@ -119,40 +120,53 @@ class MonotonicAttentionDecoder(CBDecoder):
     def _variable_window_terms(self, h, lens, g, targets, target_lens) -> torch.Tensor:
         """Label terms of the variable window at the reachable cells, ``(B, T, W, L)``.
 
+        Label ``l`` can only be emitted at ``t = l + k``, ``0 <= k < T_b - L_b + 1``, so the
+        cells are computed along that band, one ``k`` at a time for every label at once: the
+        window weights of ``(t = l + k, l)`` times the projected frames ``t - j`` (a slice of
+        the frame windows, no copy), then the joint, the output layer and the target's log
+        probability. Cells outside the band are never computed.
+
         Args:
             h: ``(B, T, D)``; g: ``(B, L, H)`` label-history states; targets: ``(B, L)``;
             lens, target_lens: ``(B,)``.
         """
         (B, T, _), L, W = h.shape, targets.shape[1], self.window
+        if L == 0:
+            return h.new_zeros(B, T, W, 0)
+        K = max(int((lens - target_lens.to(lens.device)).max()) + 1, 1)  # band width
+        span = max(T, K + L - 1)  # frames t = l + k reach up to K + L - 2
         energy = torch.einsum("bta,bla->btl", self.key(h), self.query(g)) * self.scale  # (B, T, L)
+        # Frames past T only serve cells outside every utterance (dropped at the end): finite
+        # energies there keep their softmax rows, and so the gradients, free of NaN.
+        energy = nn.functional.pad(energy, (0, 0, 0, span - T))  # (B, span, L)
         # W_c W_v h_s: the value and context projections folded into one (D -> J) map.
         folded = self.context_proj.weight @ self.value.weight  # (J, A) @ (A, D) -> (J, D)
-        projected = h @ folded.t()  # (B, T, J)
+        projected = nn.functional.pad(h @ folded.t(), (0, 0, 0, span - T))  # (B, span, J)
         # Window entry j is frame t - j (j = 0 .. W - 1); frames before 0 get -inf energy.
-        energies = torch.stack([_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1)  # (B, T, L, W_j)
-        frames = torch.stack([_shifted(projected, j, 0.0) for j in range(W)], dim=2)  # (B, T, W_j, J)
-        # Weights of the window of gap d + 1 (entries j <= d): a masked softmax per row d.
-        inside = torch.ones(W, W, dtype=torch.bool, device=h.device).tril()  # [d, j]: j <= d
-        scores = energies.unsqueeze(3).masked_fill(~inside, _NEG_INF)  # (B, T, L, W_d, W_j)
-        weights = scores.softmax(dim=-1).nan_to_num(0.0)  # a row with no frame (before frame 0): 0
-        joint = torch.matmul(weights.view(B * T, L * W, W), frames.view(B * T, W, -1))  # (B T, L W, J)
-        joint = joint.view(B, T, L, W, -1)  # (B, T, L, W_d, J)
-        reach = self._reachable(lens, target_lens, T, L)  # (B, T, L, W_d)
-        cells = reach.view(-1).nonzero().squeeze(1)  # (N,) flat indices of the reachable cells
-        rows = cells // W  # the (b, t, l) of each cell, flat
-        b, l = rows // (T * L), rows % L
-        J = joint.shape[-1]
-        bias = self.context_proj.bias + self.label_proj(g)  # (B, L, J)
-        x = joint.reshape(-1, J).index_select(0, cells) + bias.reshape(-1, J).index_select(0, b * L + l)
-        x = torch.tanh(x)  # (N, J)
-        if self.training and self.dropout > 0:
-            keep = 1.0 - self.dropout
-            mask = torch.bernoulli(x.new_full((B * T * L, J), keep)) / keep  # one per (t, l), scaled
-            x = x * mask.index_select(0, rows)
-        log_probs = self.out[-1](x).log_softmax(dim=-1)  # (N, V - 1)
-        ids = (targets.reshape(-1).index_select(0, b * L + l) - 1).clamp(min=0)  # (N,)
-        picked = log_probs.gather(1, ids.unsqueeze(1)).squeeze(1)  # (N,)
-        terms = picked.new_zeros(B * T * L * W).index_put((cells,), picked).view(B, T, L, W)
+        energies = torch.stack([_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1)  # (B, span, L, W_j)
+        frames = torch.stack([_shifted(projected, j, 0.0) for j in range(W)], dim=2)  # (B, span, W_j, J)
+        outside = ~torch.ones(W, W, dtype=torch.bool, device=h.device).tril()  # [d, j]: j > d
+        bias = (self.context_proj.bias + self.label_proj(g)).unsqueeze(2)  # (B, L, 1, J)
+        ids = (targets - 1).clamp(min=0).view(B, L, 1, 1).expand(B, L, W, 1)
+        keep = 1.0 - self.dropout
+        band = []
+        for k in range(K):
+            # (t = l + k, l) for every l: the diagonal of rows k .. k + L - 1.
+            e = energies[:, k : k + L].diagonal(dim1=1, dim2=2).transpose(1, 2)  # (B, W_j, L) -> (B, L, W_j)
+            # Weights of the window of gap d + 1 (entries j <= d): a masked softmax per row d;
+            # every row holds frame t itself (j = 0), so none is all -inf.
+            weights = e.unsqueeze(2).masked_fill(outside, _NEG_INF).softmax(dim=-1)  # (B, L, W_d, W_j)
+            x = torch.tanh(weights @ frames[:, k : k + L] + bias)  # (B, L, W_d, W_j) @ (B, L, W_j, J)
+            if self.training and self.dropout > 0:  # one mask per (t, l), shared by its windows
+                x = x * (torch.bernoulli(x.new_full((B, L, 1, x.shape[-1]), keep)) / keep)
+            log_probs = self.out[-1](x).log_softmax(dim=-1)  # (B, L, W_d, V - 1)
+            band.append(log_probs.gather(-1, ids).squeeze(-1))  # (B, L, W_d)
+        band = torch.stack(band, dim=1)  # (B, K, L, W_d)
+        t = torch.arange(K, device=h.device).view(K, 1) + torch.arange(L, device=h.device)  # (K, L)
+        l = torch.arange(L, device=h.device).expand(K, L)
+        b = torch.arange(B, device=h.device).view(B, 1, 1)
+        terms = band.new_zeros(B, span, L, W).index_put((b, t, l), band)[:, :T]  # (B, T, L, W)
+        terms = torch.where(self._reachable(lens, target_lens, T, L), terms, 0.0)
         return terms.permute(0, 1, 3, 2)  # (B, T, L, W) -> (B, T, W, L)
 
     def _reachable(self, lens, target_lens, T: int, L: int) -> torch.Tensor:
