@@ -1,5 +1,6 @@
 """One table across experiments: error rates with bootstrap intervals, S/D/I, model size,
-training epochs and decode settings, and paired significance tests between two systems.
+training epochs and time, decode settings, dev alignment accuracy, and paired significance tests
+between two systems.
 
 A *system* is one decoding directory ``<exp>/decode/<name>`` (a split, decoded greedily or with
 some search), labelled ``<experiment name>:<name>``. Its per-utterance error counts come from
@@ -31,6 +32,8 @@ class System:
     counts: dict[str, dict] = field(default_factory=dict)  # utterance -> {sub, del, ins, ref_tokens}
     epochs: int | None = None
     parameters: int | None = None
+    train_seconds: float | None = None  # sum of the epoch times in history.json
+    alignment: dict = field(default_factory=dict)  # align/dev/alignment.json (empty if missing)
 
 
 def describe_settings(settings: dict) -> str:
@@ -88,6 +91,19 @@ def _parameters(exp_dir: Path, info: dict) -> int | None:
     return sum(v.numel() for v in load_checkpoint(ckpt)["model"].values())
 
 
+def _train_seconds(exp_dir: Path) -> float | None:
+    history = exp_dir / "history.json"
+    if not history.is_file():
+        return None
+    epochs = json.loads(history.read_text())
+    return sum(e.get("seconds", 0.0) for e in epochs) if epochs else None
+
+
+def _alignment(exp_dir: Path) -> dict:
+    path = exp_dir / "align" / "dev" / "alignment.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def collect_systems(exp_dirs: list[str | Path], decodes: list[str] | None = None) -> list[System]:
     """Every decoding directory of ``exp_dirs`` (those named in ``decodes`` if given), in order.
 
@@ -113,7 +129,7 @@ def collect_systems(exp_dirs: list[str | Path], decodes: list[str] | None = None
             counts = _per_utterance(d)
             systems.append(System(f"{label}:{d.name}", exp, d, info,
                                   {u: c["sub"] + c["del"] + c["ins"] for u, c in counts.items()}, counts,
-                                  info.get("epoch"), _parameters(exp, info)))
+                                  info.get("epoch"), _parameters(exp, info), _train_seconds(exp), _alignment(exp)))
     return systems
 
 
@@ -132,19 +148,28 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
                      "sub": sum(s.counts[u]["sub"] for u in ids), "del": sum(s.counts[u]["del"] for u in ids),
                      "ins": sum(s.counts[u]["ins"] for u in ids), "ref_tokens": total_refs, "utts": len(ids),
                      "parameters": s.parameters, "epochs": s.epochs, "decode": describe_settings(settings),
-                     "rtf": s.info.get("rtf")})
+                     "rtf": s.info.get("rtf"),
+                     "train_minutes": None if s.train_seconds is None else s.train_seconds / 60.0,
+                     "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
+                     "dev_onsets_within_20ms": s.alignment.get("within_20ms")})
     return rows
 
 
 def markdown_table(rows: list[dict]) -> str:
+    """The rows as Markdown. ``training (min)`` sums every trained epoch's time (not only up to the
+    best); the onset columns are the dev forced alignment's against gold onsets (``cbasr-align``)."""
     lines = ["| system | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | parameters | epochs | decode "
-             "| RTF |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "| RTF | training (min) | dev onset error (ms) / within 20 ms |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         params = f"{r['parameters'] / 1e6:.2f} M" if r["parameters"] is not None else ""
         rtf = f"{r['rtf']:.4f}" if r["rtf"] is not None else ""
+        minutes = f"{r['train_minutes']:.1f}" if r["train_minutes"] is not None else ""
+        onset = (f"{r['dev_onset_error_ms']:.1f} / {100 * r['dev_onsets_within_20ms']:.0f}%"
+                 if r["dev_onset_error_ms"] is not None else "")
         lines.append(f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
                      f"{r['sub']} | {r['del']} | {r['ins']} | {r['ref_tokens']} | {r['utts']} | {params} | "
-                     f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} |")
+                     f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |")
     return "\n".join(lines) + "\n"
 
 

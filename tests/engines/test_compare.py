@@ -47,6 +47,21 @@ def test_rows_hold_rates_counts_and_settings(experiments):
     assert [s.label for s in only] == ["ctc:test", "cb:test"]
 
 
+def test_rows_hold_training_time_and_dev_alignment(experiments, capsys):
+    ctc, cb = experiments
+    (ctc / "history.json").write_text(json.dumps([{"epoch": 1, "seconds": 60.0}, {"epoch": 2, "seconds": 90.0}]))
+    (ctc / "align" / "dev").mkdir(parents=True)
+    (ctc / "align" / "dev" / "alignment.json").write_text(json.dumps({"mean_abs_onset_error_ms": 21.25,
+                                                                      "within_20ms": 0.604}))
+    rows = {r["system"]: r for r in comparison_rows(collect_systems([ctc, cb]), samples=50)}
+    assert rows["ctc:test"]["train_minutes"] == pytest.approx(2.5)
+    assert (rows["ctc:test"]["dev_onset_error_ms"], rows["ctc:test"]["dev_onsets_within_20ms"]) == (21.25, 0.604)
+    assert rows["cb:test"]["train_minutes"] is None and rows["cb:test"]["dev_onset_error_ms"] is None
+    compare.main([str(ctc), str(cb), "--bootstrap", "50"])
+    out = capsys.readouterr().out
+    assert "| greedy | 0.0100 | 2.5 | 21.2 / 60% |" in out and "| greedy | 0.0100 |  |  |" in out
+
+
 def test_the_paired_test_uses_the_shared_utterances(experiments):
     systems = {s.label: s for s in collect_systems(list(experiments))}
     result = paired_comparison(systems["ctc:test"], systems["cb:test"], samples=500)
