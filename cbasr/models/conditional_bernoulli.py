@@ -45,7 +45,7 @@ from cbasr.models.base import AsrModel, LossOutput
 from cbasr.modules.decoders import CBDecoder
 from cbasr.modules.label_context import START
 
-__all__ = ["CBModel", "emission_rate_stats", "CRITERIA", "BASELINES"]
+__all__ = ["CBModel", "default_estimator", "emission_rate_stats", "CRITERIA", "BASELINES"]
 
 CRITERIA = ("cb_marginal", "cb_reinforce", "cb_mc", "forced_suffix")
 BASELINES = ("none", "loo", "running_mean")
@@ -59,13 +59,24 @@ def emission_rate_stats(emit_logits: torch.Tensor, lens: torch.Tensor, target_le
     return {"emission_rate": float(rate), "label_rate": float(target_lens.sum() / frames)}
 
 
+def default_estimator(decoder) -> str:
+    """``cb_reinforce``'s estimator when none is named: the marginal bounded estimator (eq. 29)
+    for memoryless label terms, where it is unbiased, otherwise the ID-checking one (eq. 23).
+
+    Both with the leave-one-out baseline: the lowest-variance pairs measured at shared
+    parameters in ``recipes/toy`` (mbb 0.047-0.059, idb 0.049-0.092, global 0.047-0.11,
+    without a baseline 0.19-2.98)."""
+    return "mbb" if getattr(decoder, "order", None) == "memoryless" else "idb"
+
+
 class CBModel(AsrModel):
     """Encoder + CB decoder, trained by the exact marginal or a sampling estimator.
 
     Args:
         encoder, decoder: the modules; ``decoder`` is a :class:`CBDecoder`.
         criterion: ``"cb_marginal"``, ``"cb_reinforce"``, ``"cb_mc"`` or ``"forced_suffix"``.
-        estimator: for ``cb_reinforce``: ``"global"``, ``"idb"``, ``"bb"`` or ``"mbb"``.
+        estimator: for ``cb_reinforce``: ``"global"``, ``"idb"``, ``"bb"``, ``"mbb"`` or ``"auto"``
+            (:func:`default_estimator`: ``"mbb"`` where it is unbiased, else ``"idb"``).
         num_samples: Monte Carlo samples per utterance (sampled criteria; ``cb_mc``: >= 2).
         baseline: ``"none"``, ``"loo"`` (leave one out; ``num_samples >= 2``) or
             ``"running_mean"`` (``cb_reinforce`` and ``forced_suffix``; ``cb_mc`` always uses
@@ -73,9 +84,11 @@ class CBModel(AsrModel):
         entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus.
     """
 
-    def __init__(self, encoder, decoder, criterion: str = "cb_marginal", estimator: str = "idb",
+    def __init__(self, encoder, decoder, criterion: str = "cb_marginal", estimator: str = "auto",
                  num_samples: int = 4, baseline: str = "loo", entropy_weight: float = 0.0):
         super().__init__(encoder, decoder)
+        if estimator == "auto":
+            estimator = default_estimator(decoder)
         reason = self.supports(decoder, criterion, estimator)
         if reason:
             raise ValueError(reason)
@@ -91,7 +104,7 @@ class CBModel(AsrModel):
         self.baseline = RunningMeanBaseline() if baseline == "running_mean" else baseline
 
     @classmethod
-    def supports(cls, decoder, criterion: str = "cb_marginal", estimator: str = "idb", **loss_options):
+    def supports(cls, decoder, criterion: str = "cb_marginal", estimator: str = "auto", **loss_options):
         if criterion not in CRITERIA:
             return f"criterion must be one of {CRITERIA}, got {criterion!r}"
         if not isinstance(decoder, CBDecoder):
@@ -106,10 +119,13 @@ class CBModel(AsrModel):
             return ("a bounded-window decoder gives gaps beyond its window probability 0, and samples "
                     "of P(b | L) do not respect the window: train it with the exact cb_marginal")
         if criterion == "cb_reinforce":
+            if estimator == "auto":
+                estimator = default_estimator(decoder)
             if estimator not in ESTIMATORS:
                 return f"estimator must be one of {ESTIMATORS}, got {estimator!r}"
             if estimator == "mbb" and decoder.order != "memoryless":
-                return "the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only"
+                return ("the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only: "
+                        "use loss.estimator=idb or auto")
         return None
 
     def terms(self, feats, feat_lens, targets, target_lens):

@@ -21,9 +21,10 @@ def test_table_marks_the_allowed_pairs():
             for line in models.compatibility_table().splitlines()[2:]}
     losses = models.presets("loss")
     allowed = {name: [losses[i] for i, mark in enumerate(marks) if mark] for name, marks in rows.items()}
-    assert allowed["pointwise"] == ["cb_marginal", "cb_mc", "cb_reinforce", "cb_reinforce_mbb", "ctc",
-                                    "forced_suffix"]
-    assert allowed["autoregressive"] == ["cb_mc", "cb_reinforce", "forced_suffix"]  # no MBB: not memoryless
+    assert allowed["pointwise"] == ["cb_marginal", "cb_mc", "cb_reinforce", "cb_reinforce_idb", "cb_reinforce_mbb",
+                                    "ctc", "forced_suffix"]
+    # no MBB: not memoryless (the default estimator falls back to ID-checking)
+    assert allowed["autoregressive"] == ["cb_mc", "cb_reinforce", "cb_reinforce_idb", "forced_suffix"]
     assert allowed["autoregressive_luo"] == ["forced_suffix"]
     assert allowed["hat"] == ["hat"] and allowed["transducer"] == ["rnnt"]
     assert allowed["monotonic_variable"] == ["cb_marginal"]

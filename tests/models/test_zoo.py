@@ -119,6 +119,17 @@ def test_sampled_criteria_report_the_exact_marginal_in_evaluation(tone_batch, de
         assert not torch.allclose(sampled, exact.loss(*args).nll)
 
 
+@pytest.mark.parametrize("decoder,expected", [("pointwise", "mbb"), ("monotonic", "mbb"),
+                                               ("attention_emission", "mbb"), ("autoregressive", "idb")])
+def test_the_default_estimator_is_the_lowest_variance_one_that_is_unbiased(decoder, expected):
+    """loss.estimator=auto (the default): MBB (eq. 29) with leave-one-out, lowest in the toy
+    study's variance table, where the label terms are memoryless; otherwise ID-checking (eq. 23)."""
+    loss = {"name": "cb_reinforce", "num_samples": 4}
+    model = builder.build_model(ENCODER, DECODERS[decoder], loss, 40, 6)
+    assert (model.estimator, model.baseline) == (expected, "loo")
+    assert builder.build_model(ENCODER, DECODERS[decoder], {**loss, "estimator": "global"}, 40, 6).estimator == "global"
+
+
 def test_cb_models_report_the_emission_rate(tone_batch):
     batch, vocab_size = tone_batch
     model = _build("pointwise", "cb_marginal", batch.feats.shape[-1], vocab_size)
