@@ -18,7 +18,15 @@ from cbasr.modules.decoders import (
 )
 from cbasr.modules.encoders import ConformerEncoder, RNNEncoder
 
-__all__ = ["ENCODERS", "DECODERS", "LOSSES", "build_model", "build_decoder", "refusal", "supported_losses"]
+__all__ = [
+    "ENCODERS",
+    "DECODERS",
+    "LOSSES",
+    "build_model",
+    "build_decoder",
+    "refusal",
+    "supported_losses",
+]
 
 ENCODERS = {"rnn": RNNEncoder, "conformer": ConformerEncoder}
 DECODERS = {
@@ -65,7 +73,9 @@ def supported_losses(decoder: nn.Module) -> list[str]:
     return [name for name in LOSSES if refusal({"name": name}, decoder) is None]
 
 
-def build_model(encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_size: int) -> nn.Module:
+def build_model(
+    encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_size: int
+) -> nn.Module:
     """The model for an ``encoder``/``decoder``/``loss`` config triple.
 
     Args:
@@ -82,9 +92,11 @@ def build_model(encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_
     dec = build_decoder(decoder, enc.output_dim, vocab_size)
     reason = refusal(loss, dec)
     if reason:
-        raise ValueError(f"loss {loss['name']!r} cannot train decoder {decoder['name']!r} "
-                         f"({_describe(decoder)}): {reason}. This decoder trains with losses "
-                         f"{supported_losses(dec)}")
+        raise ValueError(
+            f"loss {loss['name']!r} cannot train decoder {decoder['name']!r} "
+            f"({_describe(decoder)}): {reason}. This decoder trains with losses "
+            f"{supported_losses(dec)}"
+        )
     return model_cls(enc, dec, **fixed, **loss_kwargs)
 
 

@@ -87,7 +87,9 @@ def naive_sample(logits: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
 def make_inputs(args):
     generator = torch.Generator().manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    logits = (torch.randn(args.batch, args.frames, generator=generator) * 2.0).to(args.device, dtype)
+    logits = (torch.randn(args.batch, args.frames, generator=generator) * 2.0).to(
+        args.device, dtype
+    )
     total = torch.full((args.batch,), args.total, device=args.device)
     # Any sequence with k highs will do for log_prob: k random frames (cheap, so that the
     # memory measurement of a case is not hidden by building its inputs).

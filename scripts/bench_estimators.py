@@ -44,21 +44,21 @@ def _cases(M: int):
             )(e)
             for e in ("global", "idb", "bb", "mbb")
         },
-        "forced_suffix_reinforce": lambda x, r, k, n, g: forced_suffix_reinforce(
-            x, k, r, n, M, "loo", 0.0, g
-        ).loss,
-        "variational Q_Bin (eq. 46)": lambda x, r, k, n, g: variational_lower_bound(
-            x, k, r, n, "binomial", M, "loo", generator=g
-        ).loss,
-        "multi-sample Q_FS (eq. 47)": lambda x, r, k, n, g: multi_sample_lower_bound(
-            x, k, r, n, "forced_suffix", M, generator=g
-        ).loss,
-        "straight-through (eq. 37)": lambda x, r, k, n, g: straight_through_cb(
-            x, k, r, n, "id_checking", 0.5, M, g
-        ).loss,
-        "relax id_checking (eq. 36)": lambda x, r, k, n, g: relax_cb(
-            x, k, r, n, control.to(x.dtype).to(x.device), "id_checking", M, "loo", g
-        ).loss,
+        "forced_suffix_reinforce": lambda x, r, k, n, g: (
+            forced_suffix_reinforce(x, k, r, n, M, "loo", 0.0, g).loss
+        ),
+        "variational Q_Bin (eq. 46)": lambda x, r, k, n, g: (
+            variational_lower_bound(x, k, r, n, "binomial", M, "loo", generator=g).loss
+        ),
+        "multi-sample Q_FS (eq. 47)": lambda x, r, k, n, g: (
+            multi_sample_lower_bound(x, k, r, n, "forced_suffix", M, generator=g).loss
+        ),
+        "straight-through (eq. 37)": lambda x, r, k, n, g: (
+            straight_through_cb(x, k, r, n, "id_checking", 0.5, M, g).loss
+        ),
+        "relax id_checking (eq. 36)": lambda x, r, k, n, g: (
+            relax_cb(x, k, r, n, control.to(x.dtype).to(x.device), "id_checking", M, "loo", g).loss
+        ),
     }
 
 

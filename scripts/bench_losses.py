@@ -220,11 +220,14 @@ def main() -> None:
                 f"| {r['peak_bytes'] / 2**20:.1f} | {ratio} |",
                 flush=True,
             )
-    print("\n| (B, T, U, V) | cb / ctc time | cb autograd / cb explicit time | "
-          "hat / rnnt time | hat / rnnt memory | hat (given log-probs) / rnnt time | "
-          "hat (given log-probs) / rnnt memory |")
+    print(
+        "\n| (B, T, U, V) | cb / ctc time | cb autograd / cb explicit time | "
+        "hat / rnnt time | hat / rnnt memory | hat (given log-probs) / rnnt time | "
+        "hat (given log-probs) / rnnt memory |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for B, T, U, V in sizes:
+
         def ratio(num, den, key):
             a, b = results.get((num, B, T, U, V), {}), results.get((den, B, T, U, V), {})
             if key not in a or key not in b or b[key] == 0:

@@ -92,57 +92,89 @@ def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int)
     for name in args.models:
         cfg = compose_model_config(ENCODER + MODELS[name])
         torch.manual_seed(0)
-        model = builder.build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], 80, len(vocab)).eval()
+        model = builder.build_model(
+            cfg["encoder"], cfg["decoder"], cfg["loss"], 80, len(vocab)
+        ).eval()
         calib = padded[0] if len(padded[0][1]) >= 4 else padded[-1]
         calibrate(model, *calib, round(ref_labels * int(calib[1].sum()) / frames))
         yield name, model
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=ROOT / "recipes/synth/data")
     parser.add_argument("--utts", type=int, default=60, help="dev utterances decoded per setting")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
-    parser.add_argument("--cb-search", choices=["auto", "frame", "label"], default="auto",
-                        help="CB models: which beam search (auto: frame-synchronous)")
+    parser.add_argument(
+        "--cb-search",
+        choices=["auto", "frame", "label"],
+        default="auto",
+        help="CB models: which beam search (auto: frame-synchronous)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-frames", type=int, default=20000, help="input frames per batch")
-    parser.add_argument("--exp-dir", type=Path, default=None,
-                        help="benchmark this trained experiment's best checkpoint instead of random models")
+    parser.add_argument(
+        "--exp-dir",
+        type=Path,
+        default=None,
+        help="benchmark this trained experiment's best checkpoint instead of random models",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     vocab = Vocabulary.load(args.data / "lang/phones.txt")
     mean, std = load_cmvn(args.data / "fbank/cmvn.json")
     store = FeatureStore(args.data / "fbank/dev")
-    records = [r for r in read_manifest(args.data / "synth/dev.jsonl") if r["id"] in store][: args.utts]
+    records = [r for r in read_manifest(args.data / "synth/dev.jsonl") if r["id"] in store][
+        : args.utts
+    ]
     feats = [(store[r["id"]] - mean) / std for r in records]
     audio = sum(f.shape[0] for f in feats) * 0.01
     ref_labels = sum(len(r["phones"]) for r in records)
-    batches = BucketBatchSampler([f.shape[0] for f in feats], args.max_frames, shuffle=False).batches()
-    padded = [(torch.nn.utils.rnn.pad_sequence([feats[i] for i in b], batch_first=True),
-               torch.tensor([feats[i].shape[0] for i in b])) for b in batches]
-    print(f"{len(records)} dev utterances, {audio:.1f} s of audio, {ref_labels} reference labels; "
-          f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}")
-    print("\n| model | parameters | search | decode s | RTF | labels / ref |\n|---|---:|---|---:|---:|---:|")
+    batches = BucketBatchSampler(
+        [f.shape[0] for f in feats], args.max_frames, shuffle=False
+    ).batches()
+    padded = [
+        (
+            torch.nn.utils.rnn.pad_sequence([feats[i] for i in b], batch_first=True),
+            torch.tensor([feats[i].shape[0] for i in b]),
+        )
+        for b in batches
+    ]
+    print(
+        f"{len(records)} dev utterances, {audio:.1f} s of audio, {ref_labels} reference labels; "
+        f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "\n| model | parameters | search | decode s | RTF | labels / ref |\n|---|---:|---|---:|---:|---:|"
+    )
     for name, model in _models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)):
         params = sum(p.numel() for p in model.parameters())
         for beam in [0] + args.beams:
             start, emitted = time.perf_counter(), 0
-            options = BeamSearchOptions(beam=max(beam, 1), cb_search=args.cb_search
-                                        if type(model).__name__ == "CBModel" else "auto")
+            options = BeamSearchOptions(
+                beam=max(beam, 1),
+                cb_search=args.cb_search if type(model).__name__ == "CBModel" else "auto",
+            )
             with torch.no_grad():
                 for x, lens in padded:
                     if beam == 0:
                         emitted += sum(len(y) for y in model.greedy_decode(x, lens))
                     else:
-                        emitted += sum(len(n[0].tokens) for n in beam_search(model, x, lens, options))
+                        emitted += sum(
+                            len(n[0].tokens) for n in beam_search(model, x, lens, options)
+                        )
             seconds = time.perf_counter() - start
             search = "greedy" if beam == 0 else f"beam {beam}"
             if beam and type(model).__name__ == "CBModel":
                 search += f" ({cb_search_kind(model, options)})"
-            print(f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | {seconds / audio:.4f} | "
-                  f"{emitted / ref_labels:.2f} |", flush=True)
+            print(
+                f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | {seconds / audio:.4f} | "
+                f"{emitted / ref_labels:.2f} |",
+                flush=True,
+            )
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -43,7 +43,9 @@ from cbasr.engines.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/synth"
-PRESETS = {path.stem: (RECIPE / "conf", path.stem, []) for path in sorted((RECIPE / "conf").glob("*.yaml"))}
+PRESETS = {
+    path.stem: (RECIPE / "conf", path.stem, []) for path in sorted((RECIPE / "conf").glob("*.yaml"))
+}
 PRESETS["conformer_ctc"] = (CONF_DIR, "train", ["encoder=conformer", "loss=ctc"])
 
 
@@ -52,7 +54,9 @@ def _preset_list(text: str) -> list[str]:
     names = [name for name in text.split(",") if name]
     unknown = [name for name in names if name not in PRESETS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown preset(s) {unknown}; choose from {sorted(PRESETS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown preset(s) {unknown}; choose from {sorted(PRESETS)}"
+        )
     return names
 
 
@@ -75,25 +79,47 @@ def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0)
                 utt = f"{split}-{n:05d}"
                 index.write(f"{utt}\t{offset}\t{frames}\n")
                 labels = [phones[i] for i in rng.integers(0, len(phones), max(1, int(frames) // 7))]
-                records.append({"id": utt, "audio": f"{utt}.wav", "duration": frames / 100, "speaker": "s",
-                                "words": " ".join(labels), "phones": labels})
-        (out / ".done").write_text(json.dumps({"dim": dim, "frames": int(lengths.sum()), "kept": count}))
+                records.append(
+                    {
+                        "id": utt,
+                        "audio": f"{utt}.wav",
+                        "duration": frames / 100,
+                        "speaker": "s",
+                        "words": " ".join(labels),
+                        "phones": labels,
+                    }
+                )
+        (out / ".done").write_text(
+            json.dumps({"dim": dim, "frames": int(lengths.sum()), "kept": count})
+        )
         (root / "synth").mkdir(exist_ok=True)
         (root / f"synth/{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (root / "fbank/cmvn.json").write_text(json.dumps({"frames": 1, "mean": [0.0] * dim, "std": [1.0] * dim}))
+    (root / "fbank/cmvn.json").write_text(
+        json.dumps({"frames": 1, "mean": [0.0] * dim, "std": [1.0] * dim})
+    )
     return root
 
 
 def make_config(preset: str, data: Path, exp_dir: Path, args, device: str) -> dict:
     conf_dir, name, overrides = PRESETS[preset]
     with initialize_config_dir(str(conf_dir), version_base="1.3"):
-        cfg = compose(name, overrides=[
-            f"hydra.searchpath=[file://{CONF_DIR}]", *overrides, f"exp_dir={exp_dir}",
-            f"data.manifest_dir={data / 'synth'}", f"data.feature_dir={data / 'fbank'}",
-            f"data.vocab={data / 'lang/phones.txt'}", f"data.max_frames={args.max_frames}",
-            f"data.num_workers={args.num_workers}", f"trainer.device={device}",
-            f"trainer.num_threads={args.num_threads}", f"trainer.precision={args.precision}",
-            "trainer.progress_bar=false"])
+        cfg = compose(
+            name,
+            overrides=[
+                f"hydra.searchpath=[file://{CONF_DIR}]",
+                *overrides,
+                f"exp_dir={exp_dir}",
+                f"data.manifest_dir={data / 'synth'}",
+                f"data.feature_dir={data / 'fbank'}",
+                f"data.vocab={data / 'lang/phones.txt'}",
+                f"data.max_frames={args.max_frames}",
+                f"data.num_workers={args.num_workers}",
+                f"trainer.device={device}",
+                f"trainer.num_threads={args.num_threads}",
+                f"trainer.precision={args.precision}",
+                "trainer.progress_bar=false",
+            ],
+        )
     return OmegaConf.to_container(cfg, resolve=True)
 
 
@@ -104,7 +130,9 @@ def _sync(device: torch.device) -> None:
 
 def bench(preset: str, data: Path, args, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(make_config(preset, data, Path(tmp) / "exp", args, device), Path(tmp) / "exp")
+        trainer = Trainer(
+            make_config(preset, data, Path(tmp) / "exp", args, device), Path(tmp) / "exp"
+        )
         dev = trainer.device
         batches = trainer.sampler.batches()[: args.warmup + args.steps]
         frames = [sum(trainer.train_set.num_frames[i] for i in b) for b in batches]
@@ -122,35 +150,61 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
                 step_s.append(done - ready)
             waited = time.perf_counter()
         load_s = []  # the data pipeline alone, in this process
-        for b in batches[args.warmup:]:
+        for b in batches[args.warmup :]:
             start = time.perf_counter()
             collate([trainer.train_set[i] for i in b]).to(dev)
             _sync(dev)
             load_s.append(time.perf_counter() - start)
-    measured = sum(frames[args.warmup:])
+    measured = sum(frames[args.warmup :])
     wall = sum(step_s) + sum(wait_s)
-    return {"preset": preset, "device": str(dev), "threads": torch.get_num_threads(), "workers": args.num_workers,
-            "params_M": round(trainer.num_params / 1e6, 2), "steps": len(step_s),
-            "utts_per_batch": round(statistics.mean(len(b) for b in batches[args.warmup:]), 1),
-            "frames_per_s": round(measured / wall), "step_ms": round(1000 * statistics.median(step_s)),
-            "wait_share": round(sum(wait_s) / wall, 3), "load_share": round(sum(load_s) / sum(step_s), 3)}
+    return {
+        "preset": preset,
+        "device": str(dev),
+        "threads": torch.get_num_threads(),
+        "workers": args.num_workers,
+        "params_M": round(trainer.num_params / 1e6, 2),
+        "steps": len(step_s),
+        "utts_per_batch": round(statistics.mean(len(b) for b in batches[args.warmup :]), 1),
+        "frames_per_s": round(measured / wall),
+        "step_ms": round(1000 * statistics.median(step_s)),
+        "wait_share": round(sum(wait_s) / wall, 3),
+        "load_share": round(sum(load_s) / sum(step_s), 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", nargs="+", type=_preset_list, default=[["blstm_ctc", "conformer_ctc"]],
-                        help="preset names, space- or comma-separated (default: blstm_ctc conformer_ctc)")
-    parser.add_argument("--device", default="all", help="cpu | cuda | all (cpu, and cuda when present)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        type=_preset_list,
+        default=[["blstm_ctc", "conformer_ctc"]],
+        help="preset names, space- or comma-separated (default: blstm_ctc conformer_ctc)",
+    )
+    parser.add_argument(
+        "--device", default="all", help="cpu | cuda | all (cpu, and cuda when present)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--max-frames", type=int, default=6000, help="data.max_frames (the recipe's default)")
+    parser.add_argument(
+        "--max-frames", type=int, default=6000, help="data.max_frames (the recipe's default)"
+    )
     parser.add_argument("--num-threads", type=int, default=2)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--precision", default="fp32", help="trainer.precision (bf16/fp16 on CUDA)")
-    parser.add_argument("--synthetic", action="store_true", help="random features even if the corpus exists")
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                        help="print one JSON object per row on stdout instead of the table, or with PATH also "
-                             "write the rows there as a JSON list")
+    parser.add_argument(
+        "--synthetic", action="store_true", help="random features even if the corpus exists"
+    )
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="print one JSON object per row on stdout instead of the table, or with PATH also "
+        "write the rows there as a JSON list",
+    )
     args = parser.parse_args(argv)
     args.presets = [name for names in args.presets for name in names]
     register_configs()
@@ -164,8 +218,10 @@ def main(argv: list[str] | None = None) -> None:
         if not real:
             data = synthetic_corpus(Path(tmp) / "data")
         data_note = "recipes/synth/data (cached 80-dim fbank)" if real else "random 80-dim features"
-        print(f"data: {data_note}; max_frames {args.max_frames}; precision {args.precision}",
-              file=sys.stderr if args.json == "-" else sys.stdout)
+        print(
+            f"data: {data_note}; max_frames {args.max_frames}; precision {args.precision}",
+            file=sys.stderr if args.json == "-" else sys.stdout,
+        )
         rows = []
         for d in devices:
             for p in args.presets:

@@ -34,7 +34,24 @@ def tone_data(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tone")
     make_tone_corpus(root / "corpus", {"train": 160, "dev": 16, "test": 16})
-    features.main(["--manifest-dir", str(root / "corpus"), "--out", str(root / "fbank"),
-                   "--num-mel-bins", "40", "--workers", "0"])
-    vocab.main(["--manifest", str(root / "corpus" / "train.jsonl"), "--out", str(root / "lang" / "phones.txt")])
+    features.main(
+        [
+            "--manifest-dir",
+            str(root / "corpus"),
+            "--out",
+            str(root / "fbank"),
+            "--num-mel-bins",
+            "40",
+            "--workers",
+            "0",
+        ]
+    )
+    vocab.main(
+        [
+            "--manifest",
+            str(root / "corpus" / "train.jsonl"),
+            "--out",
+            str(root / "lang" / "phones.txt"),
+        ]
+    )
     return root

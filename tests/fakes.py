@@ -29,15 +29,29 @@ def make_tone_corpus(root: Path, sizes: dict[str, int], seed: int = 0) -> Path:
                 dur = rng.uniform(0.06, 0.12)
                 starts.append(round(t, 4))
                 time = np.arange(int(dur * SAMPLE_RATE)) / SAMPLE_RATE
-                pieces += [0.3 * np.sin(2 * np.pi * TONES[p] * time), np.zeros(int(0.02 * SAMPLE_RATE))]
+                pieces += [
+                    0.3 * np.sin(2 * np.pi * TONES[p] * time),
+                    np.zeros(int(0.02 * SAMPLE_RATE)),
+                ]
                 t += dur + 0.02
             audio = np.concatenate(pieces + [np.zeros(int(0.05 * SAMPLE_RATE))]).astype(np.float32)
-            audio += 0.003 * np.random.default_rng(seed * 1000 + n).standard_normal(audio.size).astype(np.float32)
+            audio += 0.003 * np.random.default_rng(seed * 1000 + n).standard_normal(
+                audio.size
+            ).astype(np.float32)
             path = root / "wav" / split / f"{utt_id}.wav"
             soundfile.write(path, audio, SAMPLE_RATE, subtype="PCM_16")
-            records.append({"id": utt_id, "audio": str(path.relative_to(root)), "duration": audio.size / SAMPLE_RATE,
-                            "speaker": f"{split}-spk{n % 2}", "words": " ".join(phones), "phones": phones,
-                            "phones_full": phones, "phone_starts": starts})
+            records.append(
+                {
+                    "id": utt_id,
+                    "audio": str(path.relative_to(root)),
+                    "duration": audio.size / SAMPLE_RATE,
+                    "speaker": f"{split}-spk{n % 2}",
+                    "words": " ".join(phones),
+                    "phones": phones,
+                    "phones_full": phones,
+                    "phone_starts": starts,
+                }
+            )
         with open(root / f"{split}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
     return root

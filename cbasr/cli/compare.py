@@ -16,8 +16,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from cbasr.engines.compare import (collect_systems, comparison_rows, csv_table, find_systems, markdown_table,
-                                   paired_comparison)
+from cbasr.engines.compare import (
+    collect_systems,
+    comparison_rows,
+    csv_table,
+    find_systems,
+    markdown_table,
+    paired_comparison,
+)
 from cbasr.fileio import write_text
 
 
@@ -26,32 +32,52 @@ def _pairs(systems, first: str, second: str):
     if len(a) == 1 and len(b) == 1:
         return [(a[0], b[0])]
     by_decode = {s.label.rpartition(":")[2]: s for s in b}
-    pairs = [(s, by_decode[s.label.rpartition(":")[2]]) for s in a if s.label.rpartition(":")[2] in by_decode]
+    pairs = [
+        (s, by_decode[s.label.rpartition(":")[2]])
+        for s in a
+        if s.label.rpartition(":")[2] in by_decode
+    ]
     if not pairs:
         raise ValueError(f"{first} and {second} have no decoding in common")
     return pairs
 
 
 def paired_table(results: list[dict]) -> str:
-    lines = ["| A | B | utts | A (%) | B (%) | A - B | 95% CI of A - B | p (paired bootstrap) | A better / B better "
-             "(utts) | p (sign test) |", "|---|---|---:|---:|---:|---:|---|---:|---|---:|"]
+    lines = [
+        "| A | B | utts | A (%) | B (%) | A - B | 95% CI of A - B | p (paired bootstrap) | A better / B better "
+        "(utts) | p (sign test) |",
+        "|---|---|---:|---:|---:|---:|---|---:|---|---:|",
+    ]
     for r in results:
         boot, sign = r["bootstrap"], r["sign_test"]
-        lines.append(f"| {r['a']} | {r['b']} | {r['utts']} | {r['error_rate_a']:.2f} | {r['error_rate_b']:.2f} | "
-                     f"{boot['difference']:+.2f} | [{boot['ci95'][0]:+.2f}, {boot['ci95'][1]:+.2f}] | "
-                     f"{boot['p_value']:.4f} | {sign['a_better']} / {sign['b_better']} | {sign['p_value']:.4f} |")
+        lines.append(
+            f"| {r['a']} | {r['b']} | {r['utts']} | {r['error_rate_a']:.2f} | {r['error_rate_b']:.2f} | "
+            f"{boot['difference']:+.2f} | [{boot['ci95'][0]:+.2f}, {boot['ci95'][1]:+.2f}] | "
+            f"{boot['p_value']:.4f} | {sign['a_better']} / {sign['b_better']} | {sign['p_value']:.4f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("exp_dirs", nargs="+", type=Path)
-    parser.add_argument("--decodes", nargs="+", default=None, help="decode directories to show (default: all)")
+    parser.add_argument(
+        "--decodes", nargs="+", default=None, help="decode directories to show (default: all)"
+    )
     parser.add_argument("--csv", type=Path, default=None, help="also write the table as CSV here")
-    parser.add_argument("--pair", nargs=2, metavar=("A", "B"), default=None,
-                        help="paired test: two systems (exp:decode), or two experiments (every shared decode)")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="paired test: two systems (exp:decode), or two experiments (every shared decode)",
+    )
     parser.add_argument("--bootstrap", type=int, default=1000, help="replicates for the intervals")
-    parser.add_argument("--paired-bootstrap", type=int, default=10000, help="replicates for the paired test")
+    parser.add_argument(
+        "--paired-bootstrap", type=int, default=10000, help="replicates for the paired test"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
@@ -61,8 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = comparison_rows(systems, args.bootstrap, args.seed)
         out = markdown_table(rows)
         if args.pair:
-            results = [paired_comparison(a, b, args.paired_bootstrap, args.seed)
-                       for a, b in _pairs(systems, *args.pair)]
+            results = [
+                paired_comparison(a, b, args.paired_bootstrap, args.seed)
+                for a, b in _pairs(systems, *args.pair)
+            ]
             out += "\n" + paired_table(results)
     except (ValueError, FileNotFoundError) as e:
         print(f"cbasr-compare: {e}", file=sys.stderr)

@@ -48,56 +48,103 @@ def default_tag(args) -> str | None:
 def search_options(args) -> BeamSearchOptions | None:
     """The beam search of the command line, or None for greedy; errors name the option."""
     if args.beam < 0:
-        raise SystemExit(f"cbasr-decode: --beam must be 0 (greedy) or a beam width >= 1, got {args.beam}")
-    beam_only = {"--lm": args.lm is not None, "--ilm-weight": args.ilm_weight != 0.0,
-                 "--am-weight": args.am_weight != 1.0, "--label-bonus": args.label_bonus != 0.0,
-                 "--length-norm": args.length_norm, "--max-symbols": args.max_symbols is not None,
-                 "--cb-search": args.cb_search != "auto"}
+        raise SystemExit(
+            f"cbasr-decode: --beam must be 0 (greedy) or a beam width >= 1, got {args.beam}"
+        )
+    beam_only = {
+        "--lm": args.lm is not None,
+        "--ilm-weight": args.ilm_weight != 0.0,
+        "--am-weight": args.am_weight != 1.0,
+        "--label-bonus": args.label_bonus != 0.0,
+        "--length-norm": args.length_norm,
+        "--max-symbols": args.max_symbols is not None,
+        "--cb-search": args.cb_search != "auto",
+    }
     if args.beam == 0:
         given = [name for name, set_ in beam_only.items() if set_]
         if given:
-            raise SystemExit(f"cbasr-decode: {', '.join(given)} need a beam search: add --beam N (N >= 1)")
+            raise SystemExit(
+                f"cbasr-decode: {', '.join(given)} need a beam search: add --beam N (N >= 1)"
+            )
         return None
     if args.lm is None and args.lm_weight_given:
         raise SystemExit("cbasr-decode: --lm-weight needs --lm")
     try:
-        return BeamSearchOptions(beam=args.beam, am_weight=args.am_weight,
-                                 lm_weight=args.lm_weight if args.lm is not None else 0.0,
-                                 ilm_weight=args.ilm_weight, label_bonus=args.label_bonus,
-                                 length_norm=args.length_norm, max_symbols=args.max_symbols,
-                                 cb_search=args.cb_search)
+        return BeamSearchOptions(
+            beam=args.beam,
+            am_weight=args.am_weight,
+            lm_weight=args.lm_weight if args.lm is not None else 0.0,
+            ilm_weight=args.ilm_weight,
+            label_bonus=args.label_bonus,
+            length_norm=args.length_norm,
+            max_symbols=args.max_symbols,
+            cb_search=args.cb_search,
+        )
     except ValueError as e:
         raise SystemExit(f"cbasr-decode: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--manifest-dir", required=True, type=Path, help="holds <split>.jsonl")
     parser.add_argument("--feature-dir", required=True, type=Path, help="holds <split>/ features")
     parser.add_argument("--splits", nargs="+", default=["dev", "test"])
     parser.add_argument("--checkpoint", default="best", help="best | last | a name in checkpoints/")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--num-threads", type=int, default=1,
-                        help="torch CPU threads (default 1: searches are many small operations, which two "
-                             "threads slow down on a busy CPU; 0: torch's default)")
-    parser.add_argument("--force", action="store_true", help="decode even if outputs are up to date")
+    parser.add_argument(
+        "--num-threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: searches are many small operations, which two "
+        "threads slow down on a busy CPU; 0: torch's default)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="decode even if outputs are up to date"
+    )
     search = parser.add_argument_group("search")
-    search.add_argument("--beam", type=int, default=0, help="beam width; 0 (default): the model's greedy search")
-    search.add_argument("--lm", type=Path, default=None,
-                        help="external LM: a cbasr-train-lm directory or .pt checkpoint, or an ARPA file")
-    search.add_argument("--lm-weight", type=float, default=None, help="shallow-fusion weight (default 0.5)")
+    search.add_argument(
+        "--beam", type=int, default=0, help="beam width; 0 (default): the model's greedy search"
+    )
+    search.add_argument(
+        "--lm",
+        type=Path,
+        default=None,
+        help="external LM: a cbasr-train-lm directory or .pt checkpoint, or an ARPA file",
+    )
+    search.add_argument(
+        "--lm-weight", type=float, default=None, help="shallow-fusion weight (default 0.5)"
+    )
     search.add_argument("--am-weight", type=float, default=1.0, help="lambda_1 of HAT eq. (9)")
-    search.add_argument("--ilm-weight", type=float, default=0.0, help="lambda_2 of HAT eq. (9): HAT models only")
-    search.add_argument("--label-bonus", type=float, default=0.0, help="added to the score per label")
-    search.add_argument("--length-norm", action="store_true", help="rank final hypotheses by score per label")
-    search.add_argument("--max-symbols", type=int, default=None,
-                        help="transducers: most labels per frame (default: the model's)")
-    search.add_argument("--cb-search", choices=CB_SEARCHES, default="auto",
-                        help="CB models: frame-synchronous prefix search or label-synchronous search (autoregressive "
-                             "decoders only; default auto: frame)")
-    search.add_argument("--tag", default=None,
-                        help="output to decode/<split>_<tag> (default: beam<N>[_lm<w>...] for beam search)")
+    search.add_argument(
+        "--ilm-weight", type=float, default=0.0, help="lambda_2 of HAT eq. (9): HAT models only"
+    )
+    search.add_argument(
+        "--label-bonus", type=float, default=0.0, help="added to the score per label"
+    )
+    search.add_argument(
+        "--length-norm", action="store_true", help="rank final hypotheses by score per label"
+    )
+    search.add_argument(
+        "--max-symbols",
+        type=int,
+        default=None,
+        help="transducers: most labels per frame (default: the model's)",
+    )
+    search.add_argument(
+        "--cb-search",
+        choices=CB_SEARCHES,
+        default="auto",
+        help="CB models: frame-synchronous prefix search or label-synchronous search (autoregressive "
+        "decoders only; default auto: frame)",
+    )
+    search.add_argument(
+        "--tag",
+        default=None,
+        help="output to decode/<split>_<tag> (default: beam<N>[_lm<w>...] for beam search)",
+    )
     args = parser.parse_args(argv)
     args.lm_weight_given = args.lm_weight is not None
     if args.lm_weight is None:
@@ -118,14 +165,30 @@ def main(argv: list[str] | None = None) -> None:
     for split in args.splits:
         out_dir = args.exp_dir / "decode" / decode_dir_name(split, tag)
         if is_decoded(exp, out_dir, settings) and not args.force:
-            log.info("%s: already decoded with this checkpoint and these settings, skipping (--force to redo)",
-                     out_dir)
+            log.info(
+                "%s: already decoded with this checkpoint and these settings, skipping (--force to redo)",
+                out_dir,
+            )
             continue
-        summary = decode_split(exp, args.manifest_dir / f"{split}.jsonl", args.feature_dir / split, out_dir,
-                               options=options, lm=lm, lm_path=args.lm)
-        log.info("%s: decoded %d utterances with the %s checkpoint (epoch %d), %s; %d skipped; RTF %.4f",
-                 out_dir, summary["utts"], args.checkpoint, summary["epoch"],
-                 "greedy" if options is None else f"beam {options.beam}", summary["skipped"], summary["rtf"] or 0)
+        summary = decode_split(
+            exp,
+            args.manifest_dir / f"{split}.jsonl",
+            args.feature_dir / split,
+            out_dir,
+            options=options,
+            lm=lm,
+            lm_path=args.lm,
+        )
+        log.info(
+            "%s: decoded %d utterances with the %s checkpoint (epoch %d), %s; %d skipped; RTF %.4f",
+            out_dir,
+            summary["utts"],
+            args.checkpoint,
+            summary["epoch"],
+            "greedy" if options is None else f"beam {options.beam}",
+            summary["skipped"],
+            summary["rtf"] or 0,
+        )
 
 
 if __name__ == "__main__":

@@ -38,33 +38,49 @@ def count_parameters(module) -> int:
 def compatibility_table(input_dim: int = 80, vocab_size: int = 50, encoder: str = "blstm") -> str:
     """Markdown: one row per decoder preset, a column per loss preset, and the decoder's size."""
     losses = presets("loss")
-    lines = [f"| decoder preset | {' | '.join(losses)} | decoder parameters |",
-             "|---|" + ":---:|" * len(losses) + "---:|"]
+    lines = [
+        f"| decoder preset | {' | '.join(losses)} | decoder parameters |",
+        "|---|" + ":---:|" * len(losses) + "---:|",
+    ]
     for name in presets("decoder"):
         cfg = compose_model_config([f"encoder={encoder}", f"decoder={name}"])
-        enc = builder.build_model(cfg["encoder"], {"name": "pointwise"}, {"name": "ctc"}, input_dim, vocab_size).encoder
+        enc = builder.build_model(
+            cfg["encoder"], {"name": "pointwise"}, {"name": "ctc"}, input_dim, vocab_size
+        ).encoder
         dec = builder.build_decoder(cfg["decoder"], enc.output_dim, vocab_size)
-        marks = ["" if builder.refusal(compose_model_config([f"loss={loss}"])["loss"], dec) else "yes"
-                 for loss in losses]
+        marks = [
+            "" if builder.refusal(compose_model_config([f"loss={loss}"])["loss"], dec) else "yes"
+            for loss in losses
+        ]
         lines.append(f"| {name} | {' | '.join(marks)} | {count_parameters(dec):,} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["table", "params"])
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. encoder=conformer decoder=hat loss=hat")
-    parser.add_argument("--input-dim", type=int, default=80, help="feature dimension (source vocabulary for text)")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. encoder=conformer decoder=hat loss=hat"
+    )
+    parser.add_argument(
+        "--input-dim", type=int, default=80, help="feature dimension (source vocabulary for text)"
+    )
     parser.add_argument("--vocab-size", type=int, default=50, help="target ids, blank included")
     args = parser.parse_args(argv)
     if args.command == "table":
         print(compatibility_table(args.input_dim, args.vocab_size), end="")
         return
     cfg = compose_model_config(args.overrides)
-    model = builder.build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], args.input_dim, args.vocab_size)
+    model = builder.build_model(
+        cfg["encoder"], cfg["decoder"], cfg["loss"], args.input_dim, args.vocab_size
+    )
     total, enc = count_parameters(model), count_parameters(model.encoder)
-    print(f"encoder {cfg['encoder']['name']}: {enc:,}\ndecoder {cfg['decoder']['name']}: {total - enc:,}\n"
-          f"total ({type(model).__name__}, loss {cfg['loss']['name']}): {total:,}")
+    print(
+        f"encoder {cfg['encoder']['name']}: {enc:,}\ndecoder {cfg['decoder']['name']}: {total - enc:,}\n"
+        f"total ({type(model).__name__}, loss {cfg['loss']['name']}): {total:,}"
+    )
 
 
 if __name__ == "__main__":

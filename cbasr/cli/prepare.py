@@ -20,16 +20,23 @@ log = logging.getLogger("cbasr-prepare")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="corpus", required=True)
     for name in ("timit", "wsj", "gigaword"):
         p = sub.add_parser(name)
         p.add_argument("--corpus-dir", required=True, type=Path)
         p.add_argument("--out", required=True, type=Path)
-        p.add_argument("--allow-partial", action="store_true",
-                       help="accept a subset of the corpus (split sizes other than the standard ones)")
+        p.add_argument(
+            "--allow-partial",
+            action="store_true",
+            help="accept a subset of the corpus (split sizes other than the standard ones)",
+        )
         if name == "timit":
-            p.add_argument("--phone-set", choices=["61", "48"], default="48", help="training labels")
+            p.add_argument(
+                "--phone-set", choices=["61", "48"], default="48", help="training labels"
+            )
     args = parser.parse_args(argv)
     setup_logging()
     try:

@@ -12,15 +12,20 @@ from cbasr.engines.compare import describe_settings
 
 def results_table(exp_dirs: list[Path]) -> str:
     """A Markdown table with a row per (experiment, scored decoding directory)."""
-    lines = ["| experiment | split | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | skipped | epoch "
-             "| decode |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| experiment | split | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | skipped | epoch "
+        "| decode |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for exp in exp_dirs:
         for score_file in sorted((exp / "decode").glob("*/score.json")):
             s = json.loads(score_file.read_text())
             ci = f"[{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if "ci95" in s else ""
-            lines.append(f"| {exp.name} | {score_file.parent.name} | {s['error_rate']:.2f} | {ci} | {s['sub']} | "
-                         f"{s['del']} | {s['ins']} | {s['ref_tokens']} | {s['utts']} | "
-                         f"{s.get('skipped', 0)} | {s.get('epoch', '')} | {describe_settings(s.get('settings'))} |")
+            lines.append(
+                f"| {exp.name} | {score_file.parent.name} | {s['error_rate']:.2f} | {ci} | {s['sub']} | "
+                f"{s['del']} | {s['ins']} | {s['ref_tokens']} | {s['utts']} | "
+                f"{s.get('skipped', 0)} | {s.get('epoch', '')} | {describe_settings(s.get('settings'))} |"
+            )
     return "\n".join(lines) + "\n"
 
 

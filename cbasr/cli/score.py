@@ -23,29 +23,67 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--splits", nargs="+", default=["dev", "test"])
-    parser.add_argument("--tag", default=None, help="score decode/<split>_<tag> (as cbasr-decode --tag wrote it)")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates for the 95%% interval")
-    parser.add_argument("--speakers", action="store_true", help="also log each speaker's error rate")
-    parser.add_argument("--token-map", type=Path,
-                        help="map tokens before scoring: 'token<TAB>mapped' lines, empty mapped deletes "
-                        "(TIMIT: data/timit/map_39.txt scores 61 or 48 phones on 39)")
-    parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L F1 of the words (headlines)")
+    parser.add_argument(
+        "--tag", default=None, help="score decode/<split>_<tag> (as cbasr-decode --tag wrote it)"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap replicates for the 95%% interval"
+    )
+    parser.add_argument(
+        "--speakers", action="store_true", help="also log each speaker's error rate"
+    )
+    parser.add_argument(
+        "--token-map",
+        type=Path,
+        help="map tokens before scoring: 'token<TAB>mapped' lines, empty mapped deletes "
+        "(TIMIT: data/timit/map_39.txt scores 61 or 48 phones on 39)",
+    )
+    parser.add_argument(
+        "--rouge", action="store_true", help="also ROUGE-1/2/L F1 of the words (headlines)"
+    )
     args = parser.parse_args(argv)
     setup_logging()
     for split in args.splits:
         name = decode_dir_name(split, args.tag)
-        s = score_decode_dir(args.exp_dir / "decode" / name, args.bootstrap, token_map=args.token_map,
-                             rouge=args.rouge)
-        log.info("%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d skipped)",
-                 name, s["error_rate"], *s["ci95"], s["sub"], s["del"], s["ins"], s["ref_tokens"], s["utts"],
-                 s.get("skipped", 0))
+        s = score_decode_dir(
+            args.exp_dir / "decode" / name,
+            args.bootstrap,
+            token_map=args.token_map,
+            rouge=args.rouge,
+        )
+        log.info(
+            "%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d skipped)",
+            name,
+            s["error_rate"],
+            *s["ci95"],
+            s["sub"],
+            s["del"],
+            s["ins"],
+            s["ref_tokens"],
+            s["utts"],
+            s.get("skipped", 0),
+        )
         if "rouge" in s:
-            log.info("%s: ROUGE-1 %.2f ROUGE-2 %.2f ROUGE-L %.2f (F1, %d pairs)", name, s["rouge"]["rouge1"],
-                     s["rouge"]["rouge2"], s["rouge"]["rougeL"], s["rouge"]["pairs"])
+            log.info(
+                "%s: ROUGE-1 %.2f ROUGE-2 %.2f ROUGE-L %.2f (F1, %d pairs)",
+                name,
+                s["rouge"]["rouge1"],
+                s["rouge"]["rouge2"],
+                s["rouge"]["rougeL"],
+                s["rouge"]["pairs"],
+            )
         if args.speakers:
             for speaker, c in s.get("by_speaker", {}).items():
-                log.info("  %s: %.2f%% (%d sub, %d del, %d ins / %d tokens, %d utts)", speaker, c["error_rate"],
-                         c["sub"], c["del"], c["ins"], c["ref_tokens"], c["utts"])
+                log.info(
+                    "  %s: %.2f%% (%d sub, %d del, %d ins / %d tokens, %d utts)",
+                    speaker,
+                    c["error_rate"],
+                    c["sub"],
+                    c["del"],
+                    c["ins"],
+                    c["ref_tokens"],
+                    c["utts"],
+                )
 
 
 if __name__ == "__main__":

@@ -24,19 +24,39 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True, type=Path, help="corpus directory to write")
-    parser.add_argument("--size", choices=sorted(SIZES), default="default",
-                        help="preset sizes; the options below override them")
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="default",
+        help="preset sizes; the options below override them",
+    )
     for split in ("train", "dev", "test"):
-        parser.add_argument(f"--{split}-speakers", type=int, metavar="N", help=f"speakers in {split}")
-        parser.add_argument(f"--{split}-utts-per-speaker", type=int, metavar="N",
-                            help=f"utterances per {split} speaker")
-    parser.add_argument("--utts-per-speaker", type=int, metavar="N",
-                        help="utterances per speaker in every split (the per-split options win)")
-    parser.add_argument("--seed", type=int, metavar="S",
-                        help="seed for speakers, sentences and eSpeak's noise")
-    parser.add_argument("--workers", type=int, metavar="N", default=min(4, os.cpu_count() or 1),
-                        help="synthesis processes (1: synthesize in this process); the output does not "
-                        "depend on it")
+        parser.add_argument(
+            f"--{split}-speakers", type=int, metavar="N", help=f"speakers in {split}"
+        )
+        parser.add_argument(
+            f"--{split}-utts-per-speaker",
+            type=int,
+            metavar="N",
+            help=f"utterances per {split} speaker",
+        )
+    parser.add_argument(
+        "--utts-per-speaker",
+        type=int,
+        metavar="N",
+        help="utterances per speaker in every split (the per-split options win)",
+    )
+    parser.add_argument(
+        "--seed", type=int, metavar="S", help="seed for speakers, sentences and eSpeak's noise"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=min(4, os.cpu_count() or 1),
+        help="synthesis processes (1: synthesize in this process); the output does not "
+        "depend on it",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -52,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         if speakers is not None:
             overrides[f"{split}_speakers"] = speakers
         if utts is not None or args.utts_per_speaker is not None:
-            overrides[f"{split}_utts_per_speaker"] = utts if utts is not None else args.utts_per_speaker
+            overrides[f"{split}_utts_per_speaker"] = (
+                utts if utts is not None else args.utts_per_speaker
+            )
     if args.seed is not None:
         overrides["seed"] = args.seed
     try:

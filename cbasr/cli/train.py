@@ -19,7 +19,9 @@ from cbasr.config.schema import register_configs
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 if not CONF_DIR.is_dir():
-    raise RuntimeError(f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)")
+    raise RuntimeError(
+        f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)"
+    )
 
 register_configs()
 log = logging.getLogger("cbasr-train")

@@ -19,7 +19,9 @@ from cbasr.config.lm_schema import register_lm_configs
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 if not CONF_DIR.is_dir():
-    raise RuntimeError(f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)")
+    raise RuntimeError(
+        f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)"
+    )
 
 register_lm_configs()
 log = logging.getLogger("cbasr-train-lm")
@@ -36,7 +38,11 @@ def main(cfg: DictConfig) -> None:
     log.info("language model %s", cfg.exp_dir)
     history = train_lm(container, cfg.exp_dir, select_device(container["trainer"]["device"]))
     if history:
-        log.info("done: validation perplexity %.3f after epoch %d", history[-1]["valid_ppl"], history[-1]["epoch"])
+        log.info(
+            "done: validation perplexity %.3f after epoch %d",
+            history[-1]["valid_ppl"],
+            history[-1]["epoch"],
+        )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,14 @@ from typing import Any
 
 from omegaconf import MISSING
 
-__all__ = ["LSTMLMConfig", "LMDataConfig", "LMOptimConfig", "LMTrainerConfig", "TrainLMConfig",
-           "register_lm_configs"]
+__all__ = [
+    "LSTMLMConfig",
+    "LMDataConfig",
+    "LMOptimConfig",
+    "LMTrainerConfig",
+    "TrainLMConfig",
+    "register_lm_configs",
+]
 
 
 @dataclass

@@ -11,11 +11,24 @@ from typing import Any
 from omegaconf import MISSING
 
 __all__ = [
-    "RNNEncoderConfig", "ConformerEncoderConfig", "PointwiseDecoderConfig", "AutoregressiveDecoderConfig",
-    "MonotonicDecoderConfig", "AttentionEmissionDecoderConfig", "TransducerDecoderConfig", "CTCLossConfig",
-    "CBMarginalLossConfig", "CBReinforceLossConfig", "CBMonteCarloLossConfig", "ForcedSuffixLossConfig",
+    "RNNEncoderConfig",
+    "ConformerEncoderConfig",
+    "PointwiseDecoderConfig",
+    "AutoregressiveDecoderConfig",
+    "MonotonicDecoderConfig",
+    "AttentionEmissionDecoderConfig",
+    "TransducerDecoderConfig",
+    "CTCLossConfig",
+    "CBMarginalLossConfig",
+    "CBReinforceLossConfig",
+    "CBMonteCarloLossConfig",
+    "ForcedSuffixLossConfig",
     "TransducerLossConfig",
-    "SpecAugmentConfig", "DataConfig", "OptimConfig", "TrainerConfig", "TrainConfig",
+    "SpecAugmentConfig",
+    "DataConfig",
+    "OptimConfig",
+    "TrainerConfig",
+    "TrainConfig",
     "register_configs",
 ]
 
@@ -118,7 +131,9 @@ class TransducerDecoderConfig:
     context: int = -1  # prediction network: -1 LSTM, or the last N labels (HAT Table 2)
     joint_dim: int = 128
     dropout: float = 0.1
-    blank_joint: str = "tanh"  # HAT blank logit: tanh (a unit of the joint) | linear (eq. 5 literally)
+    blank_joint: str = (
+        "tanh"  # HAT blank logit: tanh (a unit of the joint) | linear (eq. 5 literally)
+    )
 
 
 @dataclass
@@ -225,10 +240,14 @@ class TrainerConfig:
     checkpoint_minutes: float = 5.0  # also checkpoint mid-epoch this often
     checkpoint_every_steps: int = 0  # and every this many optimizer steps (0: never)
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
-    best_metric: str = "valid_error_rate"  # valid_error_rate | valid_loss: best.pt, plateau, early stop
+    best_metric: str = (
+        "valid_error_rate"  # valid_error_rate | valid_loss: best.pt, plateau, early stop
+    )
     early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
     max_bad_steps: int = 20  # non-finite steps in a row that stop the run
-    find_unused_parameters: bool = False  # DistributedDataParallel: for models with unused parameters
+    find_unused_parameters: bool = (
+        False  # DistributedDataParallel: for models with unused parameters
+    )
     log_every: int = 50  # steps between progress log lines
     progress_bar: bool = True  # tqdm bar when stderr is a terminal
 
@@ -266,5 +285,3 @@ def register_configs() -> None:
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="optim", name="optim_schema", node=OptimConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
-
-

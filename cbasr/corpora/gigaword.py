@@ -24,23 +24,39 @@ log = logging.getLogger(__name__)
 
 # Layout name -> split -> (source file, target file), relative to the corpus directory.
 LAYOUTS = {
-    "org_data": {split: (f"org_data/{split}.src.txt", f"org_data/{split}.tgt.txt")
-                 for split in ("train", "dev", "test")},
-    "sumdata": {"train": ("sumdata/train/train.article.txt", "sumdata/train/train.title.txt"),
-                "dev": ("sumdata/train/valid.article.filter.txt", "sumdata/train/valid.title.filter.txt"),
-                "test": ("sumdata/Giga/input.txt", "sumdata/Giga/task1_ref0.txt")},
+    "org_data": {
+        split: (f"org_data/{split}.src.txt", f"org_data/{split}.tgt.txt")
+        for split in ("train", "dev", "test")
+    },
+    "sumdata": {
+        "train": ("sumdata/train/train.article.txt", "sumdata/train/train.title.txt"),
+        "dev": ("sumdata/train/valid.article.filter.txt", "sumdata/train/valid.title.filter.txt"),
+        "test": ("sumdata/Giga/input.txt", "sumdata/Giga/task1_ref0.txt"),
+    },
 }
 EXPECTED = {"train": 3_803_957, "dev": 189_651, "test": 1_951}
 
 
 def _find_layout(corpus_dir: Path) -> tuple[Path, str]:
-    for root in (corpus_dir, *sorted(p for p in corpus_dir.iterdir() if p.is_dir())) if corpus_dir.is_dir() else ():
+    for root in (
+        (corpus_dir, *sorted(p for p in corpus_dir.iterdir() if p.is_dir()))
+        if corpus_dir.is_dir()
+        else ()
+    ):
         for name, files in LAYOUTS.items():
-            if all((root / src).is_file() and (root / tgt).is_file() for src, tgt in files.values()):
+            if all(
+                (root / src).is_file() and (root / tgt).is_file() for src, tgt in files.values()
+            ):
                 return root, name
-    found = sorted(p.name for p in corpus_dir.iterdir()) if corpus_dir.is_dir() else "nothing (no such directory)"
-    expected = " or ".join(f"{name}/ with " + ", ".join(f for pair in files.values() for f in pair)
-                           for name, files in LAYOUTS.items())
+    found = (
+        sorted(p.name for p in corpus_dir.iterdir())
+        if corpus_dir.is_dir()
+        else "nothing (no such directory)"
+    )
+    expected = " or ".join(
+        f"{name}/ with " + ", ".join(f for pair in files.values() for f in pair)
+        for name, files in LAYOUTS.items()
+    )
     raise corpus_error("Gigaword", corpus_dir, expected, found)
 
 
@@ -49,15 +65,30 @@ def _pairs(root: Path, source: str, target: str, split: str, skipped: list):
     with open(root / source, encoding="utf-8") as src, open(root / target, encoding="utf-8") as tgt:
         for n, (article, title) in enumerate(zip_longest(src, tgt), start=1):
             if article is None or title is None:
-                raise corpus_error("Gigaword", root, f"{source} and {target} with one line per pair",
-                                   f"{'the source' if article is None else 'the target'} ends at line {n - 1}")
+                raise corpus_error(
+                    "Gigaword",
+                    root,
+                    f"{source} and {target} with one line per pair",
+                    f"{'the source' if article is None else 'the target'} ends at line {n - 1}",
+                )
             utt = f"{split}-{n:07d}"
             article, title = article.split(), title.split()
             if not article or not title:
-                skipped.append((split, utt, f"empty {'article' if not article else 'headline'} "
-                                            f"(line {n} of {source if not article else target})"))
+                skipped.append(
+                    (
+                        split,
+                        utt,
+                        f"empty {'article' if not article else 'headline'} "
+                        f"(line {n} of {source if not article else target})",
+                    )
+                )
                 continue
-            yield {"id": utt, "source": " ".join(article), "words": " ".join(title), "speaker": split}
+            yield {
+                "id": utt,
+                "source": " ".join(article),
+                "words": " ".join(title),
+                "speaker": split,
+            }
 
 
 def prepare_gigaword(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True) -> dict:
@@ -78,10 +109,16 @@ def prepare_gigaword(corpus_dir: str | Path, out_dir: str | Path, strict: bool =
     root, layout = _find_layout(corpus_dir)
     log.info("Gigaword in the %s layout under %s", layout, root)
     skipped: list[tuple[str, str, str]] = []
-    records = {split: list(_pairs(root, source, target, split, skipped))
-               for split, (source, target) in LAYOUTS[layout].items()}
+    records = {
+        split: list(_pairs(root, source, target, split, skipped))
+        for split, (source, target) in LAYOUTS[layout].items()
+    }
     found = {split: len(r) + sum(s == split for s, _, _ in skipped) for split, r in records.items()}
     if strict and found != EXPECTED:
-        raise corpus_error("Gigaword", corpus_dir, f"pairs per split {EXPECTED}",
-                           f"{found}; pass --allow-partial to prepare a subset")
+        raise corpus_error(
+            "Gigaword",
+            corpus_dir,
+            f"pairs per split {EXPECTED}",
+            f"{found}; pass --allow-partial to prepare a subset",
+        )
     return out.write(params, records, skipped)

@@ -51,8 +51,13 @@ class PreparedCorpus:
                 return False
         return True
 
-    def write(self, params: dict, records: dict[str, list[dict]], skipped: list[tuple[str, str, str]],
-              extra: dict[str, str] | None = None) -> dict:
+    def write(
+        self,
+        params: dict,
+        records: dict[str, list[dict]],
+        skipped: list[tuple[str, str, str]],
+        extra: dict[str, str] | None = None,
+    ) -> dict:
         """Write manifests, extra files, ``skipped.tsv``, then ``.done``; returns the summary."""
         (self.out_dir / MARKER).unlink(missing_ok=True)
         files = {}
@@ -66,11 +71,19 @@ class PreparedCorpus:
         for split, utt, reason in skipped[:20]:
             log.warning("skipping %s (%s): %s", utt, split, reason)
         if skipped:
-            log.warning("%s: skipped %d utterances (listed in %s)", self.out_dir, len(skipped),
-                        self.out_dir / "skipped.tsv")
+            log.warning(
+                "%s: skipped %d utterances (listed in %s)",
+                self.out_dir,
+                len(skipped),
+                self.out_dir / "skipped.tsv",
+            )
         counts = {split: len(records.get(split, [])) for split in self.splits}
         summary = {"params": params, "utterances": counts, "skipped": len(skipped), "files": files}
         write_json(self.out_dir / MARKER, summary)
-        log.info("%s: %s, %d skipped", self.out_dir, ", ".join(f"{k} {v}" for k, v in counts.items()),
-                 len(skipped))
+        log.info(
+            "%s: %s, %d skipped",
+            self.out_dir,
+            ", ".join(f"{k} {v}" for k, v in counts.items()),
+            len(skipped),
+        )
         return summary

@@ -22,22 +22,58 @@ from cbasr.corpora.prepare import PreparedCorpus, corpus_error
 from cbasr.data.audio import AudioError
 from cbasr.data.sphere import SphereError, expected_pcm_bytes, read_header
 
-__all__ = ["PHONES_61", "PHONES_48", "MAP_61_48", "MAP_48_39", "MAP_TO_39", "DEV_SPEAKERS", "CORE_TEST_SPEAKERS",
-           "EXPECTED", "prepare_timit", "map_phones"]
+__all__ = [
+    "PHONES_61",
+    "PHONES_48",
+    "MAP_61_48",
+    "MAP_48_39",
+    "MAP_TO_39",
+    "DEV_SPEAKERS",
+    "CORE_TEST_SPEAKERS",
+    "EXPECTED",
+    "prepare_timit",
+    "map_phones",
+]
 
 log = logging.getLogger(__name__)
 
-PHONES_61 = tuple((
-    "aa ae ah ao aw ax ax-h axr ay b bcl ch d dcl dh dx eh el em en eng epi er ey f g gcl h# hh hv ih "
-    "ix iy jh k kcl l m n ng nx ow oy p pau pcl q r s sh t tcl th uh uw ux v w y z zh"
-).split())
+PHONES_61 = tuple(
+    (
+        "aa ae ah ao aw ax ax-h axr ay b bcl ch d dcl dh dx eh el em en eng epi er ey f g gcl h# hh hv ih "
+        "ix iy jh k kcl l m n ng nx ow oy p pau pcl q r s sh t tcl th uh uw ux v w y z zh"
+    ).split()
+)
 # 61 -> 48 (None: deleted); phones not listed map to themselves.
-MAP_61_48 = {"ax-h": "ax", "axr": "er", "bcl": "vcl", "dcl": "vcl", "gcl": "vcl", "em": "m", "eng": "ng",
-             "hv": "hh", "kcl": "cl", "pcl": "cl", "tcl": "cl", "nx": "n", "pau": "sil", "ux": "uw",
-             "h#": "sil", "q": None}
+MAP_61_48 = {
+    "ax-h": "ax",
+    "axr": "er",
+    "bcl": "vcl",
+    "dcl": "vcl",
+    "gcl": "vcl",
+    "em": "m",
+    "eng": "ng",
+    "hv": "hh",
+    "kcl": "cl",
+    "pcl": "cl",
+    "tcl": "cl",
+    "nx": "n",
+    "pau": "sil",
+    "ux": "uw",
+    "h#": "sil",
+    "q": None,
+}
 # 48 -> 39; phones not listed map to themselves.
-MAP_48_39 = {"ao": "aa", "ax": "ah", "ix": "ih", "cl": "sil", "vcl": "sil", "el": "l", "en": "n",
-             "zh": "sh", "epi": "sil"}
+MAP_48_39 = {
+    "ao": "aa",
+    "ax": "ah",
+    "ix": "ih",
+    "cl": "sil",
+    "vcl": "sil",
+    "el": "l",
+    "en": "n",
+    "zh": "sh",
+    "epi": "sil",
+}
 PHONES_48 = tuple(sorted({MAP_61_48.get(p, p) for p in PHONES_61} - {None}))
 
 
@@ -54,10 +90,12 @@ DEV_SPEAKERS = frozenset(
     "faks0 fdac1 fjem0 mgwt0 mjar0 mmdb1 mmdm2 mpdf0 fcmh0 fkms0 mbdg0 mbwm0 mcsh0 fadg0 fdms0 fedw0 "
     "mgjf0 mglb0 mrtk0 mtaa0 mtdt0 mthc0 mwjg0 fnmr0 frew0 fsem0 mbns0 mmjr0 mdls0 mdlf0 mdvc0 mers0 "
     "fmah0 fdrw0 mrcs0 mrjm4 fcal1 mmwh0 fjsj0 majc0 mjsw0 mreb0 fgjd0 fjmg0 mroa0 mteb0 mjfc0 mrjr0 "
-    "fmml0 mrws1".split())
+    "fmml0 mrws1".split()
+)
 CORE_TEST_SPEAKERS = frozenset(
     "mdab0 mwbt0 felc0 mtas1 mwew0 fpas0 mjmp0 mlnt0 fpkt0 mlll0 mtls0 fjlm0 mbpm0 mklt0 fnlp0 mcmj0 "
-    "mjdh0 fmgd0 mgrt0 mnjm0 fdhc0 mjln0 mpam0 fmld0".split())
+    "mjdh0 fmgd0 mgrt0 mnjm0 fdhc0 mjln0 mpam0 fmld0".split()
+)
 EXPECTED = {"train": 3696, "dev": 400, "test": 192}
 SAMPLE_RATE = 16000
 PHONE_SETS = ("61", "48")
@@ -77,8 +115,14 @@ def _find_root(corpus_dir: Path) -> tuple[Path, str, str]:
         for train, test in (("TRAIN", "TEST"), ("train", "test")):
             if (root / train).is_dir() and (root / test).is_dir():
                 return root, train, test
-    found = sorted(p.name for p in corpus_dir.iterdir()) if corpus_dir.is_dir() else "nothing (no such directory)"
-    raise corpus_error("TIMIT", corpus_dir, "TRAIN/ and TEST/ (or train/ and test/) directories", found)
+    found = (
+        sorted(p.name for p in corpus_dir.iterdir())
+        if corpus_dir.is_dir()
+        else "nothing (no such directory)"
+    )
+    raise corpus_error(
+        "TIMIT", corpus_dir, "TRAIN/ and TEST/ (or train/ and test/) directories", found
+    )
 
 
 def _read_labels(path: Path) -> list[tuple[int, int, str]]:
@@ -105,23 +149,33 @@ def _utterance(wav: Path, speaker: str, phone_set: str) -> dict:
         raise AudioError(str(e)) from e
     expected = expected_pcm_bytes(header)
     if expected is not None and wav.stat().st_size < expected:
-        raise AudioError(f"{wav}: truncated: the SPHERE header promises {header['sample_count']} samples "
-                         f"({expected} bytes), the file has {wav.stat().st_size} bytes")
+        raise AudioError(
+            f"{wav}: truncated: the SPHERE header promises {header['sample_count']} samples "
+            f"({expected} bytes), the file has {wav.stat().st_size} bytes"
+        )
     phn = _read_labels(sibling[".phn"])
     unknown = sorted({p for _, _, p in phn} - set(PHONES_61))
     if unknown:
         raise ValueError(f"{sibling['.phn']}: labels outside the 61-phone set: {unknown}")
     labels61 = [p for _, _, p in phn]
     kept = map_phones(labels61, phone_set)
-    words = ([w for _, _, w in _read_labels(sibling[".wrd"])] if ".wrd" in sibling
-             else sibling[".txt"].read_text(encoding="latin-1").split()[2:] if ".txt" in sibling else [])
+    words = (
+        [w for _, _, w in _read_labels(sibling[".wrd"])]
+        if ".wrd" in sibling
+        else sibling[".txt"].read_text(encoding="latin-1").split()[2:]
+        if ".txt" in sibling
+        else []
+    )
     return {
-        "id": f"{speaker}_{utt}", "audio": str(wav.resolve()),
+        "id": f"{speaker}_{utt}",
+        "audio": str(wav.resolve()),
         "duration": round(header["sample_count"] / header.get("sample_rate", SAMPLE_RATE), 4),
-        "speaker": speaker, "words": " ".join(words).lower(),
+        "speaker": speaker,
+        "words": " ".join(words).lower(),
         "phones": [p for _, p in kept],
         "phone_starts": [round(phn[i][0] / SAMPLE_RATE, 4) for i, _ in kept],
-        "phones_61": labels61, "phones_39": [p for _, p in map_phones(labels61, "39")],
+        "phones_61": labels61,
+        "phones_39": [p for _, p in map_phones(labels61, "39")],
     }
 
 
@@ -135,8 +189,9 @@ def _split_of(part: str, speaker: str) -> str | None:
     return None  # the other TEST speakers belong to no standard split
 
 
-def prepare_timit(corpus_dir: str | Path, out_dir: str | Path, phone_set: str = "48",
-                  strict: bool = True) -> dict:
+def prepare_timit(
+    corpus_dir: str | Path, out_dir: str | Path, phone_set: str = "48", strict: bool = True
+) -> dict:
     """Write ``train/dev/test.jsonl`` and the phone lists into ``out_dir``.
 
     Args:
@@ -153,8 +208,12 @@ def prepare_timit(corpus_dir: str | Path, out_dir: str | Path, phone_set: str = 
     if phone_set not in PHONE_SETS:
         raise ValueError(f"phone_set must be one of {PHONE_SETS}, got {phone_set!r}")
     corpus_dir, out = Path(corpus_dir), PreparedCorpus(out_dir, ("train", "dev", "test"))
-    params = {"corpus": "timit", "corpus_dir": str(corpus_dir.resolve()), "phone_set": phone_set,
-              "strict": strict}
+    params = {
+        "corpus": "timit",
+        "corpus_dir": str(corpus_dir.resolve()),
+        "phone_set": phone_set,
+        "strict": strict,
+    }
     if out.is_complete(params):
         log.info("%s: TIMIT manifests complete, nothing to do", out_dir)
         return out.summary()
@@ -162,8 +221,11 @@ def prepare_timit(corpus_dir: str | Path, out_dir: str | Path, phone_set: str = 
     records: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
     skipped: list[tuple[str, str, str]] = []  # (split, id, reason)
     for part, name in (("train", train_dir), ("test", test_dir)):
-        for wav in sorted(p for p in (root / name).glob("*/*/*") if p.suffix.lower() == ".wav"
-                          and p.name.count(".") == 1):
+        for wav in sorted(
+            p
+            for p in (root / name).glob("*/*/*")
+            if p.suffix.lower() == ".wav" and p.name.count(".") == 1
+        ):
             speaker = wav.parent.name.lower()
             split = _split_of(part, speaker)
             if split is None or wav.stem.lower().startswith("sa"):
@@ -176,9 +238,15 @@ def prepare_timit(corpus_dir: str | Path, out_dir: str | Path, phone_set: str = 
         split_records.sort(key=lambda r: r["id"])
     found = {split: len(r) + sum(s == split for s, _, _ in skipped) for split, r in records.items()}
     if strict and found != EXPECTED:
-        raise corpus_error("TIMIT", corpus_dir, f"SI and SX utterances per split {EXPECTED}",
-                           f"{found}; pass --allow-partial to prepare a subset")
+        raise corpus_error(
+            "TIMIT",
+            corpus_dir,
+            f"SI and SX utterances per split {EXPECTED}",
+            f"{found}; pass --allow-partial to prepare a subset",
+        )
     inventory = PHONES_61 if phone_set == "61" else PHONES_48
-    extra = {"phones.txt": "".join(p + "\n" for p in inventory),
-             "map_39.txt": "".join(f"{p}\t{MAP_TO_39[p] or ''}\n" for p in inventory)}
+    extra = {
+        "phones.txt": "".join(p + "\n" for p in inventory),
+        "map_39.txt": "".join(f"{p}\t{MAP_TO_39[p] or ''}\n" for p in inventory),
+    }
     return out.write(params, records, skipped, extra)

@@ -20,14 +20,25 @@ from cbasr.corpora.prepare import PreparedCorpus, corpus_error
 from cbasr.data.audio import AudioError
 from cbasr.data.sphere import SphereError, read_header
 
-__all__ = ["INDICES", "EXPECTED", "SPLITS", "normalize_transcript", "read_index", "read_dots", "prepare_wsj"]
+__all__ = [
+    "INDICES",
+    "EXPECTED",
+    "SPLITS",
+    "normalize_transcript",
+    "read_index",
+    "read_dots",
+    "prepare_wsj",
+]
 
 log = logging.getLogger(__name__)
 
 # Split -> (disc, index path on that disc) of each index it unites.
 INDICES = {
     "si84": [("11-13.1", "wsj0/doc/indices/train/tr_s_wv1.ndx")],
-    "si284": [("11-13.1", "wsj0/doc/indices/train/tr_s_wv1.ndx"), ("13-34.1", "wsj1/doc/indices/si_tr_s.ndx")],
+    "si284": [
+        ("11-13.1", "wsj0/doc/indices/train/tr_s_wv1.ndx"),
+        ("13-34.1", "wsj1/doc/indices/si_tr_s.ndx"),
+    ],
     "dev93": [("13-34.1", "wsj1/doc/indices/h1_p0.ndx")],
     "eval92": [("11-13.1", "wsj0/doc/indices/test/nvp/si_et_20.ndx")],
     "eval93": [("13-32.1", "wsj1/doc/indices/wsj1/eval/h1_p0.ndx")],
@@ -103,14 +114,28 @@ class _Layout:
 
     def __init__(self, root: Path):
         self.root = root
-        self.discs = sorted(p for p in root.iterdir() if p.is_dir() and re.match(r"^\d+-\d+\.\d+$", p.name))
-        self.flat = [root / name for name in ("wsj0", "wsj1", "WSJ0", "WSJ1") if (root / name).is_dir()]
+        self.discs = sorted(
+            p for p in root.iterdir() if p.is_dir() and re.match(r"^\d+-\d+\.\d+$", p.name)
+        )
+        self.flat = [
+            root / name for name in ("wsj0", "wsj1", "WSJ0", "WSJ1") if (root / name).is_dir()
+        ]
         if not self.discs and not self.flat:
-            found = sorted(p.name for p in root.iterdir()) if root.is_dir() else "nothing (no such directory)"
-            raise corpus_error("WSJ", root, "disc directories (11-13.1, 13-34.1, ...) or wsj0/ and wsj1/", found)
+            found = (
+                sorted(p.name for p in root.iterdir())
+                if root.is_dir()
+                else "nothing (no such directory)"
+            )
+            raise corpus_error(
+                "WSJ", root, "disc directories (11-13.1, 13-34.1, ...) or wsj0/ and wsj1/", found
+            )
 
     def find(self, disc: str, relative: str) -> Path | None:
-        candidates = [self.root / disc / relative] + [d / relative for d in self.discs] + [self.root / relative]
+        candidates = (
+            [self.root / disc / relative]
+            + [d / relative for d in self.discs]
+            + [self.root / relative]
+        )
         for path in candidates:
             for variant in (path, path.with_name(path.name.upper()), Path(str(path).upper())):
                 if variant.is_file():
@@ -131,9 +156,14 @@ def _utterance(path: Path, utt: str, transcripts: dict[str, str]) -> dict:
         raise AudioError(str(e)) from e
     if "sample_count" not in header:
         raise AudioError(f"{path}: SPHERE header without sample_count")
-    return {"id": utt, "audio": str(path.resolve()), "speaker": utt[:3],
-            "duration": round(header["sample_count"] / header.get("sample_rate", 16000), 4),
-            "words": " ".join(words), "words_with_noise": " ".join(tokens)}
+    return {
+        "id": utt,
+        "audio": str(path.resolve()),
+        "speaker": utt[:3],
+        "duration": round(header["sample_count"] / header.get("sample_rate", 16000), 4),
+        "words": " ".join(words),
+        "words_with_noise": " ".join(tokens),
+    }
 
 
 def prepare_wsj(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True) -> dict:
@@ -162,8 +192,12 @@ def prepare_wsj(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True
         for disc, index in indices:
             path = layout.find(disc, index)
             if path is None:
-                raise corpus_error("WSJ", corpus_dir, f"the {split} index {disc}/{index}",
-                                   "no such file (disc or flat layout)")
+                raise corpus_error(
+                    "WSJ",
+                    corpus_dir,
+                    f"the {split} index {disc}/{index}",
+                    "no such file (disc or flat layout)",
+                )
             for entry_disc, relative in read_index(path):
                 parts = relative.lower().split("/")
                 utt = Path(parts[-1]).stem
@@ -181,7 +215,11 @@ def prepare_wsj(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True
                     skipped.append((split, utt, str(e)))
     counts = {split: len(r) for split, r in records.items()}
     if strict and counts != EXPECTED:
-        raise corpus_error("WSJ", corpus_dir, f"utterances per split {EXPECTED}",
-                           f"{counts} ({missing_audio or 'no'} audio missing); pass --allow-partial "
-                           "to prepare what is there")
+        raise corpus_error(
+            "WSJ",
+            corpus_dir,
+            f"utterances per split {EXPECTED}",
+            f"{counts} ({missing_audio or 'no'} audio missing); pass --allow-partial "
+            "to prepare what is there",
+        )
     return out.write(params, records, skipped)

@@ -32,20 +32,39 @@ def ffmpeg_binary() -> str:
     try:
         import imageio_ffmpeg
     except ImportError as e:
-        raise AudioError("decoding Shorten-compressed SPHERE (WSJ .wv1) needs ffmpeg: pip install "
-                         "imageio-ffmpeg, or set CBASR_FFMPEG to an ffmpeg built with the shorten "
-                         "decoder") from e
+        raise AudioError(
+            "decoding Shorten-compressed SPHERE (WSJ .wv1) needs ffmpeg: pip install "
+            "imageio-ffmpeg, or set CBASR_FFMPEG to an ffmpeg built with the shorten "
+            "decoder"
+        ) from e
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
 def _read_shorten(path: Path, header: dict) -> tuple[np.ndarray, int]:
     """Decode through ffmpeg's nistsphere demuxer and Shorten decoder to 16-bit PCM."""
-    command = [ffmpeg_binary(), "-nostdin", "-v", "error", "-f", "nistsphere", "-i", str(path),
-               "-map", "0:a:0", "-f", "s16le", "-acodec", "pcm_s16le", "-"]
+    command = [
+        ffmpeg_binary(),
+        "-nostdin",
+        "-v",
+        "error",
+        "-f",
+        "nistsphere",
+        "-i",
+        str(path),
+        "-map",
+        "0:a:0",
+        "-f",
+        "s16le",
+        "-acodec",
+        "pcm_s16le",
+        "-",
+    ]
     run = subprocess.run(command, capture_output=True)
     if run.returncode != 0:
-        raise AudioError(f"{path}: ffmpeg could not decode the Shorten stream (truncated or damaged file): "
-                         f"{run.stderr.decode(errors='replace').strip()[-300:]}")
+        raise AudioError(
+            f"{path}: ffmpeg could not decode the Shorten stream (truncated or damaged file): "
+            f"{run.stderr.decode(errors='replace').strip()[-300:]}"
+        )
     channels = header.get("channel_count", 1)
     samples = np.frombuffer(run.stdout, dtype="<i2").reshape(-1, channels)[:, 0]
     return samples.astype(np.float32) / 32768.0, header.get("sample_rate", 16000)
@@ -73,14 +92,22 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     else:
         expected = None if header is None else expected_pcm_bytes(header)
         if expected is not None and path.stat().st_size < expected:
-            raise AudioError(f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples "
-                             f"({expected} bytes), the file has {path.stat().st_size} bytes")
+            raise AudioError(
+                f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples "
+                f"({expected} bytes), the file has {path.stat().st_size} bytes"
+            )
         try:
             data, rate = soundfile.read(path, dtype="float32", always_2d=True)
         except Exception as e:  # soundfile raises several types for corrupt files
             raise AudioError(f"{path}: unreadable audio: {type(e).__name__}: {e}") from e
         samples = data[:, 0].copy()
-    if header is not None and "sample_count" in header and samples.shape[0] < header["sample_count"]:
-        raise AudioError(f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples, "
-                         f"{samples.shape[0]} could be decoded")
+    if (
+        header is not None
+        and "sample_count" in header
+        and samples.shape[0] < header["sample_count"]
+    ):
+        raise AudioError(
+            f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples, "
+            f"{samples.shape[0]} could be decoded"
+        )
     return samples, rate

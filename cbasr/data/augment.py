@@ -23,8 +23,14 @@ import numpy as np
 import torch
 import torchaudio
 
-__all__ = ["Augmentation", "spec_augment", "resample_frames", "speed_perturb_waveform", "utterance_generator",
-           "perturbed_frames"]
+__all__ = [
+    "Augmentation",
+    "spec_augment",
+    "resample_frames",
+    "speed_perturb_waveform",
+    "utterance_generator",
+    "perturbed_frames",
+]
 
 
 def utterance_generator(seed: int, epoch: int, index: int) -> torch.Generator:
@@ -38,8 +44,15 @@ def _randint(high: int, generator: torch.Generator) -> int:
     return int(torch.randint(0, high + 1, (), generator=generator))
 
 
-def spec_augment(feats: torch.Tensor, generator: torch.Generator, freq_masks: int = 2, freq_mask_width: int = 27,
-                 time_masks: int = 2, time_mask_width: int = 40, time_mask_ratio: float = 0.2) -> torch.Tensor:
+def spec_augment(
+    feats: torch.Tensor,
+    generator: torch.Generator,
+    freq_masks: int = 2,
+    freq_mask_width: int = 27,
+    time_masks: int = 2,
+    time_mask_width: int = 40,
+    time_mask_ratio: float = 0.2,
+) -> torch.Tensor:
     """Frequency and time masking of SpecAugment (Park et al., 2019, section 2; no time warping).
 
     Each frequency mask zeroes ``f`` consecutive mel bins, ``f`` uniform in
@@ -58,12 +71,12 @@ def spec_augment(feats: torch.Tensor, generator: torch.Generator, freq_masks: in
     for _ in range(freq_masks):
         width = _randint(min(freq_mask_width, num_bins), generator)
         start = _randint(num_bins - width, generator)
-        out[:, start:start + width] = 0
+        out[:, start : start + width] = 0
     longest = min(time_mask_width, int(time_mask_ratio * num_frames))
     for _ in range(time_masks):
         width = _randint(longest, generator)
         start = _randint(num_frames - width, generator)
-        out[start:start + width] = 0
+        out[start : start + width] = 0
     return out
 
 
@@ -116,11 +129,15 @@ class Augmentation:
 
     def __post_init__(self):
         if any(f <= 0 for f in self.speed_factors):
-            raise ValueError(f"data.speed_perturb factors must be positive, got {list(self.speed_factors)}")
+            raise ValueError(
+                f"data.speed_perturb factors must be positive, got {list(self.speed_factors)}"
+            )
         if min(self.freq_masks, self.freq_mask_width, self.time_masks, self.time_mask_width) < 0:
             raise ValueError("data.spec_augment mask counts and widths must be >= 0")
         if not 0.0 <= self.time_mask_ratio <= 1.0:
-            raise ValueError(f"data.spec_augment.time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}")
+            raise ValueError(
+                f"data.spec_augment.time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}"
+            )
 
     @property
     def masks(self) -> bool:
@@ -136,5 +153,12 @@ class Augmentation:
         """SpecAugment's masks on ``(T, F)`` normalised features (unchanged when off)."""
         if not self.masks:
             return feats
-        return spec_augment(feats, generator, self.freq_masks, self.freq_mask_width, self.time_masks,
-                            self.time_mask_width, self.time_mask_ratio)
+        return spec_augment(
+            feats,
+            generator,
+            self.freq_masks,
+            self.freq_mask_width,
+            self.time_masks,
+            self.time_mask_width,
+            self.time_mask_ratio,
+        )

@@ -38,12 +38,21 @@ class BucketBatchSampler:
             order, even past the frame budget.
     """
 
-    def __init__(self, lengths: Sequence[int], max_frames: int, max_utts: int = 0,
-                 shuffle: bool = True, seed: int = 0, min_utts: int = 1):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        max_frames: int,
+        max_utts: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
+        min_utts: int = 1,
+    ):
         if max_frames <= 0:
             raise ValueError(f"max_frames must be positive, got {max_frames}")
         if 0 < len(lengths) < min_utts:
-            raise ValueError(f"{len(lengths)} utterances cannot fill batches of at least {min_utts}")
+            raise ValueError(
+                f"{len(lengths)} utterances cannot fill batches of at least {min_utts}"
+            )
         self.min_utts = min_utts
         self.lengths = list(lengths)
         self.max_frames = max_frames

@@ -14,12 +14,17 @@ from pathlib import Path
 
 import torch
 
-from cbasr.data.augment import (Augmentation, perturbed_frames, resample_frames, speed_perturb_waveform,
-                                utterance_generator)
 from cbasr.data.audio import AudioError, read_audio
+from cbasr.data.augment import (
+    Augmentation,
+    perturbed_frames,
+    resample_frames,
+    speed_perturb_waveform,
+    utterance_generator,
+)
 from cbasr.data.features import FbankOptions, compute_fbank, frames_of
-from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.manifest import audio_path, read_manifest
+from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
 
 __all__ = ["Batch", "AsrDataset", "collate"]
@@ -39,15 +44,23 @@ class Batch:
     target_lens: torch.Tensor  # (B,)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
-        return Batch(self.ids, self.feats.to(device, non_blocking=non_blocking),
-                     self.feat_lens.to(device, non_blocking=non_blocking),
-                     self.targets.to(device, non_blocking=non_blocking),
-                     self.target_lens.to(device, non_blocking=non_blocking))
+        return Batch(
+            self.ids,
+            self.feats.to(device, non_blocking=non_blocking),
+            self.feat_lens.to(device, non_blocking=non_blocking),
+            self.targets.to(device, non_blocking=non_blocking),
+            self.target_lens.to(device, non_blocking=non_blocking),
+        )
 
     def pin_memory(self) -> "Batch":
         """Page-locked copies, for asynchronous host-to-GPU transfer (the data loader calls this)."""
-        return Batch(self.ids, self.feats.pin_memory(), self.feat_lens.pin_memory(), self.targets.pin_memory(),
-                     self.target_lens.pin_memory())
+        return Batch(
+            self.ids,
+            self.feats.pin_memory(),
+            self.feat_lens.pin_memory(),
+            self.targets.pin_memory(),
+            self.target_lens.pin_memory(),
+        )
 
 
 class AsrDataset(torch.utils.data.Dataset):
@@ -71,17 +84,30 @@ class AsrDataset(torch.utils.data.Dataset):
             :meth:`set_epoch`, and the utterance's index).
     """
 
-    def __init__(self, manifest: str | Path, feature_dir: str | Path | None, vocab: Vocabulary,
-                 units: str, cmvn: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 check: UtteranceCheck | None = None, fbank: FbankOptions | None = None,
-                 augmentation: Augmentation | None = None, seed: int = 0):
+    def __init__(
+        self,
+        manifest: str | Path,
+        feature_dir: str | Path | None,
+        vocab: Vocabulary,
+        units: str,
+        cmvn: tuple[torch.Tensor, torch.Tensor] | None = None,
+        check: UtteranceCheck | None = None,
+        fbank: FbankOptions | None = None,
+        augmentation: Augmentation | None = None,
+        seed: int = 0,
+    ):
         self.manifest = Path(manifest)
         self.fbank = fbank
         self.store = None if fbank is not None else open_store(feature_dir)
-        if isinstance(self.store, TokenStore) and augmentation is not None and (
-                augmentation.speed_factors or augmentation.masks):
-            raise ValueError("data.speed_perturb and data.spec_augment apply to audio features, not to the "
-                             f"source tokens in {feature_dir}: turn them off for text input")
+        if (
+            isinstance(self.store, TokenStore)
+            and augmentation is not None
+            and (augmentation.speed_factors or augmentation.masks)
+        ):
+            raise ValueError(
+                "data.speed_perturb and data.spec_augment apply to audio features, not to the "
+                f"source tokens in {feature_dir}: turn them off for text input"
+            )
         self.cmvn = cmvn
         self.augmentation = augmentation
         self.seed, self.epoch = seed, 0
@@ -100,15 +126,22 @@ class AsrDataset(torch.utils.data.Dataset):
         for utt_id, reason in self.skipped[:20]:
             log.warning("skipping %s: %s", utt_id, reason)
         if self.skipped:
-            log.warning("%s: skipped %d of %d utterances", manifest, len(self.skipped),
-                        len(self.skipped) + len(self.records))
+            log.warning(
+                "%s: skipped %d of %d utterances",
+                manifest,
+                len(self.skipped),
+                len(self.skipped) + len(self.records),
+            )
         self.target_lens = [len(t) for t in self.targets]
         # Faster speech has fewer frames: an utterance that would then fail ``check`` keeps speed 1.
         fastest = max(augmentation.speed_factors, default=1.0) if augmentation is not None else 1.0
         margin = 1 if fbank is not None else 0  # on the fly, resampled audio may lose a frame
-        self._may_speed_up = [fastest <= 1.0 or check is None
-                              or check(perturbed_frames(n, fastest) - margin, y) is None
-                              for n, y in zip(self.num_frames, self.targets)]
+        self._may_speed_up = [
+            fastest <= 1.0
+            or check is None
+            or check(perturbed_frames(n, fastest) - margin, y) is None
+            for n, y in zip(self.num_frames, self.targets)
+        ]
 
     def _num_frames(self, record: dict) -> int:
         if self.store is not None:

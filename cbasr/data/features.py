@@ -26,7 +26,15 @@ from cbasr.data.audio import AudioError, read_audio
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.fileio import write_json, write_text
 
-__all__ = ["FbankOptions", "compute_fbank", "extract_split", "write_cmvn", "load_cmvn", "FeatureStore", "frames_of"]
+__all__ = [
+    "FbankOptions",
+    "compute_fbank",
+    "extract_split",
+    "write_cmvn",
+    "load_cmvn",
+    "FeatureStore",
+    "frames_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +74,9 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
     )
     orders = [feats]
     for _ in range(opts.deltas):
-        orders.append(torchaudio.functional.compute_deltas(orders[-1].t(), win_length=5).t())  # over time
+        orders.append(
+            torchaudio.functional.compute_deltas(orders[-1].t(), win_length=5).t()
+        )  # over time
     return torch.cat(orders, dim=-1)  # (T, F * (1 + deltas))
 
 
@@ -91,8 +101,13 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def extract_split(manifest: str | Path, out_dir: str | Path, opts: FbankOptions, workers: int = 2,
-                  accumulate_stats: bool = False) -> dict:
+def extract_split(
+    manifest: str | Path,
+    out_dir: str | Path,
+    opts: FbankOptions,
+    workers: int = 2,
+    accumulate_stats: bool = False,
+) -> dict:
     """Compute features for every utterance of ``manifest`` into ``out_dir``.
 
     Skips itself when ``out_dir/.done`` records the same manifest and options. Utterances
@@ -136,10 +151,20 @@ def extract_split(manifest: str | Path, out_dir: str | Path, opts: FbankOptions,
     write_text(out_dir / "index.tsv", "".join(line + "\n" for line in index))
     write_text(out_dir / "skipped.tsv", "".join(line + "\n" for line in skipped))
     if skipped:
-        log.warning("%s: skipped %d of %d utterances (see %s)", manifest, len(skipped),
-                    len(records), out_dir / "skipped.tsv")
-    summary = {"params": params, "kept": len(index), "skipped": len(skipped), "frames": offset,
-               "dim": dim}
+        log.warning(
+            "%s: skipped %d of %d utterances (see %s)",
+            manifest,
+            len(skipped),
+            len(records),
+            out_dir / "skipped.tsv",
+        )
+    summary = {
+        "params": params,
+        "kept": len(index),
+        "skipped": len(skipped),
+        "frames": offset,
+        "dim": dim,
+    }
     if accumulate_stats:
         summary["sum"], summary["sum_sq"] = total.tolist(), total_sq.tolist()
     write_json(done, summary)
@@ -170,7 +195,9 @@ def write_cmvn(summary: dict, path: str | Path) -> None:
 def load_cmvn(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean (F,), std (F,))`` written by :func:`write_cmvn`."""
     stats = json.loads(Path(path).read_text())
-    return torch.tensor(stats["mean"], dtype=torch.float32), torch.tensor(stats["std"], dtype=torch.float32)
+    return torch.tensor(stats["mean"], dtype=torch.float32), torch.tensor(
+        stats["std"], dtype=torch.float32
+    )
 
 
 class FeatureStore:
@@ -180,7 +207,9 @@ class FeatureStore:
         split_dir = Path(split_dir)
         done = split_dir / ".done"
         if not done.is_file():
-            raise FileNotFoundError(f"{split_dir}: features incomplete (no .done); rerun extraction (cbasr-features)")
+            raise FileNotFoundError(
+                f"{split_dir}: features incomplete (no .done); rerun extraction (cbasr-features)"
+            )
         summary = json.loads(done.read_text())
         self.dim = summary["dim"]
         self.index: dict[str, tuple[int, int]] = {}
@@ -191,7 +220,9 @@ class FeatureStore:
 
     def _open(self, split_dir: Path, total: int) -> np.ndarray:
         """The concatenated frames of every utterance, memory-mapped: ``(N, F)`` float16."""
-        return np.memmap(split_dir / "feats.bin", dtype=np.float16, mode="r", shape=(total, self.dim))
+        return np.memmap(
+            split_dir / "feats.bin", dtype=np.float16, mode="r", shape=(total, self.dim)
+        )
 
     def __contains__(self, utt_id: str) -> bool:
         return utt_id in self.index
@@ -205,7 +236,7 @@ class FeatureStore:
     def __getitem__(self, utt_id: str) -> torch.Tensor:
         """``(T, F)`` float32 features of ``utt_id``."""
         offset, frames = self.index[utt_id]
-        return torch.from_numpy(np.asarray(self._data[offset:offset + frames], dtype=np.float32))
+        return torch.from_numpy(np.asarray(self._data[offset : offset + frames], dtype=np.float32))
 
 
 def frames_of(duration: float, opts: FbankOptions) -> int:
@@ -214,5 +245,3 @@ def frames_of(duration: float, opts: FbankOptions) -> int:
     window = int(opts.sample_rate * opts.frame_length_ms / 1000)
     shift = int(opts.sample_rate * opts.frame_shift_ms / 1000)
     return 0 if samples < window else 1 + (samples - window) // shift
-
-

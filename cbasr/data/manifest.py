@@ -42,7 +42,11 @@ def read_manifest(path: str | Path) -> list[dict]:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ManifestError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
-            required = TEXT_REQUIRED_KEYS if isinstance(record, dict) and "source" in record else REQUIRED_KEYS
+            required = (
+                TEXT_REQUIRED_KEYS
+                if isinstance(record, dict) and "source" in record
+                else REQUIRED_KEYS
+            )
             missing = [k for k in required if k not in record]
             if missing:
                 rid = record.get("id", "?")

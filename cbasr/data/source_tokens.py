@@ -26,8 +26,16 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
 from cbasr.fileio import write_json, write_text
 
-__all__ = ["PAD", "UNK", "SOURCE_VOCAB", "source_vocabulary", "extract_source_tokens", "TokenStore", "open_store",
-           "experiment_input"]
+__all__ = [
+    "PAD",
+    "UNK",
+    "SOURCE_VOCAB",
+    "source_vocabulary",
+    "extract_source_tokens",
+    "TokenStore",
+    "open_store",
+    "experiment_input",
+]
 
 PAD, UNK = "<pad>", "<unk>"
 SOURCE_VOCAB = "source_vocab.txt"  # in the feature directory (and copied into the experiment)
@@ -44,11 +52,17 @@ def source_vocabulary(manifest: str | Path, units: str, size: int = 0) -> list[s
     return [PAD, UNK] + (ordered[: size - 2] if size > 0 else ordered)
 
 
-def extract_source_tokens(manifest: str | Path, out_dir: str | Path, units: str, vocab: list[str]) -> dict:
+def extract_source_tokens(
+    manifest: str | Path, out_dir: str | Path, units: str, vocab: list[str]
+) -> dict:
     """Write the source ids of every utterance of ``manifest``; skipped if already complete."""
     out_dir = Path(out_dir)
-    params = {"manifest": str(Path(manifest).resolve()), "units": units, "vocab_size": len(vocab),
-              "vocab_sha1": hashlib.sha1("\n".join(vocab).encode()).hexdigest()}
+    params = {
+        "manifest": str(Path(manifest).resolve()),
+        "units": units,
+        "vocab_size": len(vocab),
+        "vocab_sha1": hashlib.sha1("\n".join(vocab).encode()).hexdigest(),
+    }
     done = out_dir / ".done"
     if done.is_file() and json.loads(done.read_text()).get("params") == params:
         return json.loads(done.read_text())
@@ -66,8 +80,15 @@ def extract_source_tokens(manifest: str | Path, out_dir: str | Path, units: str,
     (out_dir / "ids.bin.tmp").write_bytes(np.concatenate(chunks).tobytes() if chunks else b"")
     (out_dir / "ids.bin.tmp").replace(out_dir / "ids.bin")
     write_text(out_dir / "index.tsv", "".join(line + "\n" for line in index))
-    summary = {"params": params, "kind": "tokens", "dim": len(vocab), "kept": len(index), "skipped": 0,
-               "frames": offset, "unknown": unknown}
+    summary = {
+        "params": params,
+        "kind": "tokens",
+        "dim": len(vocab),
+        "kept": len(index),
+        "skipped": 0,
+        "frames": offset,
+        "unknown": unknown,
+    }
     write_json(done, summary)
     return summary
 
@@ -81,7 +102,7 @@ class TokenStore(FeatureStore):
     def __getitem__(self, utt_id: str) -> torch.Tensor:
         """``(T,)`` int64 source ids of ``utt_id``."""
         offset, length = self.index[utt_id]
-        return torch.from_numpy(np.asarray(self._data[offset:offset + length], dtype=np.int64))
+        return torch.from_numpy(np.asarray(self._data[offset : offset + length], dtype=np.int64))
 
 
 def open_store(split_dir: str | Path) -> FeatureStore | TokenStore:

@@ -62,18 +62,30 @@ def expected_pcm_bytes(header: dict) -> int | None:
     """The file size an uncompressed SPHERE file must have, or None if the header cannot say."""
     if is_shorten(header) or "sample_count" not in header:
         return None
-    return header["header_size"] + header["sample_count"] * header.get("sample_n_bytes", 2) * header.get(
-        "channel_count", 1)
+    return header["header_size"] + header["sample_count"] * header.get(
+        "sample_n_bytes", 2
+    ) * header.get("channel_count", 1)
 
 
-def write_sphere_header(sample_count: int, sample_rate: int = 16000, byte_format: str = "01",
-                        coding: str | None = None, extra: dict | None = None, size: int = 1024) -> bytes:
+def write_sphere_header(
+    sample_count: int,
+    sample_rate: int = 16000,
+    byte_format: str = "01",
+    coding: str | None = None,
+    extra: dict | None = None,
+    size: int = 1024,
+) -> bytes:
     """A SPHERE header of ``size`` bytes (space padded), as TIMIT and WSJ files carry."""
     lines = ["NIST_1A", f"{size:7d}"]
-    fields = {"database_id": ("-s5", "TIMIT"), "channel_count": ("-i", 1), "sample_count": ("-i", sample_count),
-              "sample_rate": ("-i", sample_rate), "sample_n_bytes": ("-i", 2),
-              "sample_byte_format": (f"-s{len(byte_format)}", byte_format),
-              "sample_sig_bits": ("-i", 16)}
+    fields = {
+        "database_id": ("-s5", "TIMIT"),
+        "channel_count": ("-i", 1),
+        "sample_count": ("-i", sample_count),
+        "sample_rate": ("-i", sample_rate),
+        "sample_n_bytes": ("-i", 2),
+        "sample_byte_format": (f"-s{len(byte_format)}", byte_format),
+        "sample_sig_bits": ("-i", 16),
+    }
     if coding:
         fields["sample_coding"] = (f"-s{len(coding)}", coding)
     for key, value in (extra or {}).items():

@@ -11,7 +11,14 @@ from pathlib import Path
 
 from cbasr.fileio import write_text
 
-__all__ = ["BLANK", "SENTENCEPIECE", "Vocabulary", "tokens_of", "tokens_to_words", "train_sentencepiece"]
+__all__ = [
+    "BLANK",
+    "SENTENCEPIECE",
+    "Vocabulary",
+    "tokens_of",
+    "tokens_to_words",
+    "train_sentencepiece",
+]
 
 BLANK = "<blk>"
 
@@ -43,7 +50,7 @@ def tokens_of(record: dict, units: str, field: str = "words") -> list[str]:
     if units == "chars":
         return list("|".join(record[field].split()))
     if units.startswith(SENTENCEPIECE):
-        return _sentencepiece(units[len(SENTENCEPIECE):]).encode(record[field], out_type=str)
+        return _sentencepiece(units[len(SENTENCEPIECE) :]).encode(record[field], out_type=str)
     if units not in record:
         raise KeyError(f"utterance {record.get('id', '?')!r} has no {units!r} field")
     return list(record[units])
@@ -103,8 +110,9 @@ def tokens_to_words(tokens: list[str], units: str) -> list[str]:
     return list(tokens)
 
 
-def train_sentencepiece(texts: Iterable[str], model_prefix: str | Path, vocab_size: int,
-                        model_type: str = "unigram") -> Path:
+def train_sentencepiece(
+    texts: Iterable[str], model_prefix: str | Path, vocab_size: int, model_type: str = "unigram"
+) -> Path:
     """Train a sentencepiece model on ``texts`` (one sentence each); returns the model file.
 
     Deterministic for the same input (one thread, no sentence sampling).
@@ -114,8 +122,19 @@ def train_sentencepiece(texts: Iterable[str], model_prefix: str | Path, vocab_si
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(list(texts)), model_prefix=str(model_prefix), vocab_size=vocab_size,
-        model_type=model_type, character_coverage=1.0, num_threads=1, input_sentence_size=0,
-        shuffle_input_sentence=False, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, minloglevel=2,
-        hard_vocab_limit=False)
+        sentence_iterator=iter(list(texts)),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        num_threads=1,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        unk_id=0,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+        hard_vocab_limit=False,
+    )
     return model_prefix.with_suffix(".model")

@@ -308,7 +308,9 @@ class ConditionalTables(NamedTuple):
         return gather_states(self.prefix[T], self.total.unsqueeze(-1)).squeeze(-1)
 
 
-def conditional_tables(args: Arguments, prefix: bool = True, suffix: bool = True) -> ConditionalTables:
+def conditional_tables(
+    args: Arguments, prefix: bool = True, suffix: bool = True
+) -> ConditionalTables:
     """Tilted prefix and suffix tables for broadcast CB arguments (see :class:`ConditionalTables`).
 
     O(B * T * max(k)) work and memory, T serial steps per table.

@@ -16,7 +16,11 @@ from cbasr.distributions._arguments import (
     frame_mask,
     value_rows,
 )
-from cbasr.distributions._tables import ConditionalTables, conditional_tables, inclusion_probabilities
+from cbasr.distributions._tables import (
+    ConditionalTables,
+    conditional_tables,
+    inclusion_probabilities,
+)
 from cbasr.distributions.samplers import (
     bounded_bernoulli_sample,
     draft_sample,
@@ -111,7 +115,9 @@ class ConditionalBernoulli(Distribution):
         new.total = self.total.expand(batch_shape)
         new.lengths = self.lengths.expand(batch_shape)
         new.sampler = self.sampler
-        super(ConditionalBernoulli, new).__init__(batch_shape, self.event_shape, validate_args=False)
+        super(ConditionalBernoulli, new).__init__(
+            batch_shape, self.event_shape, validate_args=False
+        )
         new._validate_args = self._validate_args
         return new
 
@@ -207,7 +213,9 @@ class ConditionalBernoulli(Distribution):
         sample_shape = torch.Size(sample_shape)
         T = self.event_shape[0]
         if self.sampler == "id_checking":
-            return id_checking_sample(self.logits, self.total, self.lengths, sample_shape, generator)
+            return id_checking_sample(
+                self.logits, self.total, self.lengths, sample_shape, generator
+            )
         draw = bounded_bernoulli_sample if self.sampler == "bounded" else draft_sample
         times = draw(self.logits, self.total, self.lengths, sample_shape, generator)
         return times_to_sequence(times, T, dtype=self.logits.dtype)

@@ -7,7 +7,12 @@ of the number of highs in eq. (18), and the normaliser that turns eq. (6) into e
 import torch
 from torch.distributions import Distribution, constraints
 
-from cbasr.distributions._arguments import broadcast_arguments, check_lengths, frame_mask, value_rows
+from cbasr.distributions._arguments import (
+    broadcast_arguments,
+    check_lengths,
+    frame_mask,
+    value_rows,
+)
 from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
 
 __all__ = ["PoissonBinomial"]

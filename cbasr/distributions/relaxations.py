@@ -28,14 +28,14 @@ import torch.nn.functional as F
 from cbasr.distributions._arguments import max_total
 from cbasr.distributions._tables import log_sum_exp, suffix_at
 from cbasr.distributions.samplers import (
-    _uniform_noise,
     _bounded_loop,
     _bounded_rows,
     _bounded_step_log_probs,
     _id_checking_log_odds,
     _id_checking_loop,
-    logistic_noise,
     _prepare_sampling,
+    _uniform_noise,
+    logistic_noise,
 )
 
 __all__ = [
@@ -262,7 +262,9 @@ def bounded_bernoulli_conditional_noise(
     Returns:
         ``(*, K, T)`` finite noise.
     """
-    log_probs = step_log_probs - log_sum_exp(step_log_probs, -1).unsqueeze(-1).nan_to_num(neginf=0.0)
+    log_probs = step_log_probs - log_sum_exp(step_log_probs, -1).unsqueeze(-1).nan_to_num(
+        neginf=0.0
+    )
     v = _uniform_noise(log_probs.shape, generator, log_probs.dtype, log_probs.device)
     e = torch.log(-torch.log(v))
     chosen = times.clamp(min=0).unsqueeze(-1)  # (*, K, 1)

@@ -187,7 +187,9 @@ def _bounded_loop(
     for l in range(num_highs):
         active = l < total
         remaining = (total - 1 - l).clamp(min=0)
-        step = _bounded_step_log_probs(tables, rows, prev.unsqueeze(-1), remaining.unsqueeze(-1))[:, 0]
+        step = _bounded_step_log_probs(tables, rows, prev.unsqueeze(-1), remaining.unsqueeze(-1))[
+            :, 0
+        ]
         noise = gumbel_noise((N, T), generator, step.dtype, step.device)
         choice = (step + noise).argmax(-1)
         times[:, l] = torch.where(active, choice, -1)
@@ -215,7 +217,9 @@ def id_checking_sample(
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         T = args.logits.shape[-1]
-        noise = logistic_noise((len(row_index), T), generator, args.logits.dtype, args.logits.device)
+        noise = logistic_noise(
+            (len(row_index), T), generator, args.logits.dtype, args.logits.device
+        )
         high = _id_checking_loop(tables, row_index, noise)
     return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
 

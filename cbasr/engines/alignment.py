@@ -32,8 +32,18 @@ from cbasr.fileio import write_json, write_text
 from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
 
-__all__ = ["subsampling_stride", "cb_alignment", "ctc_alignment", "transducer_alignment", "Alignment",
-           "onset_errors", "ctm_entries", "write_ctm", "plot_posteriors", "align_split"]
+__all__ = [
+    "subsampling_stride",
+    "cb_alignment",
+    "ctc_alignment",
+    "transducer_alignment",
+    "Alignment",
+    "onset_errors",
+    "ctm_entries",
+    "write_ctm",
+    "plot_posteriors",
+    "align_split",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +62,12 @@ class Alignment:
 
 def _pad_targets(targets: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
     lens = torch.tensor([len(t) for t in targets], device=device)
-    out = torch.ones(len(targets), max(1, int(lens.max()) if len(targets) else 1), dtype=torch.long, device=device)
+    out = torch.ones(
+        len(targets),
+        max(1, int(lens.max()) if len(targets) else 1),
+        dtype=torch.long,
+        device=device,
+    )
     for i, t in enumerate(targets):
         if t:
             out[i, : len(t)] = torch.tensor(t, device=device)
@@ -60,16 +75,19 @@ def _pad_targets(targets: list[list[int]], device) -> tuple[torch.Tensor, torch.
 
 
 @torch.no_grad()
-def cb_alignment(model: CBModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
-                 ) -> tuple[list[Alignment], torch.Tensor, torch.Tensor]:
+def cb_alignment(
+    model: CBModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
+) -> tuple[list[Alignment], torch.Tensor, torch.Tensor]:
     """Viterbi emission times of a CB model with a memoryless or a second-order decoder.
 
     Returns:
         ``(alignments, posteriors (B, T', L), encoder lengths (B,))``.
     """
     if model.decoder.order == "history":
-        raise ValueError(f"CB Viterbi alignment needs label terms that read the current (and previous) emission "
-                         f"time only; {type(model.decoder).__name__} depends on every earlier one")
+        raise ValueError(
+            f"CB Viterbi alignment needs label terms that read the current (and previous) emission "
+            f"time only; {type(model.decoder).__name__} depends on every earlier one"
+        )
     y, y_lens = _pad_targets(targets, feats.device)
     emit_logits, terms, lens = model.terms(feats, feat_lens, y, y_lens)
     if model.decoder.order == "second_order":
@@ -78,26 +96,37 @@ def cb_alignment(model: CBModel, feats: torch.Tensor, feat_lens: torch.Tensor, t
     else:
         times, _ = cb_viterbi(emit_logits, terms, lens, y_lens)
         post = cb_posteriors(emit_logits, terms, lens, y_lens)
-    out = [Alignment(times[b, : int(y_lens[b])].tolist(), [1] * int(y_lens[b])) for b in range(len(targets))]
+    out = [
+        Alignment(times[b, : int(y_lens[b])].tolist(), [1] * int(y_lens[b]))
+        for b in range(len(targets))
+    ]
     return out, post, lens
 
 
 @torch.no_grad()
-def ctc_alignment(model: CTCModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
-                  ) -> list[Alignment]:
+def ctc_alignment(
+    model: CTCModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
+) -> list[Alignment]:
     """CTC forced alignment (torchaudio), one utterance at a time (its kernel takes one)."""
     log_probs, lens = model.log_probs(feats, feat_lens)
     out = []
     for b, target in enumerate(targets):
         T = int(lens[b])
-        labels, scores = AF.forced_align(log_probs[b : b + 1, :T].float().cpu(), torch.tensor([target]),
-                                         torch.tensor([T]), torch.tensor([len(target)]), blank=0)
+        labels, scores = AF.forced_align(
+            log_probs[b : b + 1, :T].float().cpu(),
+            torch.tensor([target]),
+            torch.tensor([T]),
+            torch.tensor([len(target)]),
+            blank=0,
+        )
         spans = AF.merge_tokens(labels[0], scores[0].exp(), blank=0)
         out.append(Alignment([s.start for s in spans], [s.end - s.start for s in spans]))
     return out
 
 
-def _lattice_weights(model: TransducerModel, h, lens, y, y_lens) -> tuple[torch.Tensor, torch.Tensor]:
+def _lattice_weights(
+    model: TransducerModel, h, lens, y, y_lens
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(blank (B, T, U + 1), label (B, T, U))`` log weights of the transducer lattice edges."""
     index = (y - 1).clamp(min=0) if model.criterion == "hat" else y
     if model.criterion == "rnnt":
@@ -108,13 +137,16 @@ def _lattice_weights(model: TransducerModel, h, lens, y, y_lens) -> tuple[torch.
         blank = F.logsigmoid(blank_logits)
         log_probs = log_probs + F.logsigmoid(-blank_logits).unsqueeze(-1)
     U = y.shape[1]
-    picked = log_probs[:, :, :U].gather(3, index[:, None, :, None].expand(-1, log_probs.shape[1], -1, 1))
+    picked = log_probs[:, :, :U].gather(
+        3, index[:, None, :, None].expand(-1, log_probs.shape[1], -1, 1)
+    )
     return blank, picked.squeeze(-1)
 
 
 @torch.no_grad()
-def transducer_alignment(model: TransducerModel, feats: torch.Tensor, feat_lens: torch.Tensor,
-                         targets: list[list[int]]) -> list[Alignment]:
+def transducer_alignment(
+    model: TransducerModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
+) -> list[Alignment]:
     """Best lattice path of each reference: the frame on which each label is emitted."""
     h, lens = model.encoder(feats, feat_lens)
     y, y_lens = _pad_targets(targets, feats.device)
@@ -122,7 +154,10 @@ def transducer_alignment(model: TransducerModel, feats: torch.Tensor, feat_lens:
     out = []
     for b, target in enumerate(targets):
         T, U = int(lens[b]), len(target)
-        bl, lab = blank[b, :T, : U + 1].double().cpu().numpy(), label[b, :T, :U].double().cpu().numpy()
+        bl, lab = (
+            blank[b, :T, : U + 1].double().cpu().numpy(),
+            label[b, :T, :U].double().cpu().numpy(),
+        )
         # Max-product forward over nodes (t, u); from_label[t, u]: node reached by a label edge.
         best = np.full((T, U + 1), -np.inf)
         from_label = np.zeros((T, U + 1), dtype=bool)
@@ -147,14 +182,20 @@ def transducer_alignment(model: TransducerModel, feats: torch.Tensor, feat_lens:
 def onset_errors(start_seconds: list[float], gold_seconds: list[float]) -> list[float]:
     """``|start - gold|`` per label (seconds)."""
     if len(start_seconds) != len(gold_seconds):
-        raise ValueError(f"{len(start_seconds)} aligned labels but {len(gold_seconds)} gold start times")
+        raise ValueError(
+            f"{len(start_seconds)} aligned labels but {len(gold_seconds)} gold start times"
+        )
     return [abs(a - b) for a, b in zip(start_seconds, gold_seconds)]
 
 
-def ctm_entries(utt_id: str, alignment: Alignment, tokens: list[str], period: float
-                ) -> list[tuple[str, float, float, str]]:
+def ctm_entries(
+    utt_id: str, alignment: Alignment, tokens: list[str], period: float
+) -> list[tuple[str, float, float, str]]:
     """``(utt, start, duration, token)`` per label: frame ``t`` starts at ``t * period`` seconds."""
-    return [(utt_id, t * period, n * period, tok) for t, n, tok in zip(alignment.start, alignment.frames, tokens)]
+    return [
+        (utt_id, t * period, n * period, tok)
+        for t, n, tok in zip(alignment.start, alignment.frames, tokens)
+    ]
 
 
 def write_ctm(path, entries: list[tuple[str, float, float, str]]) -> None:
@@ -162,8 +203,15 @@ def write_ctm(path, entries: list[tuple[str, float, float, str]]) -> None:
     write_text(path, "".join(f"{u} 1 {s:.3f} {d:.3f} {tok}\n" for u, s, d, tok in entries))
 
 
-def plot_posteriors(posteriors: np.ndarray, tokens: list[str], period: float, path, viterbi: list[int] | None = None,
-                    gold: list[float] | None = None, title: str = "") -> None:
+def plot_posteriors(
+    posteriors: np.ndarray,
+    tokens: list[str],
+    period: float,
+    path,
+    viterbi: list[int] | None = None,
+    gold: list[float] | None = None,
+    title: str = "",
+) -> None:
     """Heat map of ``P(t_l = t | y)`` (labels up, time across) with the Viterbi emission frames
     (white circles) and the gold phone starts (red crosses), saved as PNG.
 
@@ -177,14 +225,31 @@ def plot_posteriors(posteriors: np.ndarray, tokens: list[str], period: float, pa
 
     T, L = posteriors.shape
     fig, ax = plt.subplots(figsize=(max(6.0, T * 0.06), max(3.0, L * 0.22)))
-    image = ax.imshow(posteriors.T, origin="lower", aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0,
-                      extent=(0.0, T * period, -0.5, L - 0.5), interpolation="nearest")
+    image = ax.imshow(
+        posteriors.T,
+        origin="lower",
+        aspect="auto",
+        cmap="viridis",
+        vmin=0.0,
+        vmax=1.0,
+        extent=(0.0, T * period, -0.5, L - 0.5),
+        interpolation="nearest",
+    )
     labels = range(L)
     if viterbi is not None:
-        ax.scatter([(t + 0.5) * period for t in viterbi], labels, s=18, facecolors="none", edgecolors="white",
-                   linewidths=1.2, label="Viterbi emission frame")
+        ax.scatter(
+            [(t + 0.5) * period for t in viterbi],
+            labels,
+            s=18,
+            facecolors="none",
+            edgecolors="white",
+            linewidths=1.2,
+            label="Viterbi emission frame",
+        )
     if gold is not None:
-        ax.scatter(gold, labels, s=22, marker="x", color="red", linewidths=1.2, label="gold phone start")
+        ax.scatter(
+            gold, labels, s=22, marker="x", color="red", linewidths=1.2, label="gold phone start"
+        )
     ax.set_yticks(list(labels))
     ax.set_yticklabels(tokens, fontsize=7)
     ax.set_xlabel("time (s)")
@@ -215,8 +280,11 @@ def _alignable(exp: Experiment, records: list[dict], store: FeatureStore) -> tup
             continue
         tokens = tokens_of(r, exp.units)
         unknown = [t for t in tokens if t not in exp.vocab]
-        reason = f"token {unknown[0]!r} not in the vocabulary" if unknown else \
-            exp.model.check_utterance(store.num_frames(r["id"]), exp.vocab.encode(tokens))
+        reason = (
+            f"token {unknown[0]!r} not in the vocabulary"
+            if unknown
+            else exp.model.check_utterance(store.num_frames(r["id"]), exp.vocab.encode(tokens))
+        )
         if reason:
             skipped.append((r["id"], reason))
         else:
@@ -234,8 +302,14 @@ def _align_batch(model, feats: torch.Tensor, lens: torch.Tensor, targets: list[l
 
 
 @torch.no_grad()
-def align_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path, out_dir: str | Path,
-                max_frames: int = 20000, plot_utt: str | None = None) -> dict:
+def align_split(
+    exp: Experiment,
+    manifest: str | Path,
+    feature_dir: str | Path,
+    out_dir: str | Path,
+    max_frames: int = 20000,
+    plot_utt: str | None = None,
+) -> dict:
     """Align every utterance of ``manifest`` to its reference; write ``align.ctm``,
     ``alignment.json`` (onset errors against gold starts where the manifest has them),
     ``skipped.tsv`` and, for CB models, ``posteriors_<utt>.png`` of ``plot_utt`` (default: the
@@ -274,17 +348,33 @@ def align_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path, 
                 T = int(enc_lens[j])
                 path = out_dir / f"posteriors_{record['id']}.png"
                 out_dir.mkdir(parents=True, exist_ok=True)
-                plot_posteriors(post[j, :T, : len(tokens)].float().cpu().numpy(), tokens, period, path, a.start,
-                                gold, f"{record['id']}: P(t_l = t | y), {exp.exp_dir.name}")
+                plot_posteriors(
+                    post[j, :T, : len(tokens)].float().cpu().numpy(),
+                    tokens,
+                    period,
+                    path,
+                    a.start,
+                    gold,
+                    f"{record['id']}: P(t_l = t | y), {exp.exp_dir.name}",
+                )
                 plotted = str(path)
     ctm.sort(key=lambda e: (e[0], e[1]))
     write_ctm(out_dir / "align.ctm", ctm)
     write_text(out_dir / "skipped.tsv", "".join(f"{u}\t{why}\n" for u, why in skipped))
-    summary = {"manifest": str(manifest), "checkpoint": exp.checkpoint, "epoch": exp.epoch,
-               "method": {CBModel: "cb_viterbi", CTCModel: "ctc_forced_align"}.get(type(model), "transducer_best_path"),
-               "frame_period": period, "utts": len(usable), "skipped": len(skipped), "labels_with_gold": len(errors),
-               "mean_abs_onset_error_ms": 1000.0 * float(np.mean(errors)) if errors else None,
-               "within_20ms": float(np.mean(np.asarray(errors) <= 0.020 + 1e-9)) if errors else None,
-               "plot": plotted}
+    summary = {
+        "manifest": str(manifest),
+        "checkpoint": exp.checkpoint,
+        "epoch": exp.epoch,
+        "method": {CBModel: "cb_viterbi", CTCModel: "ctc_forced_align"}.get(
+            type(model), "transducer_best_path"
+        ),
+        "frame_period": period,
+        "utts": len(usable),
+        "skipped": len(skipped),
+        "labels_with_gold": len(errors),
+        "mean_abs_onset_error_ms": 1000.0 * float(np.mean(errors)) if errors else None,
+        "within_20ms": float(np.mean(np.asarray(errors) <= 0.020 + 1e-9)) if errors else None,
+        "plot": plotted,
+    }
     write_json(out_dir / "alignment.json", summary)
     return summary

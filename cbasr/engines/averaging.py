@@ -48,8 +48,13 @@ def average_state_dicts(state_dicts: Sequence[dict]) -> dict:
     return out
 
 
-def select_epochs(checkpoints: CheckpointDir, history: list[dict], last: int | None = None,
-                  best: int | None = None, metric: str = "valid_error_rate") -> list[int]:
+def select_epochs(
+    checkpoints: CheckpointDir,
+    history: list[dict],
+    last: int | None = None,
+    best: int | None = None,
+    metric: str = "valid_error_rate",
+) -> list[int]:
     """The ``last`` most recent, or the ``best`` best by ``metric``, epochs with a checkpoint file.
 
     Ties of ``metric`` are broken by the other metric, then by the later epoch.
@@ -72,15 +77,19 @@ def select_epochs(checkpoints: CheckpointDir, history: list[dict], last: int | N
         scores = {h["epoch"]: (h[metric], h[other], -h["epoch"]) for h in history}
         chosen = sorted(sorted((e for e in available if e in scores), key=lambda e: scores[e])[:n])
     if len(chosen) < n:
-        raise ValueError(f"{checkpoints.path} holds {len(chosen)} usable epoch checkpoints {chosen}, fewer than {n} "
-                         "(trainer.keep_checkpoints keeps the last and the best N)")
+        raise ValueError(
+            f"{checkpoints.path} holds {len(chosen)} usable epoch checkpoints {chosen}, fewer than {n} "
+            "(trainer.keep_checkpoints keeps the last and the best N)"
+        )
     return chosen
 
 
 def average_checkpoints(exp_dir: str | Path, epochs: Sequence[int], name: str = "averaged") -> Path:
     """Write ``<exp_dir>/checkpoints/<name>.pt`` with the mean model of ``epoch-<N>.pt`` for ``epochs``."""
     if name in RESERVED or name.startswith("epoch-"):
-        raise ValueError(f"--name {name!r} would replace a training checkpoint; choose another name")
+        raise ValueError(
+            f"--name {name!r} would replace a training checkpoint; choose another name"
+        )
     checkpoints = CheckpointDir(Path(exp_dir) / "checkpoints")
     models, newest = [], None
     for epoch in epochs:
@@ -88,8 +97,12 @@ def average_checkpoints(exp_dir: str | Path, epochs: Sequence[int], name: str = 
         models.append(ckpt["model"])
         newest = ckpt
     files = [f"epoch-{e}.pt" for e in epochs]
-    averaged = {"model": average_state_dicts(models), "config": newest["config"], "state": newest["state"],
-                "averaged_from": files}
+    averaged = {
+        "model": average_state_dicts(models),
+        "config": newest["config"],
+        "state": newest["state"],
+        "averaged_from": files,
+    }
     path = checkpoints.file(name)
     save_checkpoint(path, averaged)
     log.info("averaged %s into %s", ", ".join(files), path)

@@ -66,7 +66,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 def rng_state() -> dict:
     """Every random number generator a training step touches."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -134,7 +138,11 @@ class CheckpointDir:
 
     def epochs(self) -> list[int]:
         """Epochs with an ``epoch-<N>.pt`` file, ascending."""
-        return sorted(int(m.group(1)) for p in self.path.glob("epoch-*.pt") if (m := _EPOCH_FILE.fullmatch(p.name)))
+        return sorted(
+            int(m.group(1))
+            for p in self.path.glob("epoch-*.pt")
+            if (m := _EPOCH_FILE.fullmatch(p.name))
+        )
 
     def prune(self, scores: dict[int, tuple]) -> list[int]:
         """Delete the epoch files that are neither among the ``keep`` latest nor the ``keep`` best.
@@ -148,7 +156,7 @@ class CheckpointDir:
         if self.keep == 0:
             return []
         epochs = self.epochs()
-        latest = set(epochs[-self.keep:])
+        latest = set(epochs[-self.keep :])
         ranked = sorted((e for e in epochs if e in scores), key=lambda e: (tuple(scores[e]), e))
         kept = latest | set(ranked[: self.keep])
         removed = [e for e in epochs if e not in kept]

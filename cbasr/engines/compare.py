@@ -13,11 +13,24 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cbasr.engines.scoring import (bootstrap_interval, paired_bootstrap_test, read_trn, sign_test,
-                                   utterance_counts)
+from cbasr.engines.scoring import (
+    bootstrap_interval,
+    paired_bootstrap_test,
+    read_trn,
+    sign_test,
+    utterance_counts,
+)
 
-__all__ = ["System", "collect_systems", "comparison_rows", "markdown_table", "csv_table", "paired_comparison",
-           "find_systems", "describe_settings"]
+__all__ = [
+    "System",
+    "collect_systems",
+    "comparison_rows",
+    "markdown_table",
+    "csv_table",
+    "paired_comparison",
+    "find_systems",
+    "describe_settings",
+]
 
 
 @dataclass
@@ -29,7 +42,9 @@ class System:
     decode_dir: Path
     info: dict  # decode.json (empty if missing)
     errors: dict[str, int] = field(default_factory=dict)  # utterance -> S + D + I
-    counts: dict[str, dict] = field(default_factory=dict)  # utterance -> {sub, del, ins, ref_tokens}
+    counts: dict[str, dict] = field(
+        default_factory=dict
+    )  # utterance -> {sub, del, ins, ref_tokens}
     epochs: int | None = None
     parameters: int | None = None
     train_seconds: float | None = None  # sum of the epoch times in history.json
@@ -65,9 +80,13 @@ def _per_utterance(decode_dir: Path) -> dict[str, dict]:
             for lineno, line in enumerate(f, start=2):
                 fields = dict(zip(header, line.rstrip("\n").split("\t")))
                 try:
-                    out[fields["id"]] = {k: int(fields[k]) for k in ("ref_tokens", "sub", "del", "ins")}
+                    out[fields["id"]] = {
+                        k: int(fields[k]) for k in ("ref_tokens", "sub", "del", "ins")
+                    }
                 except (KeyError, ValueError):
-                    raise ValueError(f"{table}:{lineno}: malformed line (rescore with cbasr-score)") from None
+                    raise ValueError(
+                        f"{table}:{lineno}: malformed line (rescore with cbasr-score)"
+                    ) from None
         return out
     for name in ("ref.trn", "hyp.trn"):
         if not (decode_dir / name).is_file():
@@ -75,7 +94,9 @@ def _per_utterance(decode_dir: Path) -> dict[str, dict]:
     refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
     missing = sorted(set(refs) - set(hyps))
     if missing:
-        raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
+        raise ValueError(
+            f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}"
+        )
     ids = sorted(refs)
     return dict(zip(ids, utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])))
 
@@ -122,14 +143,29 @@ def collect_systems(exp_dirs: list[str | Path], decodes: list[str] | None = None
         if decodes is not None:
             missing = [d for d in decodes if not (root / d / "ref.trn").is_file()]
             if missing:
-                raise FileNotFoundError(f"{root}: no decoding {missing[0]!r} (has {[d.name for d in dirs]})")
+                raise FileNotFoundError(
+                    f"{root}: no decoding {missing[0]!r} (has {[d.name for d in dirs]})"
+                )
             dirs = [root / d for d in decodes]
         for d in dirs:
-            info = json.loads((d / "decode.json").read_text()) if (d / "decode.json").is_file() else {}
+            info = (
+                json.loads((d / "decode.json").read_text()) if (d / "decode.json").is_file() else {}
+            )
             counts = _per_utterance(d)
-            systems.append(System(f"{label}:{d.name}", exp, d, info,
-                                  {u: c["sub"] + c["del"] + c["ins"] for u, c in counts.items()}, counts,
-                                  info.get("epoch"), _parameters(exp, info), _train_seconds(exp), _alignment(exp)))
+            systems.append(
+                System(
+                    f"{label}:{d.name}",
+                    exp,
+                    d,
+                    info,
+                    {u: c["sub"] + c["del"] + c["ins"] for u, c in counts.items()},
+                    counts,
+                    info.get("epoch"),
+                    _parameters(exp, info),
+                    _train_seconds(exp),
+                    _alignment(exp),
+                )
+            )
     return systems
 
 
@@ -143,39 +179,59 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
         total_refs = sum(refs)
         low, high = bootstrap_interval(errors, refs, samples, seed)
         settings = s.info.get("settings", {"search": s.info.get("search", "greedy")})
-        rows.append({"system": s.label, "error_rate": 100.0 * sum(errors) / total_refs if total_refs else 0.0,
-                     "ci95_low": low, "ci95_high": high,
-                     "sub": sum(s.counts[u]["sub"] for u in ids), "del": sum(s.counts[u]["del"] for u in ids),
-                     "ins": sum(s.counts[u]["ins"] for u in ids), "ref_tokens": total_refs, "utts": len(ids),
-                     "parameters": s.parameters, "epochs": s.epochs, "decode": describe_settings(settings),
-                     "rtf": s.info.get("rtf"),
-                     "train_minutes": None if s.train_seconds is None else s.train_seconds / 60.0,
-                     "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
-                     "dev_onsets_within_20ms": s.alignment.get("within_20ms")})
+        rows.append(
+            {
+                "system": s.label,
+                "error_rate": 100.0 * sum(errors) / total_refs if total_refs else 0.0,
+                "ci95_low": low,
+                "ci95_high": high,
+                "sub": sum(s.counts[u]["sub"] for u in ids),
+                "del": sum(s.counts[u]["del"] for u in ids),
+                "ins": sum(s.counts[u]["ins"] for u in ids),
+                "ref_tokens": total_refs,
+                "utts": len(ids),
+                "parameters": s.parameters,
+                "epochs": s.epochs,
+                "decode": describe_settings(settings),
+                "rtf": s.info.get("rtf"),
+                "train_minutes": None if s.train_seconds is None else s.train_seconds / 60.0,
+                "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
+                "dev_onsets_within_20ms": s.alignment.get("within_20ms"),
+            }
+        )
     return rows
 
 
 def markdown_table(rows: list[dict]) -> str:
     """The rows as Markdown. ``training (min)`` sums every trained epoch's time (not only up to the
     best); the onset columns are the dev forced alignment's against gold onsets (``cbasr-align``)."""
-    lines = ["| system | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | parameters | epochs | decode "
-             "| RTF | training (min) | dev onset error (ms) / within 20 ms |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        "| system | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | parameters | epochs | decode "
+        "| RTF | training (min) | dev onset error (ms) / within 20 ms |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
         params = f"{r['parameters'] / 1e6:.2f} M" if r["parameters"] is not None else ""
         rtf = f"{r['rtf']:.4f}" if r["rtf"] is not None else ""
         minutes = f"{r['train_minutes']:.1f}" if r["train_minutes"] is not None else ""
-        onset = (f"{r['dev_onset_error_ms']:.1f} / {100 * r['dev_onsets_within_20ms']:.0f}%"
-                 if r["dev_onset_error_ms"] is not None else "")
-        lines.append(f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
-                     f"{r['sub']} | {r['del']} | {r['ins']} | {r['ref_tokens']} | {r['utts']} | {params} | "
-                     f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |")
+        onset = (
+            f"{r['dev_onset_error_ms']:.1f} / {100 * r['dev_onsets_within_20ms']:.0f}%"
+            if r["dev_onset_error_ms"] is not None
+            else ""
+        )
+        lines.append(
+            f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
+            f"{r['sub']} | {r['del']} | {r['ins']} | {r['ref_tokens']} | {r['utts']} | {params} | "
+            f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def csv_table(rows: list[dict]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["system"], lineterminator="\n")
+    writer = csv.DictWriter(
+        out, fieldnames=list(rows[0]) if rows else ["system"], lineterminator="\n"
+    )
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
@@ -200,12 +256,23 @@ def paired_comparison(a: System, b: System, samples: int = 10000, seed: int = 0)
     """
     ids = sorted(set(a.counts) & set(b.counts))
     if not ids:
-        raise ValueError(f"{a.label} and {b.label} share no utterance: compare decodings of the same split")
+        raise ValueError(
+            f"{a.label} and {b.label} share no utterance: compare decodings of the same split"
+        )
     if any(a.counts[u]["ref_tokens"] != b.counts[u]["ref_tokens"] for u in ids):
-        raise ValueError(f"{a.label} and {b.label} have different references for the same utterances")
+        raise ValueError(
+            f"{a.label} and {b.label} have different references for the same utterances"
+        )
     ea, eb = [a.errors[u] for u in ids], [b.errors[u] for u in ids]
     refs = [a.counts[u]["ref_tokens"] for u in ids]
-    return {"a": a.label, "b": b.label, "utts": len(ids), "only_a": len(a.counts) - len(ids),
-            "only_b": len(b.counts) - len(ids), "error_rate_a": 100.0 * sum(ea) / max(sum(refs), 1),
-            "error_rate_b": 100.0 * sum(eb) / max(sum(refs), 1),
-            "bootstrap": paired_bootstrap_test(ea, eb, refs, samples, seed), "sign_test": sign_test(ea, eb)}
+    return {
+        "a": a.label,
+        "b": b.label,
+        "utts": len(ids),
+        "only_a": len(a.counts) - len(ids),
+        "only_b": len(b.counts) - len(ids),
+        "error_rate_a": 100.0 * sum(ea) / max(sum(refs), 1),
+        "error_rate_b": 100.0 * sum(eb) / max(sum(refs), 1),
+        "bootstrap": paired_bootstrap_test(ea, eb, refs, samples, seed),
+        "sign_test": sign_test(ea, eb),
+    }

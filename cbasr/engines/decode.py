@@ -16,8 +16,8 @@ import torch
 
 from cbasr.builder import build_model
 from cbasr.data.batching import BucketBatchSampler
-from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.manifest import read_manifest
+from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
 from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.scoring import write_trn
@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 class Experiment:
     """A trained model with its vocabulary and feature normalisation, from an experiment dir."""
 
-    def __init__(self, exp_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"):
+    def __init__(
+        self, exp_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
+    ):
         self.exp_dir = Path(exp_dir)
         path = self.exp_dir / "checkpoints" / f"{checkpoint}.pt"
         if not path.is_file():
@@ -45,8 +47,13 @@ class Experiment:
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
         input_dim, self.cmvn = experiment_input(self.exp_dir)  # cmvn None: text input (source ids)
         self.device = torch.device(device)
-        self.model = build_model(self.cfg["encoder"], self.cfg["decoder"], self.cfg["loss"],
-                                 input_dim=input_dim, vocab_size=len(self.vocab))
+        self.model = build_model(
+            self.cfg["encoder"],
+            self.cfg["decoder"],
+            self.cfg["loss"],
+            input_dim=input_dim,
+            vocab_size=len(self.vocab),
+        )
         self.model.load_state_dict(ckpt["model"])
         self.model.to(self.device).eval()
 
@@ -66,8 +73,9 @@ class Experiment:
         return (feats - mean) / std
 
 
-def decode_settings(exp: Experiment, options: BeamSearchOptions | None = None, lm_path: str | Path | None = None
-                    ) -> dict:
+def decode_settings(
+    exp: Experiment, options: BeamSearchOptions | None = None, lm_path: str | Path | None = None
+) -> dict:
     """What ``decode.json`` records of a search: ``{"search": "greedy"}`` or the beam search's
     options (a transducer's ``max_symbols`` resolved to the model's when unset) and LM path."""
     if options is None:
@@ -76,7 +84,11 @@ def decode_settings(exp: Experiment, options: BeamSearchOptions | None = None, l
         return {"search": "greedy"}
     if search_family(exp.model) == "transducer" and options.max_symbols is None:
         options = dataclasses.replace(options, max_symbols=exp.model.max_symbols)
-    return {"search": "beam", **options.to_dict(), "lm": str(lm_path) if lm_path is not None else None}
+    return {
+        "search": "beam",
+        **options.to_dict(),
+        "lm": str(lm_path) if lm_path is not None else None,
+    }
 
 
 def is_decoded(exp: Experiment, out_dir: str | Path, settings: dict | None = None) -> bool:
@@ -86,8 +98,9 @@ def is_decoded(exp: Experiment, out_dir: str | Path, settings: dict | None = Non
     if not info.is_file():
         return False
     info = json.loads(info.read_text())
-    return (info.get("checkpoint_stamp") == exp.checkpoint_stamp
-            and info.get("settings", {"search": info.get("search", "greedy")}) == (settings or {"search": "greedy"}))
+    return info.get("checkpoint_stamp") == exp.checkpoint_stamp and info.get(
+        "settings", {"search": info.get("search", "greedy")}
+    ) == (settings or {"search": "greedy"})
 
 
 def frame_shift_seconds(feature_dir: str | Path) -> float:
@@ -99,9 +112,16 @@ def frame_shift_seconds(feature_dir: str | Path) -> float:
 
 
 @torch.no_grad()
-def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path, out_dir: str | Path,
-                 max_frames: int = 20000, options: BeamSearchOptions | None = None, lm: LabelScorer | None = None,
-                 lm_path: str | Path | None = None) -> dict:
+def decode_split(
+    exp: Experiment,
+    manifest: str | Path,
+    feature_dir: str | Path,
+    out_dir: str | Path,
+    max_frames: int = 20000,
+    options: BeamSearchOptions | None = None,
+    lm: LabelScorer | None = None,
+    lm_path: str | Path | None = None,
+) -> dict:
     """Decode every utterance of ``manifest`` into ``out_dir`` (see the module docstring).
 
     Args:
@@ -132,20 +152,37 @@ def decode_split(exp: Experiment, manifest: str | Path, feature_dir: str | Path,
         if options is None:
             best = exp.model.greedy_decode(padded, lens.to(exp.device))
         else:
-            best = [nbest[0].tokens if nbest else [] for nbest in
-                    beam_search(exp.model, padded, lens.to(exp.device), options, lm)]
+            best = [
+                nbest[0].tokens if nbest else []
+                for nbest in beam_search(exp.model, padded, lens.to(exp.device), options, lm)
+            ]
         for i, hyp in zip(indices, best):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)
     seconds = time.perf_counter() - start
-    audio = 0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
+    audio = (
+        0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
+    )
     write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in usable])
     write_trn(out_dir / "ref.trn", [(r["id"], tokens_of(r, exp.units)) for r in usable])
-    write_text(out_dir / "utt2spk", "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in usable))
+    write_text(
+        out_dir / "utt2spk", "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in usable)
+    )
     write_text(out_dir / "skipped.tsv", "".join(f"{u}\tno features\n" for u in skipped))
-    summary = {"manifest": str(manifest), "checkpoint": exp.checkpoint, "epoch": exp.epoch,
-               "checkpoint_stamp": exp.checkpoint_stamp, "search": settings["search"], "settings": settings,
-               "units": exp.units, "utts": len(usable), "skipped": len(skipped), "parameters": exp.num_parameters,
-               "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
-               "rtf": round(seconds / audio, 5) if audio else None, "device": str(exp.device)}
+    summary = {
+        "manifest": str(manifest),
+        "checkpoint": exp.checkpoint,
+        "epoch": exp.epoch,
+        "checkpoint_stamp": exp.checkpoint_stamp,
+        "search": settings["search"],
+        "settings": settings,
+        "units": exp.units,
+        "utts": len(usable),
+        "skipped": len(skipped),
+        "parameters": exp.num_parameters,
+        "decode_seconds": round(seconds, 3),
+        "audio_seconds": round(audio, 3),
+        "rtf": round(seconds / audio, 5) if audio else None,
+        "device": str(exp.device),
+    }
     write_json(out_dir / "decode.json", summary)
     return summary

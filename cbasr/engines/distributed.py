@@ -18,8 +18,16 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistContext", "from_environment", "init_process_group", "all_reduce_sum", "all_gather_objects",
-           "barrier", "replica_digest", "shutdown"]
+__all__ = [
+    "DistContext",
+    "from_environment",
+    "init_process_group",
+    "all_reduce_sum",
+    "all_gather_objects",
+    "barrier",
+    "replica_digest",
+    "shutdown",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +57,29 @@ def from_environment(env: dict | None = None) -> DistContext:
         rank = int(env.get("RANK", "0"))
         local_rank = int(env.get("LOCAL_RANK", str(rank)))
     except ValueError as e:
-        raise ValueError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (set by torchrun): {e}") from e
+        raise ValueError(
+            f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (set by torchrun): {e}"
+        ) from e
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"RANK={rank} is not a process of WORLD_SIZE={world_size}")
     return DistContext(rank, world_size, local_rank)
 
 
-def init_process_group(ctx: DistContext, device: torch.device, timeout_minutes: float = 60.0) -> None:
+def init_process_group(
+    ctx: DistContext, device: torch.device, timeout_minutes: float = 60.0
+) -> None:
     """Join the process group (NCCL for CUDA, gloo for CPU); nothing for a single process."""
     if not ctx.enabled or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=timedelta(minutes=timeout_minutes), **kwargs)
+    dist.init_process_group(
+        backend,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timedelta(minutes=timeout_minutes),
+        **kwargs,
+    )
     log.info("process %d of %d joined the %s process group", ctx.rank, ctx.world_size, backend)
 
 

@@ -11,8 +11,14 @@ __all__ = ["ProgressMeter", "plot_history", "EMISSION_RATE_LAYOUT"]
 # beside the label rate L / T it should match (CB paper, section 1), in one chart each.
 EMISSION_RATE_LAYOUT = {
     "CB emission rate": {
-        "train: mean P(B_t = 1) vs L / T": ["Multiline", ["train/emission_rate", "train/label_rate"]],
-        "valid: mean P(B_t = 1) vs L / T": ["Multiline", ["epoch/valid_emission_rate", "epoch/valid_label_rate"]],
+        "train: mean P(B_t = 1) vs L / T": [
+            "Multiline",
+            ["train/emission_rate", "train/label_rate"],
+        ],
+        "valid: mean P(B_t = 1) vs L / T": [
+            "Multiline",
+            ["epoch/valid_emission_rate", "epoch/valid_label_rate"],
+        ],
     }
 }
 
@@ -53,15 +59,22 @@ class ProgressMeter:
         """Means over the steps since the last call: grad norm, stats, frames/s, data share."""
         seconds = max(time.perf_counter() - self.start, 1e-9)
         steps = max(self.steps, 1)
-        out = {"frames_per_second": self.frames / seconds, "data_fraction": min(1.0, self.data_seconds / seconds),
-               "grad_norm": self.grad_norm / steps, "stats": {k: v / steps for k, v in self.stats.items()}}
+        out = {
+            "frames_per_second": self.frames / seconds,
+            "data_fraction": min(1.0, self.data_seconds / seconds),
+            "grad_norm": self.grad_norm / steps,
+            "stats": {k: v / steps for k, v in self.stats.items()},
+        }
         self._restart()
         return out
 
     def epoch_totals(self) -> dict:
         seconds = max(time.perf_counter() - self.epoch_start, 1e-9)
-        return {"seconds": seconds, "frames_per_second": self.epoch_frames / seconds,
-                "data_fraction": min(1.0, self.epoch_data_seconds / seconds)}
+        return {
+            "seconds": seconds,
+            "frames_per_second": self.epoch_frames / seconds,
+            "data_fraction": min(1.0, self.epoch_data_seconds / seconds),
+        }
 
     def add_layout_once(self, writer: SummaryWriter, stats: dict) -> None:
         """The emission-rate charts, once per run, when the model reports an emission rate."""

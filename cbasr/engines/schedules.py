@@ -16,7 +16,9 @@ __all__ = ["DECAYS", "warmup_decay", "LearningRateSchedule"]
 DECAYS = ("constant", "cosine", "linear", "noam")
 
 
-def warmup_decay(step: int, decay: str, warmup_steps: int, total_steps: int, final_lr_scale: float) -> float:
+def warmup_decay(
+    step: int, decay: str, warmup_steps: int, total_steps: int, final_lr_scale: float
+) -> float:
     """Scale of the peak learning rate for the update after ``step`` optimizer steps.
 
     Linear warmup from ``1 / warmup_steps`` to 1 over ``warmup_steps`` updates, then:
@@ -52,9 +54,17 @@ class LearningRateSchedule:
         min_lr_scale: reduce-on-plateau never takes the scale below this.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, decay: str = "constant", warmup_steps: int = 0,
-                 total_steps: int = 1, final_lr_scale: float = 0.0, plateau_factor: float = 1.0,
-                 plateau_patience: int = 1, min_lr_scale: float = 0.0):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        decay: str = "constant",
+        warmup_steps: int = 0,
+        total_steps: int = 1,
+        final_lr_scale: float = 0.0,
+        plateau_factor: float = 1.0,
+        plateau_patience: int = 1,
+        min_lr_scale: float = 0.0,
+    ):
         if decay not in DECAYS:
             raise ValueError(f"optim.scheduler must be one of {DECAYS}, got {decay!r}")
         if not 0.0 < plateau_factor <= 1.0:
@@ -75,8 +85,12 @@ class LearningRateSchedule:
 
     def scale(self) -> float:
         """Current learning rate over the peak one."""
-        return warmup_decay(self.steps, self.decay, self.warmup_steps, self.total_steps,
-                            self.final_lr_scale) * self.plateau_scale
+        return (
+            warmup_decay(
+                self.steps, self.decay, self.warmup_steps, self.total_steps, self.final_lr_scale
+            )
+            * self.plateau_scale
+        )
 
     def _apply(self) -> None:
         scale = self.scale()
@@ -104,12 +118,19 @@ class LearningRateSchedule:
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict:
-        return {"steps": self.steps, "plateau_scale": self.plateau_scale,
-                "epochs_without_improvement": self.epochs_without_improvement}
+        return {
+            "steps": self.steps,
+            "plateau_scale": self.plateau_scale,
+            "epochs_without_improvement": self.epochs_without_improvement,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if "last_epoch" in state:  # a torch LambdaLR's state, from checkpoints of earlier versions
-            state = {"steps": state["last_epoch"], "plateau_scale": 1.0, "epochs_without_improvement": 0}
+            state = {
+                "steps": state["last_epoch"],
+                "plateau_scale": 1.0,
+                "epochs_without_improvement": 0,
+            }
         self.steps = state["steps"]
         self.plateau_scale = state["plateau_scale"]
         self.epochs_without_improvement = state["epochs_without_improvement"]

@@ -25,16 +25,32 @@ from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
 from cbasr.engines.rouge import rouge_f1
 from cbasr.fileio import write_json, write_text
 
-__all__ = ["error_counts", "utterance_counts", "align_tokens", "format_alignment", "read_trn", "write_trn",
-           "read_utt2spk", "bootstrap_interval", "paired_bootstrap_test", "sign_test", "score_decode_dir"]
+__all__ = [
+    "error_counts",
+    "utterance_counts",
+    "align_tokens",
+    "format_alignment",
+    "read_trn",
+    "write_trn",
+    "read_utt2spk",
+    "bootstrap_interval",
+    "paired_bootstrap_test",
+    "sign_test",
+    "score_decode_dir",
+]
 
 _COUNT_KEYS = ("sub", "del", "ins", "hits")
 
 
 def _summary(counts: dict, ref_tokens: int, utts: int) -> dict:
     errors = counts["sub"] + counts["del"] + counts["ins"]
-    return {**counts, "errors": errors, "ref_tokens": ref_tokens, "utts": utts,
-            "error_rate": 100.0 * errors / ref_tokens if ref_tokens else 0.0}
+    return {
+        **counts,
+        "errors": errors,
+        "ref_tokens": ref_tokens,
+        "utts": utts,
+        "error_rate": 100.0 * errors / ref_tokens if ref_tokens else 0.0,
+    }
 
 
 def error_counts(refs: list[list[str]], hyps: list[list[str]]) -> dict:
@@ -80,7 +96,7 @@ def align_tokens(ref: list[str], hyp: list[str]) -> list[tuple[str, str | None, 
         return []
     ops = []
     for c in _jiwer([ref], [hyp]).alignments[0]:
-        r, h = ref[c.ref_start_idx:c.ref_end_idx], hyp[c.hyp_start_idx:c.hyp_end_idx]
+        r, h = ref[c.ref_start_idx : c.ref_end_idx], hyp[c.hyp_start_idx : c.hyp_end_idx]
         if c.type == "equal":
             ops += [("C", a, b) for a, b in zip(r, h)]
         elif c.type == "substitute":
@@ -92,7 +108,9 @@ def align_tokens(ref: list[str], hyp: list[str]) -> list[tuple[str, str | None, 
     return ops
 
 
-def format_alignment(utt_id: str, ref: list[str], hyp: list[str], speaker: str | None = None) -> str:
+def format_alignment(
+    utt_id: str, ref: list[str], hyp: list[str], speaker: str | None = None
+) -> str:
     """One sclite-style block (``.pra``): counts, then REF, HYP and Eval rows in aligned columns,
     ``***`` for the gap of a deletion or insertion and S, D or I under each error."""
     ops = align_tokens(ref, hyp)
@@ -101,8 +119,10 @@ def format_alignment(utt_id: str, ref: list[str], hyp: list[str], speaker: str |
     widths = [max(len(r), len(h), 1) for r, h, _ in cols]
     row = lambda k: "  ".join(c[k].ljust(w) for c, w in zip(cols, widths)).rstrip()  # noqa: E731
     head = f"id: ({utt_id})" + (f"  speaker: {speaker}" if speaker else "")
-    return (f"{head}\nScores: (#C #S #D #I) {n['C']} {n['S']} {n['D']} {n['I']}\n"
-            f"REF:  {row(0)}\nHYP:  {row(1)}\nEval: {row(2)}\n\n")
+    return (
+        f"{head}\nScores: (#C #S #D #I) {n['C']} {n['S']} {n['D']} {n['I']}\n"
+        f"REF:  {row(0)}\nHYP:  {row(1)}\nEval: {row(2)}\n\n"
+    )
 
 
 def write_trn(path, entries: list[tuple[str, list[str]]]) -> None:
@@ -136,7 +156,9 @@ def read_utt2spk(path) -> dict[str, str]:
             if not fields:
                 continue
             if len(fields) != 2:
-                raise ValueError(f"{path}:{lineno}: expected 'utt_id speaker', got {line.strip()!r}")
+                raise ValueError(
+                    f"{path}:{lineno}: expected 'utt_id speaker', got {line.strip()!r}"
+                )
             out[fields[0]] = fields[1]
     return out
 
@@ -146,8 +168,9 @@ def _resample(n: int, samples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(samples, n))
 
 
-def bootstrap_interval(errors, ref_tokens, samples: int = 1000, seed: int = 0, level: float = 0.95
-                       ) -> tuple[float, float]:
+def bootstrap_interval(
+    errors, ref_tokens, samples: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the error rate (percent) over utterances.
 
     Args:
@@ -155,7 +178,10 @@ def bootstrap_interval(errors, ref_tokens, samples: int = 1000, seed: int = 0, l
         samples: bootstrap replicates; seed: their random generator's seed (fixed: the same
             interval every time).
     """
-    errors, ref_tokens = np.asarray(errors, dtype=np.float64), np.asarray(ref_tokens, dtype=np.float64)
+    errors, ref_tokens = (
+        np.asarray(errors, dtype=np.float64),
+        np.asarray(ref_tokens, dtype=np.float64),
+    )
     if errors.size == 0:
         return (0.0, 0.0)
     idx = _resample(errors.size, samples, seed)
@@ -165,7 +191,9 @@ def bootstrap_interval(errors, ref_tokens, samples: int = 1000, seed: int = 0, l
     return float(low), float(high)
 
 
-def paired_bootstrap_test(errors_a, errors_b, ref_tokens, samples: int = 10000, seed: int = 0) -> dict:
+def paired_bootstrap_test(
+    errors_a, errors_b, ref_tokens, samples: int = 10000, seed: int = 0
+) -> dict:
     """Paired bootstrap of the error-rate difference ``A - B`` (Bisani and Ney, 2004).
 
     Both systems' per-utterance errors are resampled with the same utterance indices.
@@ -178,7 +206,9 @@ def paired_bootstrap_test(errors_a, errors_b, ref_tokens, samples: int = 10000, 
     a, b = np.asarray(errors_a, dtype=np.float64), np.asarray(errors_b, dtype=np.float64)
     refs = np.asarray(ref_tokens, dtype=np.float64)
     if not a.size == b.size == refs.size:
-        raise ValueError(f"paired test needs the same utterances: {a.size}, {b.size} and {refs.size} values")
+        raise ValueError(
+            f"paired test needs the same utterances: {a.size}, {b.size} and {refs.size} values"
+        )
     if a.size == 0:
         raise ValueError("paired test on no utterances")
     observed = 100.0 * (a.sum() - b.sum()) / max(refs.sum(), 1.0)
@@ -186,8 +216,13 @@ def paired_bootstrap_test(errors_a, errors_b, ref_tokens, samples: int = 10000, 
     diff = 100.0 * (a[idx].sum(1) - b[idx].sum(1)) / np.maximum(refs[idx].sum(1), 1.0)
     p = min(1.0, 2.0 * min(float(np.mean(diff <= 0)), float(np.mean(diff >= 0))))
     low, high = np.percentile(diff, [2.5, 97.5])
-    return {"difference": float(observed), "ci95": [float(low), float(high)], "p_value": p,
-            "p_a_better": float(np.mean(diff < 0)), "samples": samples}
+    return {
+        "difference": float(observed),
+        "ci95": [float(low), float(high)],
+        "p_value": p,
+        "p_a_better": float(np.mean(diff < 0)),
+        "samples": samples,
+    }
 
 
 def sign_test(errors_a, errors_b) -> dict:
@@ -200,7 +235,12 @@ def sign_test(errors_a, errors_b) -> dict:
     b_better = sum(x > y for x, y in zip(errors_a, errors_b))
     n, k = a_better + b_better, min(a_better, b_better)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n if n else 1.0
-    return {"a_better": a_better, "b_better": b_better, "ties": len(errors_a) - n, "p_value": min(1.0, 2.0 * tail)}
+    return {
+        "a_better": a_better,
+        "b_better": b_better,
+        "ties": len(errors_a) - n,
+        "p_value": min(1.0, 2.0 * tail),
+    }
 
 
 def read_token_map(path: str | Path) -> dict[str, str | None]:
@@ -222,8 +262,13 @@ def map_tokens(tokens: list[str], table: dict[str, str | None]) -> list[str]:
     return [table.get(t, t) for t in tokens if table.get(t, t) is not None]
 
 
-def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed: int = 0,
-                     token_map: str | Path | None = None, rouge: bool = False) -> dict:
+def score_decode_dir(
+    decode_dir: str | Path,
+    bootstrap_samples: int = 1000,
+    seed: int = 0,
+    token_map: str | Path | None = None,
+    rouge: bool = False,
+) -> dict:
     """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis.
 
     Writes ``score.json`` (totals, 95% bootstrap interval, per-speaker counts when ``utt2spk``
@@ -248,41 +293,71 @@ def score_decode_dir(decode_dir: str | Path, bootstrap_samples: int = 1000, seed
         hyps = {u: map_tokens(t, table) for u, t in hyps.items()}
     missing = sorted(set(refs) - set(hyps))
     if missing:
-        raise ValueError(f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}")
+        raise ValueError(
+            f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}"
+        )
     ids = sorted(refs)
     speakers = read_utt2spk(decode_dir / "utt2spk") if (decode_dir / "utt2spk").is_file() else {}
     per_utt = utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])
-    score = _summary({k: sum(c[k] for c in per_utt) for k in _COUNT_KEYS}, sum(len(refs[i]) for i in ids), len(ids))
+    score = _summary(
+        {k: sum(c[k] for c in per_utt) for k in _COUNT_KEYS},
+        sum(len(refs[i]) for i in ids),
+        len(ids),
+    )
     errors = [c["sub"] + c["del"] + c["ins"] for c in per_utt]
-    score["ci95"] = list(bootstrap_interval(errors, [c["ref_tokens"] for c in per_utt], bootstrap_samples, seed))
+    score["ci95"] = list(
+        bootstrap_interval(errors, [c["ref_tokens"] for c in per_utt], bootstrap_samples, seed)
+    )
     if speakers:
         by_speaker: dict[str, dict] = {}
         for utt, c in zip(ids, per_utt):
-            spk = by_speaker.setdefault(speakers.get(utt, "unknown"), {**dict.fromkeys(_COUNT_KEYS, 0), "n": 0, "r": 0})
+            spk = by_speaker.setdefault(
+                speakers.get(utt, "unknown"), {**dict.fromkeys(_COUNT_KEYS, 0), "n": 0, "r": 0}
+            )
             for k in _COUNT_KEYS:
                 spk[k] += c[k]
             spk["n"], spk["r"] = spk["n"] + 1, spk["r"] + c["ref_tokens"]
-        score["by_speaker"] = {s: _summary({k: v[k] for k in _COUNT_KEYS}, v["r"], v["n"])
-                               for s, v in sorted(by_speaker.items())}
+        score["by_speaker"] = {
+            s: _summary({k: v[k] for k in _COUNT_KEYS}, v["r"], v["n"])
+            for s, v in sorted(by_speaker.items())
+        }
     info_path = decode_dir / "decode.json"
     if info_path.is_file():
         info = json.loads(info_path.read_text())
-        score.update(skipped=info["skipped"], checkpoint=info["checkpoint"], epoch=info["epoch"],
-                     settings=info.get("settings", {"search": info.get("search", "greedy")}))
+        score.update(
+            skipped=info["skipped"],
+            checkpoint=info["checkpoint"],
+            epoch=info["epoch"],
+            settings=info.get("settings", {"search": info.get("search", "greedy")}),
+        )
         units = info.get("units", "")
-        if units == "chars" or units.startswith(SENTENCEPIECE):  # the error rate is a CER: add the WER
-            score["words"] = error_counts([tokens_to_words(refs[i], units) for i in ids],
-                                          [tokens_to_words(hyps[i], units) for i in ids])
+        if units == "chars" or units.startswith(
+            SENTENCEPIECE
+        ):  # the error rate is a CER: add the WER
+            score["words"] = error_counts(
+                [tokens_to_words(refs[i], units) for i in ids],
+                [tokens_to_words(hyps[i], units) for i in ids],
+            )
         if rouge:
-            score["rouge"] = rouge_f1([" ".join(tokens_to_words(refs[i], units)) for i in ids],
-                                      [" ".join(tokens_to_words(hyps[i], units)) for i in ids])
+            score["rouge"] = rouge_f1(
+                [" ".join(tokens_to_words(refs[i], units)) for i in ids],
+                [" ".join(tokens_to_words(hyps[i], units)) for i in ids],
+            )
     elif rouge:
         raise FileNotFoundError(f"{info_path} not found: ROUGE needs the decoding's units")
     if token_map is not None:
         score["token_map"] = str(token_map)
     write_json(decode_dir / "score.json", score)
-    write_text(decode_dir / "per_utt.tsv", "id\tspeaker\tref_tokens\tsub\tdel\tins\n" + "".join(
-        f"{u}\t{speakers.get(u, '')}\t{c['ref_tokens']}\t{c['sub']}\t{c['del']}\t{c['ins']}\n"
-        for u, c in zip(ids, per_utt)))
-    write_text(decode_dir / "errors.pra", "".join(format_alignment(u, refs[u], hyps[u], speakers.get(u)) for u in ids))
+    write_text(
+        decode_dir / "per_utt.tsv",
+        "id\tspeaker\tref_tokens\tsub\tdel\tins\n"
+        + "".join(
+            f"{u}\t{speakers.get(u, '')}\t{c['ref_tokens']}\t{c['sub']}\t{c['del']}\t{c['ins']}\n"
+            for u, c in zip(ids, per_utt)
+        ),
+    )
+    write_text(
+        decode_dir / "errors.pra",
+        "".join(format_alignment(u, refs[u], hyps[u], speakers.get(u)) for u in ids),
+    )
     return score

@@ -34,12 +34,27 @@ from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, rng_state, 
 from cbasr.engines.progress import ProgressMeter, plot_history
 from cbasr.engines.schedules import LearningRateSchedule
 from cbasr.engines.scoring import error_counts
-from cbasr.engines.training_options import (METRICS, PRECISIONS, augmentation_of, check_options, fbank_options_of,
-                                            make_optimizer, select_device)
+from cbasr.engines.training_options import (
+    METRICS,
+    PRECISIONS,
+    augmentation_of,
+    check_options,
+    fbank_options_of,
+    make_optimizer,
+    select_device,
+)
 from cbasr.engines.weight_noise import noisy_parameters, weight_noise
 from cbasr.fileio import write_json
 
-__all__ = ["train", "Trainer", "TrainState", "StepResult", "select_device", "MODEL_KEYS", "BATCH_KEYS"]
+__all__ = [
+    "train",
+    "Trainer",
+    "TrainState",
+    "StepResult",
+    "select_device",
+    "MODEL_KEYS",
+    "BATCH_KEYS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +100,9 @@ def _lookup(cfg: dict, dotted: str):
 
 def _step_seed(seed: int, step: int) -> int:
     """Seed of step ``step``'s weight noise: the same in every process and after a resume."""
-    return int(np.random.SeedSequence([seed, step, 0x5EED]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    return int(
+        np.random.SeedSequence([seed, step, 0x5EED]).generate_state(1, dtype=np.uint64)[0] >> 1
+    )
 
 
 class Trainer:
@@ -97,7 +114,9 @@ class Trainer:
         dist_ctx: this process's place among several (default: from ``torchrun``'s environment).
     """
 
-    def __init__(self, cfg: dict, exp_dir: str | Path, dist_ctx: distributed.DistContext | None = None):
+    def __init__(
+        self, cfg: dict, exp_dir: str | Path, dist_ctx: distributed.DistContext | None = None
+    ):
         self.cfg = cfg
         self.exp_dir = Path(exp_dir)
         self.dist = distributed.from_environment() if dist_ctx is None else dist_ctx
@@ -113,37 +132,76 @@ class Trainer:
         distributed.barrier(self.dist)
         torch.manual_seed(trainer["seed"])  # the same initial model in every process
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
-        input_dim, cmvn = experiment_input(self.exp_dir)  # filterbanks, or source tokens for text input
-        self.model = build_model(cfg["encoder"], cfg["decoder"], cfg["loss"],
-                                 input_dim=input_dim, vocab_size=len(self.vocab)).to(self.device)
+        input_dim, cmvn = experiment_input(
+            self.exp_dir
+        )  # filterbanks, or source tokens for text input
+        self.model = build_model(
+            cfg["encoder"],
+            cfg["decoder"],
+            cfg["loss"],
+            input_dim=input_dim,
+            vocab_size=len(self.vocab),
+        ).to(self.device)
         if self.dist.rank > 0:
             torch.manual_seed(trainer["seed"] + self.dist.rank)  # dropout: a stream per process
         fbank = None
         if data["features"] == "on_the_fly":
             fbank = fbank_options_of(Path(data["feature_dir"]) / data["train_split"], input_dim)
         self.train_set, self.valid_set = (
-            AsrDataset(Path(data["manifest_dir"]) / f"{split}.jsonl", Path(data["feature_dir"]) / split,
-                       self.vocab, data["units"], cmvn, check=self.model.check_utterance, fbank=fbank,
-                       augmentation=augmentation, seed=trainer["seed"])
-            for split, augmentation in ((data["train_split"], augmentation_of(data)), (data["valid_split"], None)))
+            AsrDataset(
+                Path(data["manifest_dir"]) / f"{split}.jsonl",
+                Path(data["feature_dir"]) / split,
+                self.vocab,
+                data["units"],
+                cmvn,
+                check=self.model.check_utterance,
+                fbank=fbank,
+                augmentation=augmentation,
+                seed=trainer["seed"],
+            )
+            for split, augmentation in (
+                (data["train_split"], augmentation_of(data)),
+                (data["valid_split"], None),
+            )
+        )
         if len(self.train_set) == 0:
-            raise RuntimeError(f"no usable training utterances in {data['manifest_dir']} (data.manifest_dir)")
+            raise RuntimeError(
+                f"no usable training utterances in {data['manifest_dir']} (data.manifest_dir)"
+            )
         if len(self.valid_set) == 0:
-            log.warning("no usable %s utterances (data.valid_split): validation metrics are meaningless and "
-                        "best.pt, reduce-on-plateau and early stopping follow them", data["valid_split"])
-        self.sampler = BucketBatchSampler(self.train_set.num_frames, data["max_frames"], data["max_utts"],
-                                          shuffle=True, seed=trainer["seed"], min_utts=self.dist.world_size)
+            log.warning(
+                "no usable %s utterances (data.valid_split): validation metrics are meaningless and "
+                "best.pt, reduce-on-plateau and early stopping follow them",
+                data["valid_split"],
+            )
+        self.sampler = BucketBatchSampler(
+            self.train_set.num_frames,
+            data["max_frames"],
+            data["max_utts"],
+            shuffle=True,
+            seed=trainer["seed"],
+            min_utts=self.dist.world_size,
+        )
         self.steps_per_epoch = len(self.sampler)
         self.optimizer = make_optimizer(self.model, optim)
         self.schedule = LearningRateSchedule(
-            self.optimizer, optim["scheduler"], optim["warmup_steps"], self.steps_per_epoch * trainer["max_epochs"],
-            optim["final_lr_scale"], optim["plateau_factor"], optim["plateau_patience"], optim["min_lr_scale"])
+            self.optimizer,
+            optim["scheduler"],
+            optim["warmup_steps"],
+            self.steps_per_epoch * trainer["max_epochs"],
+            optim["final_lr_scale"],
+            optim["plateau_factor"],
+            optim["plateau_patience"],
+            optim["min_lr_scale"],
+        )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=trainer["precision"] == "fp16")
         self.ddp = self.model
         if self.dist.enabled:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device] if self.device.type == "cuda" else None,
-                find_unused_parameters=trainer["find_unused_parameters"])
+                self.model,
+                device_ids=[self.device] if self.device.type == "cuda" else None,
+                find_unused_parameters=trainer["find_unused_parameters"],
+            )
         self.noise_generator = torch.Generator(device=self.device)
         self.state = TrainState()
         self.num_params = sum(p.numel() for p in self.model.parameters())
@@ -160,7 +218,9 @@ class Trainer:
         for src, dst in ((data["vocab"], "vocab.txt"), (features / described, described)):
             if not (self.exp_dir / dst).exists():
                 if not Path(src).is_file():
-                    raise FileNotFoundError(f"{src} not found (data.{'vocab' if dst == 'vocab.txt' else 'feature_dir'})")
+                    raise FileNotFoundError(
+                        f"{src} not found (data.{'vocab' if dst == 'vocab.txt' else 'feature_dir'})"
+                    )
                 shutil.copyfile(src, self.exp_dir / dst)
         write_json(self.exp_dir / "config.json", self.cfg)
 
@@ -168,10 +228,16 @@ class Trainer:
     def _checkpoint(self) -> dict:
         """The full training state; gathers every process's RNG state (all processes call it)."""
         rngs = distributed.all_gather_objects(rng_state(), self.dist)
-        ckpt = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.schedule.state_dict(), "scaler": self.scaler.state_dict(),
-                "state": asdict(self.state), "rng": rngs[0], "world_size": self.dist.world_size,
-                "config": self.cfg}
+        ckpt = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "state": asdict(self.state),
+            "rng": rngs[0],
+            "world_size": self.dist.world_size,
+            "config": self.cfg,
+        }
         if self.dist.enabled:
             ckpt["rng_per_rank"] = rngs
         return ckpt
@@ -191,29 +257,50 @@ class Trainer:
         ckpt = load_checkpoint(path, self.device)
         changed = [k for k in MODEL_KEYS if _lookup(ckpt["config"], k) != _lookup(self.cfg, k)]
         if changed:
-            raise ValueError(f"{self.exp_dir} holds a run with different {changed}; "
-                             "use a new exp_dir or restore those settings")
+            raise ValueError(
+                f"{self.exp_dir} holds a run with different {changed}; "
+                "use a new exp_dir or restore those settings"
+            )
         moved = [k for k in BATCH_KEYS if _lookup(ckpt["config"], k) != _lookup(self.cfg, k)]
         if moved:
-            log.warning("%s changed since the checkpoint: the rest of this epoch uses different batches", moved)
+            log.warning(
+                "%s changed since the checkpoint: the rest of this epoch uses different batches",
+                moved,
+            )
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
         if self.scaler.is_enabled() and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.state = TrainState(**ckpt["state"])
-        if self.state.best_score is None and math.isfinite(self.state.best_error_rate):  # older checkpoints
-            self.state.best_score = list(self._score({"valid_error_rate": self.state.best_error_rate,
-                                                      "valid_loss": self.state.best_valid_loss}))
+        if self.state.best_score is None and math.isfinite(
+            self.state.best_error_rate
+        ):  # older checkpoints
+            self.state.best_score = list(
+                self._score(
+                    {
+                        "valid_error_rate": self.state.best_error_rate,
+                        "valid_loss": self.state.best_valid_loss,
+                    }
+                )
+            )
         rngs = ckpt.get("rng_per_rank") or [ckpt["rng"]]
         if len(rngs) == self.dist.world_size:
             set_rng_state(rngs[self.dist.rank])
         else:
-            log.warning("the checkpoint was written by %d processes, this run has %d: data position, model and "
-                        "optimizer are restored, the random streams of dropout and sampling start afresh",
-                        len(rngs), self.dist.world_size)
-        log.info("resumed from %s at epoch %d, batch %d, step %d", path, self.state.epoch + 1,
-                 self.state.batch_in_epoch, self.state.step)
+            log.warning(
+                "the checkpoint was written by %d processes, this run has %d: data position, model and "
+                "optimizer are restored, the random streams of dropout and sampling start afresh",
+                len(rngs),
+                self.dist.world_size,
+            )
+        log.info(
+            "resumed from %s at epoch %d, batch %d, step %d",
+            path,
+            self.state.epoch + 1,
+            self.state.batch_in_epoch,
+            self.state.step,
+        )
         return True
 
     # --- steps -------------------------------------------------------------------------
@@ -227,7 +314,9 @@ class Trainer:
         if optim["weight_noise"] <= 0 or self.state.step < optim["weight_noise_start"]:
             return nullcontext()
         self.noise_generator.manual_seed(_step_seed(self.cfg["trainer"]["seed"], self.state.step))
-        return weight_noise(noisy_parameters(self.model), optim["weight_noise"], self.noise_generator)
+        return weight_noise(
+            noisy_parameters(self.model), optim["weight_noise"], self.noise_generator
+        )
 
     def train_step(self, batch: Batch, global_tokens: int, want_save: bool = False) -> StepResult:
         """One optimizer step on this process's shard of a global batch of ``global_tokens`` labels.
@@ -247,12 +336,22 @@ class Trainer:
                 bad_ids = [utt for utt, ok in zip(batch.ids, finite) if not ok]
             local_nll = float(out.nll.sum()) if out is not None and not bad_ids else 0.0
             bad, nll, save = distributed.all_reduce_sum(
-                [float(out is None or bool(bad_ids)), local_nll, float(want_save)], self.dist, self.device)
+                [float(out is None or bool(bad_ids)), local_nll, float(want_save)],
+                self.dist,
+                self.device,
+            )
             if bad:
                 if bad_ids:
-                    log.warning("step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids)
+                    log.warning(
+                        "step %d: non-finite loss for %s; skipping the step",
+                        self.state.step,
+                        bad_ids,
+                    )
                 elif out is None:
-                    log.warning("step %d: no readable utterance in this shard; skipping the step", self.state.step)
+                    log.warning(
+                        "step %d: no readable utterance in this shard; skipping the step",
+                        self.state.step,
+                    )
                 return StepResult(None, math.nan, {}, save > 0)
             loss = out.loss.sum() / global_tokens
             if world > 1:
@@ -261,12 +360,22 @@ class Trainer:
             self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg["optim"]["grad_clip"]
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), clip if clip > 0 else math.inf
+        )
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
         if not torch.isfinite(norm):
-            scale = f" (fp16 loss scale {self.scaler.get_scale():g})" if self.scaler.is_enabled() else ""
-            log.warning("step %d: non-finite gradient%s for %s; skipping the step", self.state.step, scale,
-                        batch.ids)
+            scale = (
+                f" (fp16 loss scale {self.scaler.get_scale():g})"
+                if self.scaler.is_enabled()
+                else ""
+            )
+            log.warning(
+                "step %d: non-finite gradient%s for %s; skipping the step",
+                self.state.step,
+                scale,
+                batch.ids,
+            )
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update()  # fp16: lowers the loss scale
             return StepResult(None, math.nan, {}, save > 0)
@@ -279,10 +388,12 @@ class Trainer:
     def validate(self) -> dict:
         """Per-token loss and greedy error rate on the validation split (shared among processes)."""
         self.model.eval()
-        sampler = BucketBatchSampler(self.valid_set.num_frames, self.cfg["data"]["max_frames"], shuffle=False)
+        sampler = BucketBatchSampler(
+            self.valid_set.num_frames, self.cfg["data"]["max_frames"], shuffle=False
+        )
         totals = {"nll": 0.0, "tokens": 0, "errors": 0, "ref_tokens": 0}
         stats, batches = {}, 0
-        for indices in sampler.batches()[self.dist.rank::self.dist.world_size]:
+        for indices in sampler.batches()[self.dist.rank :: self.dist.world_size]:
             batch = collate([self.valid_set[i] for i in indices]).to(self.device)
             if not batch.ids:
                 continue
@@ -290,7 +401,9 @@ class Trainer:
                 out = self.model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
                 hyps = self.model.greedy_decode(batch.feats, batch.feat_lens)
             refs = [y[:n].tolist() for y, n in zip(batch.targets, batch.target_lens.tolist())]
-            counts = error_counts([self.vocab.decode(r) for r in refs], [self.vocab.decode(h) for h in hyps])
+            counts = error_counts(
+                [self.vocab.decode(r) for r in refs], [self.vocab.decode(h) for h in hyps]
+            )
             totals["nll"] += float(out.nll.sum())
             totals["tokens"] += int(batch.target_lens.sum())
             totals["errors"] += counts["errors"]
@@ -298,9 +411,16 @@ class Trainer:
             for key, value in out.stats.items():
                 stats[key] = stats.get(key, 0.0) + value
             batches += 1
-        nll, tokens, errors, ref_tokens = distributed.all_reduce_sum(list(totals.values()), self.dist, self.device)
-        metrics = {"valid_loss": nll / max(tokens, 1), "valid_error_rate": 100.0 * errors / max(ref_tokens, 1)}
-        metrics.update({f"valid_{key}": value / batches for key, value in stats.items()})  # this process's
+        nll, tokens, errors, ref_tokens = distributed.all_reduce_sum(
+            list(totals.values()), self.dist, self.device
+        )
+        metrics = {
+            "valid_loss": nll / max(tokens, 1),
+            "valid_error_rate": 100.0 * errors / max(ref_tokens, 1),
+        }
+        metrics.update(
+            {f"valid_{key}": value / batches for key, value in stats.items()}
+        )  # this process's
         return metrics
 
     # --- the loop ----------------------------------------------------------------------
@@ -309,47 +429,77 @@ class Trainer:
         if self.resume() and self.dist.is_main:
             write_json(self.exp_dir / "history.json", self.state.history)
         if self.state.epoch >= trainer["max_epochs"] or self.state.stopped_early:
-            log.info("training complete (%d epochs%s); nothing to do", self.state.epoch,
-                     ", stopped early" if self.state.stopped_early else "")
+            log.info(
+                "training complete (%d epochs%s); nothing to do",
+                self.state.epoch,
+                ", stopped early" if self.state.stopped_early else "",
+            )
             return
-        log.info("model: %.2fM parameters; %d training utterances in %d batches per epoch; device %s%s",
-                 self.num_params / 1e6, len(self.train_set), self.steps_per_epoch, self.device,
-                 f"; {self.dist.world_size} processes" if self.dist.enabled else "")
-        writer = SummaryWriter(self.exp_dir / "tensorboard", purge_step=self.state.step) if self.dist.is_main else None
+        log.info(
+            "model: %.2fM parameters; %d training utterances in %d batches per epoch; device %s%s",
+            self.num_params / 1e6,
+            len(self.train_set),
+            self.steps_per_epoch,
+            self.device,
+            f"; {self.dist.world_size} processes" if self.dist.enabled else "",
+        )
+        writer = (
+            SummaryWriter(self.exp_dir / "tensorboard", purge_step=self.state.step)
+            if self.dist.is_main
+            else None
+        )
         try:
             while self.state.epoch < trainer["max_epochs"] and not self.state.stopped_early:
                 self._run_epoch(writer)
         finally:
             if writer is not None:
                 writer.close()
-        log.info("training complete: best validation error rate %.2f%% (epoch %d)", self.state.best_error_rate,
-                 self.state.best_epoch)
+        log.info(
+            "training complete: best validation error rate %.2f%% (epoch %d)",
+            self.state.best_error_rate,
+            self.state.best_epoch,
+        )
 
     def loader(self, batches: list[list[int]]) -> torch.utils.data.DataLoader:
         """This process's shards of ``batches``, loaded in ``data.num_workers`` worker processes."""
         workers = self.cfg["data"]["num_workers"]
         # A generator of its own: iterating a DataLoader draws a base seed, which must not come
         # from the global RNG, or a resumed epoch would draw once more than the original did.
-        loader_rng = torch.Generator().manual_seed(self.cfg["trainer"]["seed"] * 1000 + self.state.epoch)
+        loader_rng = torch.Generator().manual_seed(
+            self.cfg["trainer"]["seed"] * 1000 + self.state.epoch
+        )
         return torch.utils.data.DataLoader(
-            self.train_set, batch_sampler=[shard(b, self.dist.rank, self.dist.world_size) for b in batches],
-            collate_fn=collate, num_workers=workers, generator=loader_rng,
-            pin_memory=self.device.type == "cuda", prefetch_factor=4 if workers else None)
+            self.train_set,
+            batch_sampler=[shard(b, self.dist.rank, self.dist.world_size) for b in batches],
+            collate_fn=collate,
+            num_workers=workers,
+            generator=loader_rng,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=4 if workers else None,
+        )
 
     def _run_epoch(self, writer: SummaryWriter | None) -> None:
         trainer, state = self.cfg["trainer"], self.state
         self.sampler.set_epoch(state.epoch)
         self.train_set.set_epoch(state.epoch)
-        batches = self.sampler.batches()[state.batch_in_epoch:]
-        bar = tqdm(total=self.steps_per_epoch, initial=state.batch_in_epoch, desc=f"epoch {state.epoch + 1}",
-                   disable=not (trainer["progress_bar"] and sys.stderr.isatty() and self.dist.is_main), leave=False)
+        batches = self.sampler.batches()[state.batch_in_epoch :]
+        bar = tqdm(
+            total=self.steps_per_epoch,
+            initial=state.batch_in_epoch,
+            desc=f"epoch {state.epoch + 1}",
+            disable=not (trainer["progress_bar"] and sys.stderr.isatty() and self.dist.is_main),
+            leave=False,
+        )
         meter = ProgressMeter()
         every = trainer["checkpoint_every_steps"]
         waited = time.perf_counter()
         for batch, global_batch in zip(self.loader(batches), batches):
             meter.data_ready(time.perf_counter() - waited)
             tokens = sum(self.train_set.target_lens[i] for i in global_batch)
-            want_save = self.dist.is_main and time.monotonic() - self._last_save > 60 * trainer["checkpoint_minutes"]
+            want_save = (
+                self.dist.is_main
+                and time.monotonic() - self._last_save > 60 * trainer["checkpoint_minutes"]
+            )
             result = self.train_step(batch.to(self.device, non_blocking=True), tokens, want_save)
             state.batch_in_epoch += 1
             bar.update()
@@ -358,9 +508,11 @@ class Trainer:
                 state.bad_in_a_row += 1
                 if state.bad_in_a_row >= trainer["max_bad_steps"]:
                     self.save()
-                    raise RuntimeError(f"{state.bad_in_a_row} steps in a row had a non-finite loss or gradient "
-                                       f"(trainer.max_bad_steps={trainer['max_bad_steps']}); stopping "
-                                       f"(last checkpoint: {self.checkpoints.file('last')})")
+                    raise RuntimeError(
+                        f"{state.bad_in_a_row} steps in a row had a non-finite loss or gradient "
+                        f"(trainer.max_bad_steps={trainer['max_bad_steps']}); stopping "
+                        f"(last checkpoint: {self.checkpoints.file('last')})"
+                    )
             else:
                 state.bad_in_a_row = 0
                 state.step += 1
@@ -381,16 +533,30 @@ class Trainer:
         lr = self.schedule.get_last_lr()[0]
         interval = meter.interval()
         if writer is not None:
-            scalars = {"train/loss": loss, "train/grad_norm": interval["grad_norm"], "train/lr": lr,
-                       "train/bad_steps": state.bad_steps, "perf/frames_per_second": interval["frames_per_second"],
-                       "perf/data_fraction": interval["data_fraction"]}
+            scalars = {
+                "train/loss": loss,
+                "train/grad_norm": interval["grad_norm"],
+                "train/lr": lr,
+                "train/bad_steps": state.bad_steps,
+                "perf/frames_per_second": interval["frames_per_second"],
+                "perf/data_fraction": interval["data_fraction"],
+            }
             scalars.update({f"train/{key}": value for key, value in interval["stats"].items()})
             for key, value in scalars.items():  # stats: e.g. the CB emission rate against L / T
                 writer.add_scalar(key, value, state.step)
             meter.add_layout_once(writer, interval["stats"])
-        log.info("epoch %d batch %d/%d step %d: loss %.4f lr %.2e grad-norm %.2f, %.0f frames/s (data %.0f%%)",
-                 state.epoch + 1, state.batch_in_epoch, self.steps_per_epoch, state.step, loss, lr,
-                 interval["grad_norm"], interval["frames_per_second"], 100 * interval["data_fraction"])
+        log.info(
+            "epoch %d batch %d/%d step %d: loss %.4f lr %.2e grad-norm %.2f, %.0f frames/s (data %.0f%%)",
+            state.epoch + 1,
+            state.batch_in_epoch,
+            self.steps_per_epoch,
+            state.step,
+            loss,
+            lr,
+            interval["grad_norm"],
+            interval["frames_per_second"],
+            100 * interval["data_fraction"],
+        )
 
     def _score(self, metrics: dict) -> tuple[float, float]:
         """``trainer.best_metric``, then the other metric to break ties (lower is better)."""
@@ -400,35 +566,66 @@ class Trainer:
     def _end_epoch(self, writer: SummaryWriter | None, meter: ProgressMeter) -> None:
         state, trainer = self.state, self.cfg["trainer"]
         totals = meter.epoch_totals()
-        metrics = {"epoch": state.epoch + 1, "step": state.step,
-                   "train_loss": state.epoch_nll / max(state.epoch_tokens, 1),
-                   "lr": self.schedule.get_last_lr()[0], "seconds": round(totals["seconds"], 1),
-                   "frames_per_second": round(totals["frames_per_second"]),
-                   "data_fraction": round(totals["data_fraction"], 4), **self.validate()}
+        metrics = {
+            "epoch": state.epoch + 1,
+            "step": state.step,
+            "train_loss": state.epoch_nll / max(state.epoch_tokens, 1),
+            "lr": self.schedule.get_last_lr()[0],
+            "seconds": round(totals["seconds"], 1),
+            "frames_per_second": round(totals["frames_per_second"]),
+            "data_fraction": round(totals["data_fraction"], 4),
+            **self.validate(),
+        }
         if self.dist.enabled:
-            digests = distributed.all_gather_objects(distributed.replica_digest(self.model.state_dict()), self.dist)
+            digests = distributed.all_gather_objects(
+                distributed.replica_digest(self.model.state_dict()), self.dist
+            )
             if len(set(digests)) > 1:
-                raise RuntimeError(f"the model replicas of the {self.dist.world_size} processes differ "
-                                   f"after epoch {state.epoch + 1}: {digests}")
+                raise RuntimeError(
+                    f"the model replicas of the {self.dist.world_size} processes differ "
+                    f"after epoch {state.epoch + 1}: {digests}"
+                )
             metrics["replica_digests"] = digests
         improved = state.best_score is None or self._score(metrics) < tuple(state.best_score)
         if improved:
-            state.best_score, state.best_epoch, state.epochs_since_best = list(self._score(metrics)), state.epoch + 1, 0
-            state.best_error_rate, state.best_valid_loss = metrics["valid_error_rate"], metrics["valid_loss"]
+            state.best_score, state.best_epoch, state.epochs_since_best = (
+                list(self._score(metrics)),
+                state.epoch + 1,
+                0,
+            )
+            state.best_error_rate, state.best_valid_loss = (
+                metrics["valid_error_rate"],
+                metrics["valid_loss"],
+            )
         else:
             state.epochs_since_best += 1
         if self.schedule.end_epoch(improved):
-            log.info("%s has not improved for %d epochs: learning rate down to %.2e", trainer["best_metric"],
-                     self.cfg["optim"]["plateau_patience"], self.schedule.get_last_lr()[0])
+            log.info(
+                "%s has not improved for %d epochs: learning rate down to %.2e",
+                trainer["best_metric"],
+                self.cfg["optim"]["plateau_patience"],
+                self.schedule.get_last_lr()[0],
+            )
         patience = trainer["early_stopping_patience"]
         if patience and state.epochs_since_best >= patience:
             state.stopped_early = True
-            log.info("early stopping: %s has not improved for %d epochs (best: epoch %d)", trainer["best_metric"],
-                     patience, state.best_epoch)
-        log.info("epoch %d done in %.0f s (%.0f frames/s, data %.0f%%): train loss %.4f, valid loss %.4f, "
-                 "valid error rate %.2f%%", state.epoch + 1, totals["seconds"], totals["frames_per_second"],
-                 100 * totals["data_fraction"], metrics["train_loss"], metrics["valid_loss"],
-                 metrics["valid_error_rate"])
+            log.info(
+                "early stopping: %s has not improved for %d epochs (best: epoch %d)",
+                trainer["best_metric"],
+                patience,
+                state.best_epoch,
+            )
+        log.info(
+            "epoch %d done in %.0f s (%.0f frames/s, data %.0f%%): train loss %.4f, valid loss %.4f, "
+            "valid error rate %.2f%%",
+            state.epoch + 1,
+            totals["seconds"],
+            totals["frames_per_second"],
+            100 * totals["data_fraction"],
+            metrics["train_loss"],
+            metrics["valid_loss"],
+            metrics["valid_error_rate"],
+        )
         if writer is not None:
             for key, value in metrics.items():
                 if key.startswith(("train_", "valid_")):
@@ -449,7 +646,11 @@ class Trainer:
         self.checkpoints.link(name, "last")
         scores = {h["epoch"]: self._score(h) for h in self.state.history}
         for epoch in self.checkpoints.prune(scores):
-            log.info("removed checkpoint epoch-%d.pt (trainer.keep_checkpoints=%d)", epoch, self.checkpoints.keep)
+            log.info(
+                "removed checkpoint epoch-%d.pt (trainer.keep_checkpoints=%d)",
+                epoch,
+                self.checkpoints.keep,
+            )
         write_json(self.exp_dir / "history.json", self.state.history)
         plot_history(self.state.history, self.exp_dir / "training_curves.png")
 

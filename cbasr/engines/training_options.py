@@ -14,8 +14,15 @@ import torch
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions
 
-__all__ = ["METRICS", "PRECISIONS", "select_device", "check_options", "make_optimizer", "augmentation_of",
-           "fbank_options_of"]
+__all__ = [
+    "METRICS",
+    "PRECISIONS",
+    "select_device",
+    "check_options",
+    "make_optimizer",
+    "augmentation_of",
+    "fbank_options_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +48,18 @@ def check_options(cfg: dict, device: torch.device) -> None:
     """Fail at start, naming the option, for values the schema's types cannot rule out."""
     trainer, data, optim = cfg["trainer"], cfg["data"], cfg["optim"]
     if trainer["precision"] not in PRECISIONS:
-        raise ValueError(f"trainer.precision must be one of {sorted(PRECISIONS)}, got {trainer['precision']!r}")
+        raise ValueError(
+            f"trainer.precision must be one of {sorted(PRECISIONS)}, got {trainer['precision']!r}"
+        )
     if trainer["precision"] == "fp16" and device.type != "cuda":
-        raise ValueError("trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
-                         "use trainer.precision=bf16 or fp32 on CPU")
+        raise ValueError(
+            "trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
+            "use trainer.precision=bf16 or fp32 on CPU"
+        )
     if trainer["best_metric"] not in METRICS:
-        raise ValueError(f"trainer.best_metric must be one of {METRICS}, got {trainer['best_metric']!r}")
+        raise ValueError(
+            f"trainer.best_metric must be one of {METRICS}, got {trainer['best_metric']!r}"
+        )
     if data["features"] not in ("cached", "on_the_fly"):
         raise ValueError(f"data.features must be cached or on_the_fly, got {data['features']!r}")
     if trainer["max_bad_steps"] < 1:
@@ -73,8 +86,14 @@ def make_optimizer(model: torch.nn.Module, optim: dict) -> torch.optim.Optimizer
 def augmentation_of(data: dict) -> Augmentation | None:
     """The training data's augmentation from ``data.speed_perturb`` and ``data.spec_augment``; None: off."""
     spec = data["spec_augment"]
-    aug = Augmentation(tuple(data["speed_perturb"]), spec["freq_masks"], spec["freq_mask_width"],
-                       spec["time_masks"], spec["time_mask_width"], spec["time_mask_ratio"])
+    aug = Augmentation(
+        tuple(data["speed_perturb"]),
+        spec["freq_masks"],
+        spec["freq_mask_width"],
+        spec["time_masks"],
+        spec["time_mask_width"],
+        spec["time_mask_ratio"],
+    )
     return aug if aug.masks or aug.speed_factors else None
 
 
@@ -86,7 +105,11 @@ def fbank_options_of(split_dir: str | Path, dim: int) -> FbankOptions:
     """
     done = Path(split_dir) / ".done"
     if not done.is_file():
-        log.warning("%s not found: on-the-fly features use the default options with %d mel bins", done, dim)
+        log.warning(
+            "%s not found: on-the-fly features use the default options with %d mel bins", done, dim
+        )
         return FbankOptions(num_mel_bins=dim)
     params = json.loads(done.read_text())["params"]
-    return FbankOptions(**{f.name: params[f.name] for f in fields(FbankOptions) if f.name in params})
+    return FbankOptions(
+        **{f.name: params[f.name] for f in fields(FbankOptions) if f.name in params}
+    )

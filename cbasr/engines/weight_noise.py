@@ -22,7 +22,9 @@ def noisy_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 @contextmanager
-def weight_noise(params: Sequence[torch.nn.Parameter], std: float, generator: torch.Generator) -> Iterator[None]:
+def weight_noise(
+    params: Sequence[torch.nn.Parameter], std: float, generator: torch.Generator
+) -> Iterator[None]:
     """Add ``N(0, std^2)`` noise to ``params`` in place for the duration of the block.
 
     Run the forward and backward passes inside the block and the optimizer step after it.
@@ -39,7 +41,9 @@ def weight_noise(params: Sequence[torch.nn.Parameter], std: float, generator: to
     with torch.no_grad():
         for p in params:
             clean.append(p.detach().clone())
-            p.add_(torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype), alpha=std)
+            p.add_(
+                torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype), alpha=std
+            )
     try:
         yield
     finally:

@@ -39,15 +39,15 @@ from cbasr.estimators.continuous_relaxations import (
     straight_through_cb,
 )
 from cbasr.estimators.expected_reward import cb_expected_reward
-from cbasr.estimators.monte_carlo_marginal import (
-    cb_monte_carlo_marginal,
-    cb_monte_carlo_marginal_from_samples,
-)
 from cbasr.estimators.forced_suffix import (
     forced_suffix_marginals,
     forced_suffix_reinforce,
     forced_suffix_reinforce_from_samples,
     forced_suffix_sample,
+)
+from cbasr.estimators.monte_carlo_marginal import (
+    cb_monte_carlo_marginal,
+    cb_monte_carlo_marginal_from_samples,
 )
 from cbasr.estimators.proposals import PROPOSALS, ProposalSampler, proposal_sample
 from cbasr.estimators.variational import multi_sample_lower_bound, variational_lower_bound

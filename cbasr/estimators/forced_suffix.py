@@ -18,6 +18,7 @@ marginals of eq. (3) (Figure 1) instead of ``L / T``.
 import torch
 import torch.nn.functional as F
 
+from cbasr.distributions import sequence_to_times
 from cbasr.estimators._common import (
     Estimate,
     Rewards,
@@ -32,7 +33,6 @@ from cbasr.estimators._common import (
 )
 from cbasr.estimators.baselines import baseline_values
 from cbasr.estimators.proposals import proposal_sample
-from cbasr.distributions import sequence_to_times
 
 __all__ = [
     "forced_suffix_sample",
@@ -156,7 +156,14 @@ def forced_suffix_reinforce(
     times = sequence_to_times(samples, L)  # (M, B, L)
     per_label = label_rewards(rewards, times, total)  # (M, B, L)
     return forced_suffix_reinforce_from_samples(
-        emit_logits.unsqueeze(0), samples, steps, per_label, total, input_lengths, baseline, entropy_weight
+        emit_logits.unsqueeze(0),
+        samples,
+        steps,
+        per_label,
+        total,
+        input_lengths,
+        baseline,
+        entropy_weight,
     )
 
 

@@ -80,7 +80,9 @@ def cb_monte_carlo_marginal(
     total = total.to(emit_logits.device).long()
     with torch.no_grad():
         K = int(total.max()) if total.numel() else 0
-        samples = id_checking_sample(emit_logits.detach(), total, input_lengths, (num_samples,), generator)
+        samples = id_checking_sample(
+            emit_logits.detach(), total, input_lengths, (num_samples,), generator
+        )
         times = sequence_to_times(samples, K)  # (M, B, K)
     return _estimate(emit_logits, total, rewards, input_lengths, pad_times(times, L))
 
@@ -104,7 +106,9 @@ def cb_monte_carlo_marginal_from_samples(
     emit_logits = masked_logits(emit_logits, input_lengths)
     total = total.to(emit_logits.device).long()
     if times.dim() != 3 or times.shape[1:] != (len(total), L) or times.is_floating_point():
-        raise ValueError(f"times must be int64 (M, B, L) = (*, {len(total)}, {L}); got {tuple(times.shape)}")
+        raise ValueError(
+            f"times must be int64 (M, B, L) = (*, {len(total)}, {L}); got {tuple(times.shape)}"
+        )
     return _estimate(emit_logits, total, rewards, input_lengths, times)
 
 

@@ -36,8 +36,13 @@ class ArpaModel:
         ngrams: ``{(id, ...): (ln P*, ln bo)}`` over every order.
     """
 
-    def __init__(self, order: int, words: list[str], ngrams: dict[tuple[int, ...], tuple[float, float]],
-                 source: str = "<memory>"):
+    def __init__(
+        self,
+        order: int,
+        words: list[str],
+        ngrams: dict[tuple[int, ...], tuple[float, float]],
+        source: str = "<memory>",
+    ):
         self.order, self.words, self.ngrams, self.source = order, words, ngrams, source
         self.index = {w: i for i, w in enumerate(words)}
         self._children: dict[tuple[int, ...], dict[int, float]] = {}
@@ -56,7 +61,7 @@ class ArpaModel:
 
     def _truncate(self, history: tuple[int, ...]) -> tuple[int, ...]:
         """The last ``order - 1`` words: all an n-gram model reads."""
-        return history[len(history) - (self.order - 1):] if self.order > 1 and history else ()
+        return history[len(history) - (self.order - 1) :] if self.order > 1 and history else ()
 
     def log_prob(self, word: int, history: tuple[int, ...]) -> float:
         """``ln P(word | history)`` by the back-off recursion (module docstring), one word."""
@@ -134,7 +139,7 @@ def read_arpa(path: str | Path) -> ArpaModel:
                 break
             if line.startswith("\\") and line.endswith("-grams:"):
                 try:
-                    section = int(line[1:-len("-grams:")])
+                    section = int(line[1 : -len("-grams:")])
                 except ValueError:
                     raise ArpaError(f"{where}: bad section header {line!r}") from None
                 if section not in counts:
@@ -144,7 +149,7 @@ def read_arpa(path: str | Path) -> ArpaModel:
             if section == 0:
                 if not line.startswith("ngram ") or "=" not in line:
                     raise ArpaError(f"{where}: expected 'ngram N=count' in \\data\\, got {line!r}")
-                n, _, count = line[len("ngram "):].partition("=")
+                n, _, count = line[len("ngram ") :].partition("=")
                 try:
                     counts[int(n)] = int(count)
                 except ValueError:
@@ -153,14 +158,16 @@ def read_arpa(path: str | Path) -> ArpaModel:
             fields = line.split()
             n = section
             if len(fields) not in (n + 1, n + 2):
-                raise ArpaError(f"{where}: a {n}-gram line needs 'log10 P' and {n} words (and an optional "
-                                f"back-off), got {line!r}")
+                raise ArpaError(
+                    f"{where}: a {n}-gram line needs 'log10 P' and {n} words (and an optional "
+                    f"back-off), got {line!r}"
+                )
             try:
                 log_p = float(fields[0]) * _LN10
                 backoff = float(fields[n + 1]) * _LN10 if len(fields) == n + 2 else 0.0
             except ValueError:
                 raise ArpaError(f"{where}: not a number in {line!r}") from None
-            gram_words = fields[1:n + 1]
+            gram_words = fields[1 : n + 1]
             if n == 1:
                 if gram_words[0] in index:
                     raise ArpaError(f"{where}: unigram {gram_words[0]!r} is listed twice")
@@ -168,15 +175,19 @@ def read_arpa(path: str | Path) -> ArpaModel:
                 words.append(gram_words[0])
             missing = [w for w in gram_words if w not in index]
             if missing:
-                raise ArpaError(f"{where}: {n}-gram {' '.join(gram_words)!r} uses {missing[0]!r}, "
-                                "which has no unigram")
+                raise ArpaError(
+                    f"{where}: {n}-gram {' '.join(gram_words)!r} uses {missing[0]!r}, "
+                    "which has no unigram"
+                )
             ngrams[tuple(index[w] for w in gram_words)] = (log_p, backoff)
             seen[n] += 1
     if section is None:
         raise ArpaError(f"{path}: no \\data\\ header: not an ARPA file")
     for n, count in counts.items():
         if seen.get(n, 0) != count:
-            raise ArpaError(f"{path}: \\data\\ announces {count} {n}-grams but the file lists {seen.get(n, 0)}")
+            raise ArpaError(
+                f"{path}: \\data\\ announces {count} {n}-grams but the file lists {seen.get(n, 0)}"
+            )
     for symbol in ("<s>", "</s>"):
         if symbol not in index:
             raise ArpaError(f"{path}: no {symbol} unigram")

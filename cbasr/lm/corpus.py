@@ -16,7 +16,9 @@ from cbasr.data.vocab import Vocabulary, tokens_of
 __all__ = ["read_sentences"]
 
 
-def read_sentences(path: str | Path, vocab: Vocabulary, units: str = "phones") -> tuple[list[list[int]], list[str]]:
+def read_sentences(
+    path: str | Path, vocab: Vocabulary, units: str = "phones"
+) -> tuple[list[list[int]], list[str]]:
     """Token id sequences (ids ``1 .. V-1``) of every usable sentence in ``path``.
 
     Returns:
@@ -32,7 +34,9 @@ def read_sentences(path: str | Path, vocab: Vocabulary, units: str = "phones") -
         items = [(r["id"], tokens_of(r, units)) for r in read_manifest(path)]
     else:
         with open(path, encoding="utf-8") as f:
-            items = [(f"{path}:{n}", line.split()) for n, line in enumerate(f, start=1) if line.strip()]
+            items = [
+                (f"{path}:{n}", line.split()) for n, line in enumerate(f, start=1) if line.strip()
+            ]
     sentences, skipped = [], []
     for name, tokens in items:
         unknown = [t for t in tokens if t not in vocab or vocab.encode([t])[0] == 0]

@@ -39,7 +39,9 @@ def build_lm(lm: dict, vocab_size: int) -> LSTMLanguageModel:
     return LM_MODELS[name](vocab_size=vocab_size, **options)
 
 
-def token_batches(sentences: list[list[int]], max_tokens: int, seed: int | None = None) -> list[list[int]]:
+def token_batches(
+    sentences: list[list[int]], max_tokens: int, seed: int | None = None
+) -> list[list[int]]:
     """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
     (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
@@ -67,8 +69,12 @@ def _pad(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor
 
 
 @torch.no_grad()
-def perplexity(model: LSTMLanguageModel, sentences: list[list[int]], max_tokens: int = 4000,
-               device: str | torch.device = "cpu") -> float:
+def perplexity(
+    model: LSTMLanguageModel,
+    sentences: list[list[int]],
+    max_tokens: int = 4000,
+    device: str | torch.device = "cpu",
+) -> float:
     """Perplexity of ``model`` on ``sentences`` (module docstring), in eval mode."""
     model.eval()
     total, count = 0.0, 0
@@ -79,7 +85,9 @@ def perplexity(model: LSTMLanguageModel, sentences: list[list[int]], max_tokens:
     return math.exp(total / max(count, 1))
 
 
-def load_lm_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[LSTMLanguageModel, list[str]]:
+def load_lm_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[LSTMLanguageModel, list[str]]:
     """``(model in eval mode, vocabulary tokens)`` from a ``cbasr-train-lm`` checkpoint."""
     ckpt = load_checkpoint(path, device)
     if "tokens" not in ckpt or "lm_config" not in ckpt:
@@ -95,10 +103,14 @@ def _resume(exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer) -> tu
         return 0, []
     ckpt = load_checkpoint(path)
     if ckpt["lm_config"] != cfg["lm"]:
-        raise ValueError(f"{exp_dir} holds a language model with config {ckpt['lm_config']}, not {cfg['lm']}: "
-                         "use another exp_dir")
+        raise ValueError(
+            f"{exp_dir} holds a language model with config {ckpt['lm_config']}, not {cfg['lm']}: "
+            "use another exp_dir"
+        )
     if ckpt["tokens"] != tokens:
-        raise ValueError(f"{exp_dir} was trained with another vocabulary than {cfg['data']['vocab']}")
+        raise ValueError(
+            f"{exp_dir} was trained with another vocabulary than {cfg['data']['vocab']}"
+        )
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"])
@@ -124,20 +136,32 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
     exp_dir.mkdir(parents=True, exist_ok=True)
     write_text(exp_dir / "skipped.tsv", "".join(line + "\n" for line in skipped + skipped_valid))
     if skipped or skipped_valid:
-        log.warning("skipped %d training and %d validation sentences (see %s)", len(skipped), len(skipped_valid),
-                    exp_dir / "skipped.tsv")
+        log.warning(
+            "skipped %d training and %d validation sentences (see %s)",
+            len(skipped),
+            len(skipped_valid),
+            exp_dir / "skipped.tsv",
+        )
     torch.manual_seed(trainer["seed"])
     model = build_lm(cfg["lm"], len(vocab)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"])
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"]
+    )
     start, history = _resume(exp_dir, cfg, vocab.tokens, model, optimizer)
     write_json(exp_dir / "config.json", cfg)
     vocab.save(exp_dir / "vocab.txt")
-    log.info("LM: %.2fM parameters; %d training and %d validation sentences",
-             sum(p.numel() for p in model.parameters()) / 1e6, len(train_set), len(valid_set))
+    log.info(
+        "LM: %.2fM parameters; %d training and %d validation sentences",
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        len(train_set),
+        len(valid_set),
+    )
     for epoch in range(start + 1, trainer["max_epochs"] + 1):
         model.train()
         total, count = 0.0, 0
-        for batch in token_batches(train_set, data["max_tokens"], seed=trainer["seed"] * 1000 + epoch):
+        for batch in token_batches(
+            train_set, data["max_tokens"], seed=trainer["seed"] * 1000 + epoch
+        ):
             targets, lens = _pad([train_set[i] for i in batch], device)
             log_prob = model.sequence_log_probs(targets, lens)  # (B,)
             predicted = int(lens.sum()) + len(batch)
@@ -149,12 +173,30 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
             optimizer.step()
             total, count = total - float(log_prob.detach().sum()), count + predicted
         valid_ppl = perplexity(model, valid_set, data["max_tokens"], device)
-        history.append({"epoch": epoch, "train_ppl": math.exp(total / count), "valid_ppl": valid_ppl,
-                        "lr": optim["lr"]})
-        log.info("epoch %d: train perplexity %.3f, valid perplexity %.3f", epoch, history[-1]["train_ppl"], valid_ppl)
-        state = {"lm_config": cfg["lm"], "config": cfg, "tokens": vocab.tokens, "model": model.state_dict(),
-                 "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
-                 "rng": torch.get_rng_state()}
+        history.append(
+            {
+                "epoch": epoch,
+                "train_ppl": math.exp(total / count),
+                "valid_ppl": valid_ppl,
+                "lr": optim["lr"],
+            }
+        )
+        log.info(
+            "epoch %d: train perplexity %.3f, valid perplexity %.3f",
+            epoch,
+            history[-1]["train_ppl"],
+            valid_ppl,
+        )
+        state = {
+            "lm_config": cfg["lm"],
+            "config": cfg,
+            "tokens": vocab.tokens,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+            "history": history,
+            "rng": torch.get_rng_state(),
+        }
         if valid_ppl <= min(h["valid_ppl"] for h in history):
             save_checkpoint(exp_dir / "checkpoints" / "best.pt", state)
         save_checkpoint(exp_dir / "checkpoints" / "last.pt", state)

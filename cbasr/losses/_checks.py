@@ -30,9 +30,7 @@ def check_shape(name: str, x: torch.Tensor, dims: str, expected: Sequence[int | 
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    ok = x.dim() == len(expected) and all(
-        e is None or s == e for s, e in zip(x.shape, expected)
-    )
+    ok = x.dim() == len(expected) and all(e is None or s == e for s, e in zip(x.shape, expected))
     if not ok:
         want = tuple("*" if e is None else e for e in expected)
         raise ValueError(f"{name} must have shape {dims} = {want}; got {tuple(x.shape)}")

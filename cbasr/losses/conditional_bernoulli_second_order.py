@@ -217,11 +217,17 @@ def cb_viterbi_windowed(
     alpha = emit.new_full((W + T, B, L + 1), _NEG_INF)  # row r: frame r - W, as the forward pass
     alpha[W - 1, :, 0] = 0.0
     best_k = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)
-    window = alpha.unfold(0, W, 1)[:, :, :L].permute(0, 3, 1, 2)  # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    window = alpha.unfold(0, W, 1)[:, :, :L].permute(
+        0, 3, 1, 2
+    )  # (T + 1, B, L, W) -> (T + 1, W, B, L)
     for t in range(T):
-        alpha[W + t, :, 1:], best_k[t] = (window[t] + emit_rev[t]).max(dim=0)  # over the W previous frames
+        alpha[W + t, :, 1:], best_k[t] = (window[t] + emit_rev[t]).max(
+            dim=0
+        )  # over the W previous frames
     lengths = target_lengths.to(emit.device)
-    ends = alpha[:, torch.arange(B, device=emit.device), lengths]  # (W + T, B): last label at each frame
+    ends = alpha[
+        :, torch.arange(B, device=emit.device), lengths
+    ]  # (W + T, B): last label at each frame
     best_end, last_row = ends.max(dim=0)
     log_prob = best_end + stay
     # Backtrace on the host: row r holds frame r - W; entry k of frame t's window is row t + k.
@@ -248,7 +254,9 @@ def cb_posteriors_windowed(
     posteriors (the gradient of ``log Z``, from the explicit backward pass) summed over gaps."""
     with torch.enable_grad():
         terms = label_log_probs.detach().clone().requires_grad_()
-        nll = cb_marginal_nll_windowed(emit_logits.detach(), terms, input_lengths, target_lengths, impossible="inf")
+        nll = cb_marginal_nll_windowed(
+            emit_logits.detach(), terms, input_lengths, target_lengths, impossible="inf"
+        )
         finite = torch.isfinite(nll)
         (grad,) = torch.autograd.grad(-torch.where(finite, nll, 0.0).sum(), terms)
     return grad.sum(dim=2)  # (B, T, W, L) -> (B, T, L)

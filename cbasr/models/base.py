@@ -51,12 +51,22 @@ class AsrModel(nn.Module, metaclass=abc.ABCMeta):
         """None if this loss can train ``decoder``; otherwise the reason it cannot."""
 
     @abc.abstractmethod
-    def loss(self, feats: torch.Tensor, feat_lens: torch.Tensor, targets: torch.Tensor,
-             target_lens: torch.Tensor) -> LossOutput:
+    def loss(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        targets: torch.Tensor,
+        target_lens: torch.Tensor,
+    ) -> LossOutput:
         """``feats (B, T, F)`` (or token ids ``(B, T)``), ``targets (B, L)`` ids ``>= 1``."""
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, targets: torch.Tensor,
-                target_lens: torch.Tensor) -> LossOutput:
+    def forward(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        targets: torch.Tensor,
+        target_lens: torch.Tensor,
+    ) -> LossOutput:
         """The training forward pass is :meth:`loss`, so that wrappers that hook ``forward``
         (``DistributedDataParallel``, ``torch.compile``) see the whole step."""
         return self.loss(feats, feat_lens, targets, target_lens)

@@ -51,7 +51,9 @@ CRITERIA = ("cb_marginal", "cb_reinforce", "cb_mc", "forced_suffix")
 BASELINES = ("none", "loo", "running_mean")
 
 
-def emission_rate_stats(emit_logits: torch.Tensor, lens: torch.Tensor, target_lens: torch.Tensor) -> dict:
+def emission_rate_stats(
+    emit_logits: torch.Tensor, lens: torch.Tensor, target_lens: torch.Tensor
+) -> dict:
     """Mean ``P(B_t = 1)`` over valid frames against the label rate ``L / T`` (CB paper section 1)."""
     valid = torch.arange(emit_logits.shape[1], device=lens.device) < lens.unsqueeze(1)  # (B, T)
     frames = valid.sum().clamp(min=1)
@@ -84,8 +86,16 @@ class CBModel(AsrModel):
         entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus.
     """
 
-    def __init__(self, encoder, decoder, criterion: str = "cb_marginal", estimator: str = "auto",
-                 num_samples: int = 4, baseline: str = "loo", entropy_weight: float = 0.0):
+    def __init__(
+        self,
+        encoder,
+        decoder,
+        criterion: str = "cb_marginal",
+        estimator: str = "auto",
+        num_samples: int = 4,
+        baseline: str = "loo",
+        entropy_weight: float = 0.0,
+    ):
         super().__init__(encoder, decoder)
         if estimator == "auto":
             estimator = default_estimator(decoder)
@@ -93,10 +103,14 @@ class CBModel(AsrModel):
         if reason:
             raise ValueError(reason)
         if criterion == "cb_mc" and num_samples < 2:
-            raise ValueError(f"num_samples must be >= 2 for cb_mc (VIMCO leaves one sample out), got {num_samples}")
+            raise ValueError(
+                f"num_samples must be >= 2 for cb_mc (VIMCO leaves one sample out), got {num_samples}"
+            )
         if criterion != "cb_marginal":
             if num_samples < 1 or (baseline == "loo" and num_samples < 2):
-                raise ValueError(f"num_samples must be >= 1 (>= 2 with baseline='loo'), got {num_samples}")
+                raise ValueError(
+                    f"num_samples must be >= 1 (>= 2 with baseline='loo'), got {num_samples}"
+                )
             if baseline not in BASELINES:
                 raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
         self.criterion, self.estimator = criterion, estimator
@@ -104,28 +118,38 @@ class CBModel(AsrModel):
         self.baseline = RunningMeanBaseline() if baseline == "running_mean" else baseline
 
     @classmethod
-    def supports(cls, decoder, criterion: str = "cb_marginal", estimator: str = "auto", **loss_options):
+    def supports(
+        cls, decoder, criterion: str = "cb_marginal", estimator: str = "auto", **loss_options
+    ):
         if criterion not in CRITERIA:
             return f"criterion must be one of {CRITERIA}, got {criterion!r}"
         if not isinstance(decoder, CBDecoder):
             return "the CB losses need a decoder with an emission head (a CB decoder)"
         if criterion == "cb_marginal" and decoder.order == "history":
-            return ("the label terms depend on every earlier emission time, so there is no exact "
-                    "marginal; use a sampling estimator")
+            return (
+                "the label terms depend on every earlier emission time, so there is no exact "
+                "marginal; use a sampling estimator"
+            )
         if getattr(decoder, "autoregressive_emissions", False) and criterion != "forced_suffix":
-            return ("emissions that read the decoder state are not independent Bernoullis: only "
-                    "forced-suffix REINFORCE (sampled frame by frame) applies")
+            return (
+                "emissions that read the decoder state are not independent Bernoullis: only "
+                "forced-suffix REINFORCE (sampled frame by frame) applies"
+            )
         if criterion != "cb_marginal" and decoder.order == "second_order":
-            return ("a bounded-window decoder gives gaps beyond its window probability 0, and samples "
-                    "of P(b | L) do not respect the window: train it with the exact cb_marginal")
+            return (
+                "a bounded-window decoder gives gaps beyond its window probability 0, and samples "
+                "of P(b | L) do not respect the window: train it with the exact cb_marginal"
+            )
         if criterion == "cb_reinforce":
             if estimator == "auto":
                 estimator = default_estimator(decoder)
             if estimator not in ESTIMATORS:
                 return f"estimator must be one of {ESTIMATORS}, got {estimator!r}"
             if estimator == "mbb" and decoder.order != "memoryless":
-                return ("the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only: "
-                        "use loss.estimator=idb or auto")
+                return (
+                    "the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only: "
+                    "use loss.estimator=idb or auto"
+                )
         return None
 
     def terms(self, feats, feat_lens, targets, target_lens):
@@ -135,27 +159,44 @@ class CBModel(AsrModel):
         return emit_logits, label_terms, lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
-        exact_available = self.decoder.order != "history" and not getattr(self.decoder, "autoregressive_emissions",
-                                                                          False)
+        exact_available = self.decoder.order != "history" and not getattr(
+            self.decoder, "autoregressive_emissions", False
+        )
         if self.criterion == "cb_marginal" or (exact_available and not self.training):
             emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
-            marginal = cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
+            marginal = (
+                cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
+            )
             nll = marginal(emit_logits, label_terms, lens, target_lens)
-            return LossOutput(nll, nll.detach(), emission_rate_stats(emit_logits, lens, target_lens))
+            return LossOutput(
+                nll, nll.detach(), emission_rate_stats(emit_logits, lens, target_lens)
+            )
         h, lens = self.encoder(feats, feat_lens)
         baseline = None if self.baseline == "none" else self.baseline
         if getattr(self.decoder, "autoregressive_emissions", False):
             return self._autoregressive_forced_suffix(h, lens, targets, target_lens, baseline)
         emit_logits, rewards = self.decoder.reward_fn(h, lens, targets, target_lens)
         if self.criterion == "cb_reinforce":
-            estimate = cb_reinforce(emit_logits, target_lens, rewards, lens, self.estimator, self.num_samples,
-                                    baseline)
+            estimate = cb_reinforce(
+                emit_logits, target_lens, rewards, lens, self.estimator, self.num_samples, baseline
+            )
         elif self.criterion == "cb_mc":
-            estimate = cb_monte_carlo_marginal(emit_logits, target_lens, rewards, lens, self.num_samples)
+            estimate = cb_monte_carlo_marginal(
+                emit_logits, target_lens, rewards, lens, self.num_samples
+            )
         else:
-            estimate = forced_suffix_reinforce(emit_logits, target_lens, rewards, lens, self.num_samples,
-                                               baseline, self.entropy_weight)
-        return LossOutput(estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens))
+            estimate = forced_suffix_reinforce(
+                emit_logits,
+                target_lens,
+                rewards,
+                lens,
+                self.num_samples,
+                baseline,
+                self.entropy_weight,
+            )
+        return LossOutput(
+            estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens)
+        )
 
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
@@ -207,8 +248,16 @@ class CBModel(AsrModel):
             emitted_count = emitted_count + emitted.long()
         shape = (M, B, T)
         estimate = forced_suffix_reinforce_from_samples(
-            torch.stack(logits, -1).view(shape), torch.stack(highs, -1).view(shape),
-            torch.stack(steps, -1).view(shape), rewards.view(M, B, L), target_lens, lens, baseline,
-            self.entropy_weight)
+            torch.stack(logits, -1).view(shape),
+            torch.stack(highs, -1).view(shape),
+            torch.stack(steps, -1).view(shape),
+            rewards.view(M, B, L),
+            target_lens,
+            lens,
+            baseline,
+            self.entropy_weight,
+        )
         emit_logits = torch.stack(logits, -1).view(shape)[0]
-        return LossOutput(estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens))
+        return LossOutput(
+            estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens)
+        )

@@ -18,7 +18,9 @@ class CTCModel(AsrModel):
             return "CTC needs frame-wise posteriors from a pointwise decoder"
         return None
 
-    def log_probs(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_probs(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``feats (B, T, F) -> (log_probs (B, T', V), lens (B,))``."""
         h, lens = self.encoder(feats, feat_lens)
         return self.decoder(h, lens), lens
@@ -33,8 +35,10 @@ class CTCModel(AsrModel):
         frames = self.output_frames(num_frames)
         repeats = sum(a == b for a, b in zip(targets, targets[1:]))
         if frames < len(targets) + repeats:
-            return (f"{num_frames} frames ({frames} after subsampling) cannot hold "
-                    f"{len(targets)} labels with {repeats} repeats")
+            return (
+                f"{num_frames} frames ({frames} after subsampling) cannot hold "
+                f"{len(targets)} labels with {repeats} repeats"
+            )
         return None
 
     @torch.no_grad()

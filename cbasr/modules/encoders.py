@@ -3,7 +3,14 @@
 import torch
 from torch import nn
 
-__all__ = ["FrameStacking", "Conv2dSubsampling", "TokenEmbedding", "RNNEncoder", "ConformerEncoder", "make_front_end"]
+__all__ = [
+    "FrameStacking",
+    "Conv2dSubsampling",
+    "TokenEmbedding",
+    "RNNEncoder",
+    "ConformerEncoder",
+    "make_front_end",
+]
 
 
 def _zero_padding(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -48,8 +55,10 @@ class Conv2dSubsampling(nn.Module):
     def __init__(self, input_dim: int, channels: int = 32):
         super().__init__()
         self.conv = nn.Sequential(
-            nn.Conv2d(1, channels, 3, stride=2), nn.ReLU(),
-            nn.Conv2d(channels, channels, 3, stride=2), nn.ReLU(),
+            nn.Conv2d(1, channels, 3, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, stride=2),
+            nn.ReLU(),
         )
         self.output_dim = channels * (((input_dim - 1) // 2 - 1) // 2)
 
@@ -79,13 +88,16 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if x.dtype.is_floating_point:
-            raise TypeError("the embedding front end takes token ids (B, T), not features (B, T, F)")
+            raise TypeError(
+                "the embedding front end takes token ids (B, T), not features (B, T, F)"
+            )
         mask = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T)
         return self.embedding(x * mask), lens
 
 
-def make_front_end(input_dim: int, subsampling: str, stack: int = 3, stride: int = 3,
-                   embedding_dim: int = 256) -> nn.Module | None:
+def make_front_end(
+    input_dim: int, subsampling: str, stack: int = 3, stride: int = 3, embedding_dim: int = 256
+) -> nn.Module | None:
     """The front end named by ``subsampling``: ``none``, ``stack``, ``conv`` or ``embed`` (text)."""
     if subsampling == "stack":
         return FrameStacking(input_dim, stack, stride)
@@ -112,17 +124,33 @@ class RNNEncoder(nn.Module):
             depends on frames ``<= t`` only (with ``stack``, on the stacked frames up to ``t``).
     """
 
-    def __init__(self, input_dim: int, hidden: int = 256, num_layers: int = 3,
-                 bidirectional: bool = True, rnn_type: str = "lstm", dropout: float = 0.0,
-                 subsampling: str = "stack", stack: int = 3, stride: int = 3, embedding_dim: int = 256):
+    def __init__(
+        self,
+        input_dim: int,
+        hidden: int = 256,
+        num_layers: int = 3,
+        bidirectional: bool = True,
+        rnn_type: str = "lstm",
+        dropout: float = 0.0,
+        subsampling: str = "stack",
+        stack: int = 3,
+        stride: int = 3,
+        embedding_dim: int = 256,
+    ):
         super().__init__()
         self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
         rnn_dim = input_dim if self.subsampling is None else self.subsampling.output_dim
         rnns = {"lstm": nn.LSTM, "gru": nn.GRU}
         if rnn_type not in rnns:
             raise ValueError(f"rnn_type must be one of {sorted(rnns)}, got {rnn_type!r}")
-        self.rnn = rnns[rnn_type](rnn_dim, hidden, num_layers=num_layers, batch_first=True,
-                                  bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn = rnns[rnn_type](
+            rnn_dim,
+            hidden,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
         self.output_dim = hidden * (2 if bidirectional else 1)
 
@@ -132,8 +160,9 @@ class RNNEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.subsampling is not None:
             x, lens = self.subsampling(x, lens)
-        packed = nn.utils.rnn.pack_padded_sequence(x, lens.clamp(min=1).cpu(), batch_first=True,
-                                                   enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lens.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+        )
         h, _ = self.rnn(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
         return self.dropout(h), lens
@@ -172,9 +201,20 @@ class ConformerEncoder(nn.Module):
         subsampling: front end, as for :class:`RNNEncoder` (default ``conv``, factor 4).
     """
 
-    def __init__(self, input_dim: int, d_model: int = 144, num_heads: int = 4, ffn_dim: int = 576,
-                 num_layers: int = 4, kernel_size: int = 15, dropout: float = 0.1,
-                 subsampling: str = "conv", stack: int = 3, stride: int = 3, embedding_dim: int = 256):
+    def __init__(
+        self,
+        input_dim: int,
+        d_model: int = 144,
+        num_heads: int = 4,
+        ffn_dim: int = 576,
+        num_layers: int = 4,
+        kernel_size: int = 15,
+        dropout: float = 0.1,
+        subsampling: str = "conv",
+        stack: int = 3,
+        stride: int = 3,
+        embedding_dim: int = 256,
+    ):
         super().__init__()
         from torchaudio.models import Conformer
 
@@ -189,7 +229,9 @@ class ConformerEncoder(nn.Module):
         self.masks = []
         for layer in self.conformer.conformer_layers:
             mask = _MaskPadding()
-            layer.conv_module.sequential.insert(2, mask)  # after pointwise conv + GLU, before depthwise
+            layer.conv_module.sequential.insert(
+                2, mask
+            )  # after pointwise conv + GLU, before depthwise
             self.masks.append(mask)
         self.output_dim = d_model
 
@@ -210,5 +252,7 @@ class ConformerEncoder(nn.Module):
         finally:
             for mask in self.masks:
                 mask.mask = None
-        h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))  # back to (B, T', D)
+        h = nn.functional.pad(
+            h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1])
+        )  # back to (B, T', D)
         return h, lens

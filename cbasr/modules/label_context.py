@@ -34,8 +34,15 @@ class LabelContext(nn.Module):
         dropout: on the embeddings.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int = 128, hidden: int = 256, num_layers: int = 1,
-                 context: int = -1, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 128,
+        hidden: int = 256,
+        num_layers: int = 1,
+        context: int = -1,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if context < -1:
             raise ValueError(f"context must be -1 (unlimited) or >= 0 labels, got {context}")
@@ -71,7 +78,9 @@ class LabelContext(nn.Module):
         """The state before any label; :meth:`step` with the start symbol comes next."""
         if self.context == -1:
             return None  # the LSTM's zero state
-        return torch.full((batch_size, max(self.context, 1)), START, dtype=torch.long, device=device)
+        return torch.full(
+            (batch_size, max(self.context, 1)), START, dtype=torch.long, device=device
+        )
 
     def step(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, object]:
         """Read one label per utterance: ``labels (B,)`` -> ``(g (B, D), new state)``.
@@ -83,7 +92,9 @@ class LabelContext(nn.Module):
         if self.context == 0:
             return self.constant.expand(labels.shape[0], -1), state
         if self.context == -1:
-            g, state = self.rnn(self.dropout(self.embedding(labels.unsqueeze(1))), state)  # (B, 1, D)
+            g, state = self.rnn(
+                self.dropout(self.embedding(labels.unsqueeze(1))), state
+            )  # (B, 1, D)
             return g.squeeze(1), state
         window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
         return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window

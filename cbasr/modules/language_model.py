@@ -28,16 +28,29 @@ class LSTMLanguageModel(nn.Module):
         dropout: on the embeddings, between LSTM layers and before the output layer.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int = 64, hidden: int = 256, num_layers: int = 2,
-                 dropout: float = 0.1):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 64,
+        hidden: int = 256,
+        num_layers: int = 2,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         if vocab_size < 2:
-            raise ValueError(f"vocab_size must be >= 2 (the boundary and one token), got {vocab_size}")
+            raise ValueError(
+                f"vocab_size must be >= 2 (the boundary and one token), got {vocab_size}"
+            )
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = nn.LSTM(embed_dim, hidden, num_layers=num_layers, batch_first=True,
-                           dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn = nn.LSTM(
+            embed_dim,
+            hidden,
+            num_layers=num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.out = nn.Linear(hidden, vocab_size)
 
     def forward(self, targets: torch.Tensor) -> torch.Tensor:
@@ -66,7 +79,9 @@ class LSTMLanguageModel(nn.Module):
         positions = torch.arange(U + 1, device=targets.device)
         lens = target_lens.to(targets.device)
         # The token predicted at each row: y_{u+1} for u < U_b, </s> at u = U_b.
-        nxt = torch.cat([targets, targets.new_full((targets.shape[0], 1), BOUNDARY)], dim=1)  # (B, U + 1)
+        nxt = torch.cat(
+            [targets, targets.new_full((targets.shape[0], 1), BOUNDARY)], dim=1
+        )  # (B, U + 1)
         nxt = torch.where(positions[None, :] == lens[:, None], BOUNDARY, nxt)
         picked = log_probs.gather(2, nxt.unsqueeze(-1)).squeeze(-1)  # (B, U + 1)
         return torch.where(positions[None, :] <= lens[:, None], picked, 0.0).sum(dim=1)

@@ -35,8 +35,16 @@ import torch.nn.functional as F
 from cbasr.modules.decoders import CBDecoder
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
-from cbasr.search.prefix import (PrefixScores, extension_pairs, finalize, fused_extensions, next_prefixes,
-                                 next_scores, prefix_groups, select)
+from cbasr.search.prefix import (
+    PrefixScores,
+    extension_pairs,
+    finalize,
+    fused_extensions,
+    next_prefixes,
+    next_scores,
+    prefix_groups,
+    select,
+)
 from cbasr.search.rows import DecoderRows, utterance_rows
 
 __all__ = ["cb_beam_search"]
@@ -44,8 +52,9 @@ __all__ = ["cb_beam_search"]
 _NEG_INF = float("-inf")
 
 
-def _merge_extensions_into_stays(stay: torch.Tensor, emit: torch.Tensor, prefixes: list, batch: int,
-                                 width: int) -> None:
+def _merge_extensions_into_stays(
+    stay: torch.Tensor, emit: torch.Tensor, prefixes: list, batch: int, width: int
+) -> None:
     """Sum each row's "stay" candidate with the candidate extending its parent to the same
     prefix (in place). The sum goes to the more probable of the two, whose decoder state the
     merged hypothesis keeps; the other becomes ``-inf``.
@@ -81,9 +90,14 @@ def _merge_equal_emissions(emit: torch.Tensor, prefixes: list, batch: int, width
 
 
 @torch.no_grad()
-def cb_beam_search(decoder: CBDecoder, h: torch.Tensor, lens: torch.Tensor, options: BeamSearchOptions,
-                   lm: LabelScorer | None = None, per_utterance: tuple[str, ...] | None = None
-                   ) -> list[list[Hypothesis]]:
+def cb_beam_search(
+    decoder: CBDecoder,
+    h: torch.Tensor,
+    lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+    per_utterance: tuple[str, ...] | None = None,
+) -> list[list[Hypothesis]]:
     """Prefix beam search over a CB decoder's frame-synchronous scores (module docstring).
 
     Args:
@@ -130,8 +144,10 @@ def cb_beam_search(decoder: CBDecoder, h: torch.Tensor, lens: torch.Tensor, opti
             _merge_extensions_into_stays(stay, emit, prefixes, B, width)
         lm_lp = lm_state["log_probs"].to(a.dtype) if lm is not None else None
         extend = fused_extensions(scores.fused, options, V1, lm_lp)  # (N, V - 1)
-        total = torch.cat([(options.am_weight * stay + scores.fused)[:, None],
-                           options.am_weight * emit + extend], dim=1)  # (N, V): column 0 stays
+        total = torch.cat(
+            [(options.am_weight * stay + scores.fused)[:, None], options.am_weight * emit + extend],
+            dim=1,
+        )  # (N, V): column 0 stays
         values, index, new_width = select(total.view(B, width * (V1 + 1)), options.beam)
         batch_base = (torch.arange(B, device=device) * width)[:, None]  # (B, 1)
         parent = (batch_base + index // (V1 + 1)).flatten()  # (B W,) global rows
@@ -139,8 +155,12 @@ def cb_beam_search(decoder: CBDecoder, h: torch.Tensor, lens: torch.Tensor, opti
         alive = torch.isfinite(values).flatten()
         emitted = (col > 0) & alive
         labels = torch.where(emitted, col, 1)
-        am = torch.where(emitted, emit[parent].gather(1, (labels - 1)[:, None]).squeeze(1), stay[parent])
-        new = next_scores(scores, parent, emitted, labels, am.masked_fill(~alive, _NEG_INF), extend, lm_lp)
+        am = torch.where(
+            emitted, emit[parent].gather(1, (labels - 1)[:, None]).squeeze(1), stay[parent]
+        )
+        new = next_scores(
+            scores, parent, emitted, labels, am.masked_fill(~alive, _NEG_INF), extend, lm_lp
+        )
         prefixes = next_prefixes(prefixes, parent, col, alive)
         rows.reorder(parent, new_width)
         rows.update(decoder.commit(rows.state, t, emitted, labels))
@@ -148,4 +168,6 @@ def cb_beam_search(decoder: CBDecoder, h: torch.Tensor, lens: torch.Tensor, opti
             lm_state = lm.advance(lm.reorder(lm_state, parent), emitted, labels)
         scores, width = new, new_width
     eos = lm_state["eos"].to(scores.am.dtype) if lm is not None else None
-    return finalize(prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options)
+    return finalize(
+        prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
+    )

@@ -23,8 +23,15 @@ import torch
 
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
-from cbasr.search.prefix import (PrefixScores, extension_pairs, finalize, fused_extensions, next_prefixes,
-                                 next_scores, select)
+from cbasr.search.prefix import (
+    PrefixScores,
+    extension_pairs,
+    finalize,
+    fused_extensions,
+    next_prefixes,
+    next_scores,
+    select,
+)
 from cbasr.search.rows import utterance_rows
 
 __all__ = ["ctc_prefix_beam_search"]
@@ -33,8 +40,13 @@ _NEG_INF = float("-inf")
 
 
 @torch.no_grad()
-def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, options: BeamSearchOptions,
-                           lm: LabelScorer | None = None, blank: int = 0) -> list[list[Hypothesis]]:
+def ctc_prefix_beam_search(
+    log_probs: torch.Tensor,
+    lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+    blank: int = 0,
+) -> list[list[Hypothesis]]:
     """Prefix beam search over CTC frame posteriors (module docstring).
 
     Args:
@@ -80,22 +92,31 @@ def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, options:
         rows, parents, labels = extension_pairs(prefixes, B, width)
         if rows:
             rows = torch.tensor(rows, device=device)
-            parents, cols = torch.tensor(parents, device=device), torch.tensor(labels, device=device) - 1
+            parents, cols = (
+                torch.tensor(parents, device=device),
+                torch.tensor(labels, device=device) - 1,
+            )
             stay_nb[rows] = torch.logaddexp(stay_nb[rows], ext[parents, cols])
             ext[parents, cols] = _NEG_INF
         lm_lp = lm_state["log_probs"].to(dtype) if lm is not None else None
         extend = fused_extensions(scores.fused, options, V - 1, lm_lp)  # (N, V - 1)
         stay = torch.logaddexp(stay_b, stay_nb)
-        total = torch.cat([(options.am_weight * stay + scores.fused)[:, None],
-                           options.am_weight * ext + extend], dim=1)  # (N, V): column 0 stays
+        total = torch.cat(
+            [(options.am_weight * stay + scores.fused)[:, None], options.am_weight * ext + extend],
+            dim=1,
+        )  # (N, V): column 0 stays
         values, index, new_width = select(total.view(B, width * V), options.beam)
-        parent = ((torch.arange(B, device=device) * width)[:, None] + index // V).flatten()  # (B W,)
+        parent = (
+            (torch.arange(B, device=device) * width)[:, None] + index // V
+        ).flatten()  # (B W,)
         col = (index % V).flatten()
         alive = torch.isfinite(values).flatten()
         emitted = (col > 0) & alive
         label = torch.where(emitted, col, 1)
         p_b = torch.where(emitted | ~alive, _NEG_INF, stay_b[parent])
-        p_nb = torch.where(emitted, ext[parent].gather(1, (label - 1)[:, None]).squeeze(1), stay_nb[parent])
+        p_nb = torch.where(
+            emitted, ext[parent].gather(1, (label - 1)[:, None]).squeeze(1), stay_nb[parent]
+        )
         p_nb = p_nb.masked_fill(~alive, _NEG_INF)
         new = next_scores(scores, parent, emitted, label, torch.logaddexp(p_b, p_nb), extend, lm_lp)
         last = torch.where(emitted, col, last[parent])
@@ -104,4 +125,6 @@ def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, options:
             lm_state = lm.advance(lm.reorder(lm_state, parent), emitted, label)
         scores, width = new, new_width
     eos = lm_state["eos"].to(dtype) if lm is not None else None
-    return finalize(prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options)
+    return finalize(
+        prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
+    )

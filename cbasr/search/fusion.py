@@ -54,7 +54,9 @@ class LabelScorer(abc.ABC):
         row states (an independent path through the model, for checks and rescoring)."""
 
 
-def _vocab_map(tokens: list[str], lm_index: dict[str, int], source: str, unknown: int | None = None) -> list[int]:
+def _vocab_map(
+    tokens: list[str], lm_index: dict[str, int], source: str, unknown: int | None = None
+) -> list[int]:
     """LM ids of the recogniser's tokens ``1 .. V-1``."""
     ids = []
     for token in tokens[1:]:
@@ -63,8 +65,10 @@ def _vocab_map(tokens: list[str], lm_index: dict[str, int], source: str, unknown
         elif unknown is not None:
             ids.append(unknown)
         else:
-            raise ValueError(f"token {token!r} of the recogniser's vocabulary is not in the vocabulary of the "
-                             f"language model {source}")
+            raise ValueError(
+                f"token {token!r} of the recogniser's vocabulary is not in the vocabulary of the "
+                f"language model {source}"
+            )
     return ids
 
 
@@ -78,12 +82,20 @@ class NeuralLMScorer(LabelScorer):
         source: a name for messages (the checkpoint path).
     """
 
-    def __init__(self, model: LSTMLanguageModel, lm_tokens: list[str], tokens: list[str], source: str = "<lstm>"):
+    def __init__(
+        self,
+        model: LSTMLanguageModel,
+        lm_tokens: list[str],
+        tokens: list[str],
+        source: str = "<lstm>",
+    ):
         self.model = model.eval()
         self.name = source
         device = next(model.parameters()).device
         lm_index = {t: i for i, t in enumerate(lm_tokens) if i != BOUNDARY}
-        self.ids = torch.tensor([BOUNDARY] + _vocab_map(tokens, lm_index, source), device=device)  # (V,)
+        self.ids = torch.tensor(
+            [BOUNDARY] + _vocab_map(tokens, lm_index, source), device=device
+        )  # (V,)
 
     def _split(self, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """LM log probabilities ``(N, V_lm)`` -> ``(labels (N, V - 1), eos (N,))``."""
@@ -102,17 +114,25 @@ class NeuralLMScorer(LabelScorer):
         if rows.numel() == 0:
             return state
         h, c = state["lstm"]
-        log_probs, (h_new, c_new) = self.model.step(self.ids[labels.index_select(0, rows)],
-                                                    (h.index_select(1, rows), c.index_select(1, rows)))
+        log_probs, (h_new, c_new) = self.model.step(
+            self.ids[labels.index_select(0, rows)],
+            (h.index_select(1, rows), c.index_select(1, rows)),
+        )
         new_labels, new_eos = self._split(log_probs)
         h, c = h.index_copy(1, rows, h_new), c.index_copy(1, rows, c_new)
-        return {"lstm": (h, c), "log_probs": state["log_probs"].index_copy(0, rows, new_labels),
-                "eos": state["eos"].index_copy(0, rows, new_eos)}
+        return {
+            "lstm": (h, c),
+            "log_probs": state["log_probs"].index_copy(0, rows, new_labels),
+            "eos": state["eos"].index_copy(0, rows, new_eos),
+        }
 
     @torch.no_grad()
     def sequence_log_prob(self, labels):
-        targets = self.ids[torch.tensor([labels], dtype=torch.long, device=self.ids.device)] if labels else \
-            torch.zeros(1, 0, dtype=torch.long, device=self.ids.device)
+        targets = (
+            self.ids[torch.tensor([labels], dtype=torch.long, device=self.ids.device)]
+            if labels
+            else torch.zeros(1, 0, dtype=torch.long, device=self.ids.device)
+        )
         lens = torch.tensor([len(labels)], device=self.ids.device)
         return float(self.model.sequence_log_probs(targets, lens)[0])
 
@@ -155,14 +175,16 @@ class ArpaLMScorer(LabelScorer):
         histories = list(state["history"])
         for row in emitted.nonzero().flatten().tolist():
             extended = histories[row] + (self.words[int(labels[row]) - 1],)
-            histories[row] = extended[len(extended) - keep:] if keep > 0 else ()
+            histories[row] = extended[len(extended) - keep :] if keep > 0 else ()
         return self._state(histories, state["log_probs"].device)
 
     def sequence_log_prob(self, labels):
         return self.arpa.sentence_log_prob([self.arpa.words[self.words[v - 1]] for v in labels])
 
 
-def load_language_model(path: str | Path, tokens: list[str], device: str | torch.device = "cpu") -> LabelScorer:
+def load_language_model(
+    path: str | Path, tokens: list[str], device: str | torch.device = "cpu"
+) -> LabelScorer:
     """A :class:`LabelScorer` from ``path``: an LM experiment directory of ``cbasr-train-lm``
     (its ``checkpoints/best.pt``), a ``.pt`` checkpoint of one, or an ARPA file (``.gz`` too).
 
@@ -175,7 +197,9 @@ def load_language_model(path: str | Path, tokens: list[str], device: str | torch
     if path.is_dir():
         path = path / "checkpoints" / "best.pt"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: has this language model been trained (cbasr-train-lm)?")
+            raise FileNotFoundError(
+                f"{path} not found: has this language model been trained (cbasr-train-lm)?"
+            )
     if not path.exists():
         raise FileNotFoundError(f"{path}: language model not found")
     if path.suffix == ".pt":

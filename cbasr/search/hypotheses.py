@@ -56,13 +56,17 @@ class BeamSearchOptions:
 
     def __post_init__(self):
         if self.beam is not None and self.beam < 1:
-            raise ValueError(f"beam must be >= 1 (or None for an exhaustive search), got {self.beam}")
+            raise ValueError(
+                f"beam must be >= 1 (or None for an exhaustive search), got {self.beam}"
+            )
         if self.nbest is not None and self.nbest < 1:
             raise ValueError(f"nbest must be >= 1 (or None for the whole beam), got {self.nbest}")
         if self.max_symbols is not None and self.max_symbols < 1:
             raise ValueError(f"max_symbols must be >= 1, got {self.max_symbols}")
         if self.cb_search not in CB_SEARCHES:
-            raise ValueError(f"cb_search must be one of {', '.join(CB_SEARCHES)}, got {self.cb_search!r}")
+            raise ValueError(
+                f"cb_search must be one of {', '.join(CB_SEARCHES)}, got {self.cb_search!r}"
+            )
         if self.am_weight <= 0:
             raise ValueError(f"am_weight (lambda_1) must be positive, got {self.am_weight}")
 

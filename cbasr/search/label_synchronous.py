@@ -76,7 +76,9 @@ class _FrameScorer:
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
 
-    def labels(self, utt: torch.Tensor, prev: torch.Tensor, lstm: tuple[torch.Tensor, torch.Tensor]):
+    def labels(
+        self, utt: torch.Tensor, prev: torch.Tensor, lstm: tuple[torch.Tensor, torch.Tensor]
+    ):
         """For each row ``n`` (of utterance ``utt[n]``, previous label ``prev[n]``, LSTM state
         ``lstm``) and each frame ``t``: the label distribution if the next label is emitted at
         ``t``, and the LSTM state that emission leaves.
@@ -88,12 +90,19 @@ class _FrameScorer:
         hx, cx = lstm  # (layers, N, H)
         embedded = d.dropout(d.embedding(prev))  # (N, E)
         row_gates = F.linear(embedded, self.w_embed) + F.linear(hx[0], rnn.weight_hh_l0)  # (N, 4H)
-        x, c = self._cell(self.frame_gates.index_select(0, utt) + row_gates[:, None], cx[0][:, None])
+        x, c = self._cell(
+            self.frame_gates.index_select(0, utt) + row_gates[:, None], cx[0][:, None]
+        )
         hs, cs = [x], [c]
         for layer in range(1, d.num_layers):
-            gates = (F.linear(x, getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"bias_ih_l{layer}"))
-                     + F.linear(hx[layer], getattr(rnn, f"weight_hh_l{layer}"),
-                                getattr(rnn, f"bias_hh_l{layer}"))[:, None])  # (N, T, 4H)
+            gates = (
+                F.linear(x, getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"bias_ih_l{layer}"))
+                + F.linear(
+                    hx[layer],
+                    getattr(rnn, f"weight_hh_l{layer}"),
+                    getattr(rnn, f"bias_hh_l{layer}"),
+                )[:, None]
+            )  # (N, T, 4H)
             x, c = self._cell(gates, cx[layer][:, None])
             hs.append(x), cs.append(c)
         return d.out(x).log_softmax(dim=-1), x, (torch.stack(hs), torch.stack(cs))
@@ -107,8 +116,9 @@ class _FrameScorer:
         return d.emission_out(hidden).squeeze(-1)
 
 
-def _upper_bounds(best: torch.Tensor, labels: torch.Tensor, remaining: torch.Tensor,
-                  options: BeamSearchOptions) -> torch.Tensor:
+def _upper_bounds(
+    best: torch.Tensor, labels: torch.Tensor, remaining: torch.Tensor, options: BeamSearchOptions
+) -> torch.Tensor:
     """The most a live row's descendants can score when they end: ``best (N,)`` its current
     fused score (an upper bound on any of its completions but for the label bonus), ``labels
     (N,)`` its prefix length, ``remaining (N,)`` how many labels it can still emit (>= 1)."""
@@ -120,14 +130,21 @@ def _upper_bounds(best: torch.Tensor, labels: torch.Tensor, remaining: torch.Ten
     return bound
 
 
-def _final_score(am: float, fused: float, eos: float, length: int, options: BeamSearchOptions) -> float:
+def _final_score(
+    am: float, fused: float, eos: float, length: int, options: BeamSearchOptions
+) -> float:
     score = options.am_weight * am + fused + options.lm_weight * eos
     return score / max(length, 1) if options.length_norm else score
 
 
 @torch.no_grad()
-def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: torch.Tensor,
-                         options: BeamSearchOptions, lm: LabelScorer | None = None) -> list[list[Hypothesis]]:
+def cb_label_beam_search(
+    decoder: AutoregressiveDecoder,
+    h: torch.Tensor,
+    lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+) -> list[list[Hypothesis]]:
     """Label-synchronous beam search (module docstring).
 
     Args:
@@ -140,7 +157,9 @@ def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: 
         Per utterance, its hypotheses best first (``options.nbest`` of them).
     """
     if not isinstance(decoder, AutoregressiveDecoder):
-        raise TypeError(f"label-synchronous search needs an autoregressive decoder, got {type(decoder).__name__}")
+        raise TypeError(
+            f"label-synchronous search needs an autoregressive decoder, got {type(decoder).__name__}"
+        )
     if options.ilm_weight != 0:
         raise ValueError("ilm_weight (HAT eq. 9's lambda_2) applies to HAT models only")
     B, T = h.shape[0], h.shape[1]
@@ -161,7 +180,9 @@ def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: 
     scores.am.zero_()
     prefixes: list = [()] * B
     lm_state = lm.begin(B, device) if lm is not None else None
-    ended: list[dict[tuple, list]] = [{} for _ in range(B)]  # prefix -> [[am scores], fused, eos, lm]
+    ended: list[dict[tuple, list]] = [
+        {} for _ in range(B)
+    ]  # prefix -> [[am scores], fused, eos, lm]
     best_ended = torch.full((B,), _NEG_INF, dtype=dtype, device=device)
     for _ in range(T + 1):  # each step emits on a later frame: T + 1 steps end every row
         alive = torch.isfinite(scores.am)
@@ -169,7 +190,9 @@ def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: 
             break
         row_lens = lens.index_select(0, utt)  # (N,)
         # the frames each row may emit at next: after its last emission, inside the utterance
-        open_ = (frames[None] > last[:, None]) & (frames[None] < row_lens[:, None]) & alive[:, None]  # (N, T)
+        open_ = (
+            (frames[None] > last[:, None]) & (frames[None] < row_lens[:, None]) & alive[:, None]
+        )  # (N, T)
         a = scorer.emissions(utt, s).to(dtype)  # (N, T)
         stay = F.logsigmoid(-a).masked_fill(~open_, 0.0)
         through = stay.cumsum(dim=1)  # sum of log P(B_u = 0) over open frames u <= t
@@ -177,33 +200,46 @@ def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: 
         # the most any pattern of the open frames after t can add: sum of max(log P(B_u = 0),
         # log P(B_u = 1)), label terms being <= 0
         best_frame = torch.maximum(F.logsigmoid(a), F.logsigmoid(-a)).masked_fill(~open_, 0.0)
-        future = best_frame.sum(dim=1, keepdim=True) - best_frame.cumsum(dim=1)  # (N, T): frames after t
+        future = best_frame.sum(dim=1, keepdim=True) - best_frame.cumsum(
+            dim=1
+        )  # (N, T): frames after t
         # ending here: no emission on any open frame
         end_am = scores.am + through[:, -1]
         eos = lm_state["eos"].to(dtype) if lm is not None else torch.zeros_like(end_am)
         for r in alive.nonzero().flatten().tolist():
             b = r // width
-            entry = ended[b].setdefault(prefixes[r], [[], float(scores.fused[r]), float(eos[r]),
-                                                      float(scores.lm[r])])
+            entry = ended[b].setdefault(
+                prefixes[r], [[], float(scores.fused[r]), float(eos[r]), float(scores.lm[r])]
+            )
             entry[0].append(float(end_am[r]))
             final = _final_score(float(end_am[r]), entry[1], entry[2], len(prefixes[r]), options)
             best_ended[b] = max(float(best_ended[b]), final)
         # every next (frame, label)
-        label_lp, top, (hx, cx) = scorer.labels(utt, prev, lstm)  # (N, T, V - 1), (N, T, H), (layers, N, T, H)
+        label_lp, top, (hx, cx) = scorer.labels(
+            utt, prev, lstm
+        )  # (N, T, V - 1), (N, T, H), (layers, N, T, H)
         V1 = label_lp.shape[-1]
         emit_am = scores.am[:, None] + gap + F.logsigmoid(a)  # (N, T)
-        cand_am = (emit_am[:, :, None] + label_lp.to(dtype)).masked_fill(~open_[:, :, None], _NEG_INF)
+        cand_am = (emit_am[:, :, None] + label_lp.to(dtype)).masked_fill(
+            ~open_[:, :, None], _NEG_INF
+        )
         lm_lp = lm_state["log_probs"].to(dtype) if lm is not None else None
         extend = fused_extensions(scores.fused, options, V1, lm_lp)  # (N, V - 1)
         # ranked with the frames still to cover, so that hypotheses ending at different frames
         # compare fairly
-        total = options.am_weight * (cand_am + future[:, :, None]) + extend[:, None, :]  # (N, T, V - 1)
+        total = (
+            options.am_weight * (cand_am + future[:, :, None]) + extend[:, None, :]
+        )  # (N, T, V - 1)
         # stop the utterances whose best ended hypothesis no live descendant can beat
         if options.beam is not None:
             remaining = (row_lens - 1 - last).clamp(min=1)
             reach = options.am_weight * (scores.am + best_frame.sum(dim=1)) + scores.fused
-            bound = _upper_bounds(reach, torch.tensor([len(p) if p is not None else 0 for p in prefixes],
-                                                      device=device), remaining, options)
+            bound = _upper_bounds(
+                reach,
+                torch.tensor([len(p) if p is not None else 0 for p in prefixes], device=device),
+                remaining,
+                options,
+            )
             bound = bound.masked_fill(~open_.any(dim=1), _NEG_INF).view(B, width).max(dim=1).values
             finished = best_ended >= bound  # (B,)
             total = total.masked_fill(finished[utt][:, None, None], _NEG_INF)
@@ -229,8 +265,14 @@ def cb_label_beam_search(decoder: AutoregressiveDecoder, h: torch.Tensor, lens: 
         hyps = []
         for prefix, (ams, fused, end, lm_score) in ended[b].items():
             am = torch.logsumexp(torch.tensor(ams, dtype=torch.float64), dim=0).item()
-            hyps.append(Hypothesis(list(prefix), _final_score(am, fused, end, len(prefix), options), am,
-                                   lm_score + end))
+            hyps.append(
+                Hypothesis(
+                    list(prefix),
+                    _final_score(am, fused, end, len(prefix), options),
+                    am,
+                    lm_score + end,
+                )
+            )
         hyps.sort(key=lambda x: x.score, reverse=True)
         out.append(hyps if options.nbest is None else hyps[: options.nbest])
     return out

@@ -39,19 +39,32 @@ def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> 
     family = search_family(model)
     if options.cb_search != "auto" and family != "cb":
         raise ValueError(f"--cb-search applies to CB models only; this is a {family} model")
-    if family == "cb" and cb_search_kind(model, options) == "label" and model.decoder.order != "history":
-        raise ValueError("--cb-search label needs an autoregressive decoder; the frame-synchronous search is "
-                         f"exact for this one ({type(model.decoder).__name__}, order {model.decoder.order})")
+    if (
+        family == "cb"
+        and cb_search_kind(model, options) == "label"
+        and model.decoder.order != "history"
+    ):
+        raise ValueError(
+            "--cb-search label needs an autoregressive decoder; the frame-synchronous search is "
+            f"exact for this one ({type(model.decoder).__name__}, order {model.decoder.order})"
+        )
     if options.ilm_weight != 0 and not (family == "transducer" and model.criterion == "hat"):
-        raise ValueError(f"--ilm-weight (HAT eq. 9's lambda_2) needs a HAT model; this is a {family} model"
-                         + (f" ({model.criterion})" if family == "transducer" else ""))
+        raise ValueError(
+            f"--ilm-weight (HAT eq. 9's lambda_2) needs a HAT model; this is a {family} model"
+            + (f" ({model.criterion})" if family == "transducer" else "")
+        )
     if options.lm_weight != 0 and lm is None:
         raise ValueError("--lm-weight is set but no language model is given (--lm)")
 
 
 @torch.no_grad()
-def beam_search(model, feats: torch.Tensor, feat_lens: torch.Tensor, options: BeamSearchOptions,
-                lm: LabelScorer | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model,
+    feats: torch.Tensor,
+    feat_lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+) -> list[list[Hypothesis]]:
     """N-best hypotheses of each utterance.
 
     Args:

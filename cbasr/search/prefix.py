@@ -15,13 +15,23 @@ import torch
 
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
 
-__all__ = ["extension_pairs", "prefix_groups", "select", "PrefixScores", "fused_extensions", "next_scores",
-           "next_prefixes", "finalize"]
+__all__ = [
+    "extension_pairs",
+    "prefix_groups",
+    "select",
+    "PrefixScores",
+    "fused_extensions",
+    "next_scores",
+    "next_prefixes",
+    "finalize",
+]
 
 _NEG_INF = float("-inf")
 
 
-def extension_pairs(prefixes: list, batch: int, width: int) -> tuple[list[int], list[int], list[int]]:
+def extension_pairs(
+    prefixes: list, batch: int, width: int
+) -> tuple[list[int], list[int], list[int]]:
     """Rows whose prefix is another row's prefix extended by one label.
 
     Args:
@@ -93,8 +103,13 @@ class PrefixScores:
         self.ilm = torch.zeros(rows, dtype=dtype, device=device)
 
 
-def fused_extensions(fused: torch.Tensor, options: BeamSearchOptions, labels: int, lm_lp: torch.Tensor | None = None,
-                     ilm_lp: torch.Tensor | None = None) -> torch.Tensor:
+def fused_extensions(
+    fused: torch.Tensor,
+    options: BeamSearchOptions,
+    labels: int,
+    lm_lp: torch.Tensor | None = None,
+    ilm_lp: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The prefix-only score of every one-label extension of every row, ``(N, V - 1)``:
     ``fused + label_bonus + lm_weight * log P_LM(v | y) - ilm_weight * log P_ILM(v | y)``.
 
@@ -115,9 +130,16 @@ def _picked(values: torch.Tensor, parent: torch.Tensor, label_col: torch.Tensor)
     return values[parent].gather(1, label_col).squeeze(1)
 
 
-def next_scores(scores: PrefixScores, parent: torch.Tensor, emitted: torch.Tensor, label: torch.Tensor,
-                am: torch.Tensor, extend: torch.Tensor, lm_lp: torch.Tensor | None = None,
-                ilm_lp: torch.Tensor | None = None) -> PrefixScores:
+def next_scores(
+    scores: PrefixScores,
+    parent: torch.Tensor,
+    emitted: torch.Tensor,
+    label: torch.Tensor,
+    am: torch.Tensor,
+    extend: torch.Tensor,
+    lm_lp: torch.Tensor | None = None,
+    ilm_lp: torch.Tensor | None = None,
+) -> PrefixScores:
     """The scores of the kept candidates: each row continues row ``parent`` of ``scores``,
     extended by ``label`` where ``emitted``.
 
@@ -140,15 +162,28 @@ def next_scores(scores: PrefixScores, parent: torch.Tensor, emitted: torch.Tenso
     return new
 
 
-def next_prefixes(prefixes: list, parent: torch.Tensor, label: torch.Tensor, alive: torch.Tensor) -> list:
+def next_prefixes(
+    prefixes: list, parent: torch.Tensor, label: torch.Tensor, alive: torch.Tensor
+) -> list:
     """The kept candidates' label prefixes (host side, a few hundred tuples per frame): the
     parent's, extended by ``label`` where it is positive (0: no label); ``None`` where dead."""
-    return [None if not ok else (prefixes[p] + (v,) if v > 0 else prefixes[p])
-            for p, v, ok in zip(parent.tolist(), label.tolist(), alive.tolist())]
+    return [
+        None if not ok else (prefixes[p] + (v,) if v > 0 else prefixes[p])
+        for p, v, ok in zip(parent.tolist(), label.tolist(), alive.tolist())
+    ]
 
 
-def finalize(prefixes: list, am: torch.Tensor, fused: torch.Tensor, lm: torch.Tensor, ilm: torch.Tensor,
-             eos: torch.Tensor | None, batch: int, width: int, options: BeamSearchOptions) -> list[list[Hypothesis]]:
+def finalize(
+    prefixes: list,
+    am: torch.Tensor,
+    fused: torch.Tensor,
+    lm: torch.Tensor,
+    ilm: torch.Tensor,
+    eos: torch.Tensor | None,
+    batch: int,
+    width: int,
+    options: BeamSearchOptions,
+) -> list[list[Hypothesis]]:
     """Final n-best lists: rows with equal prefixes summed (second-order CB keeps several rows
     per prefix), the LM's end of sentence added, length normalisation applied, best first.
 

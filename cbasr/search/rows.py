@@ -79,8 +79,15 @@ class DecoderRows:
         per_utterance: override :data:`PER_UTTERANCE_KEYS` (``()``: gather everything).
     """
 
-    def __init__(self, decoder, state: dict, batch: int, width: int,
-                 per_utterance: tuple[str, ...] | None = None, device=None):
+    def __init__(
+        self,
+        decoder,
+        state: dict,
+        batch: int,
+        width: int,
+        per_utterance: tuple[str, ...] | None = None,
+        device=None,
+    ):
         if per_utterance is None:
             per_utterance = PER_UTTERANCE_KEYS.get(type(decoder), ())
         self.decoder, self.batch, self.width = decoder, batch, 1
@@ -112,7 +119,10 @@ class DecoderRows:
         gathered from several snapshots with :func:`cat_rows` and the decoder's ``reorder``."""
         self.dynamic = dynamic
         if width != self.width:
-            rows = utterance_rows(self.batch, width, next(iter(self.static.values())).device) if self.static \
+            rows = (
+                utterance_rows(self.batch, width, next(iter(self.static.values())).device)
+                if self.static
                 else None
+            )
             self._expanded = {k: v.index_select(0, rows) for k, v in self.static.items()}
             self.width = width

@@ -38,7 +38,14 @@ import torch
 from cbasr.modules.decoders import TransducerDecoder
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
-from cbasr.search.prefix import PrefixScores, finalize, fused_extensions, next_prefixes, next_scores, select
+from cbasr.search.prefix import (
+    PrefixScores,
+    finalize,
+    fused_extensions,
+    next_prefixes,
+    next_scores,
+    select,
+)
 from cbasr.search.rows import DecoderRows, cat_rows, reorder_rows, utterance_rows
 
 __all__ = ["transducer_beam_search", "hat_internal_lm_step"]
@@ -72,7 +79,9 @@ class _Finished:
     def __init__(self, batch: int):
         self.entries: list[dict[tuple, list]] = [{} for _ in range(batch)]
 
-    def add(self, prefixes: list, am: list, fused: list, lm: list, ilm: list, width: int, offset: int) -> None:
+    def add(
+        self, prefixes: list, am: list, fused: list, lm: list, ilm: list, width: int, offset: int
+    ) -> None:
         for r, prefix in enumerate(prefixes):
             if prefix is None or am[r] == _NEG_INF:
                 continue
@@ -83,7 +92,9 @@ class _Finished:
             else:  # another alignment of the same prefix: the same state, probabilities add
                 entry[0] = _log_add(entry[0], am[r])
 
-    def totals(self, options: BeamSearchOptions, dtype, device) -> tuple[torch.Tensor, list[list[tuple]]]:
+    def totals(
+        self, options: BeamSearchOptions, dtype, device
+    ) -> tuple[torch.Tensor, list[list[tuple]]]:
         """``(B, M)`` ranking scores of the entries (``-inf`` padding) and their prefixes."""
         keys = [list(table) for table in self.entries]
         width = max(1, max(len(k) for k in keys))
@@ -94,7 +105,9 @@ class _Finished:
                 out[b, i] = options.am_weight * am + fused
         return out.to(dtype=dtype, device=device), keys
 
-    def best(self, options: BeamSearchOptions, dtype, device) -> tuple[list, PrefixScores, int, torch.Tensor]:
+    def best(
+        self, options: BeamSearchOptions, dtype, device
+    ) -> tuple[list, PrefixScores, int, torch.Tensor]:
         """The next beam: ``(prefixes, scores, width, source rows (B width,))`` of the best
         ``options.beam`` entries per utterance (dead rows where an utterance has fewer)."""
         total, keys = self.totals(options, dtype, device)
@@ -107,19 +120,28 @@ class _Finished:
                 columns.append(entry[:4] if entry is not None else [_NEG_INF, 0.0, 0.0, 0.0])
                 source.append(entry[4] if entry is not None else 0)
         scores = PrefixScores(0, dtype, device)
-        scores.am, scores.fused, scores.lm, scores.ilm = (torch.tensor(c, dtype=dtype, device=device)
-                                                         for c in zip(*columns))
+        scores.am, scores.fused, scores.lm, scores.ilm = (
+            torch.tensor(c, dtype=dtype, device=device) for c in zip(*columns)
+        )
         return prefixes, scores, width, torch.tensor(source, device=device)
 
     def keep(self, keys: list[list[tuple]], chosen: list[list[int]]) -> None:
         """Keep entry ``chosen[b]`` (positions in ``keys[b]``) of each utterance."""
-        self.entries = [{keys[b][i]: table[keys[b][i]] for i in chosen[b]} for b, table in enumerate(self.entries)]
+        self.entries = [
+            {keys[b][i]: table[keys[b][i]] for i in chosen[b]}
+            for b, table in enumerate(self.entries)
+        ]
 
 
 @torch.no_grad()
-def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: torch.Tensor,
-                           options: BeamSearchOptions, lm: LabelScorer | None = None,
-                           per_utterance: tuple[str, ...] | None = None) -> list[list[Hypothesis]]:
+def transducer_beam_search(
+    decoder: TransducerDecoder,
+    h: torch.Tensor,
+    lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+    per_utterance: tuple[str, ...] | None = None,
+) -> list[list[Hypothesis]]:
     """Beam search over an RNN-T or HAT decoder (module docstring).
 
     Args:
@@ -133,13 +155,17 @@ def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: to
         Per utterance, its hypotheses best first.
     """
     if not isinstance(decoder, TransducerDecoder):
-        raise TypeError(f"transducer_beam_search needs a transducer decoder, got {type(decoder).__name__}")
+        raise TypeError(
+            f"transducer_beam_search needs a transducer decoder, got {type(decoder).__name__}"
+        )
     if options.max_symbols is None:
         raise ValueError("transducer search needs options.max_symbols (labels per frame)")
     use_ilm = options.ilm_weight != 0
     if use_ilm and decoder.joint != "hat":
-        raise ValueError("ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
-                         "internal language model of that form")
+        raise ValueError(
+            "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
+            "internal language model of that form"
+        )
     B, T = h.shape[0], h.shape[1]
     if B == 0:
         return []
@@ -161,12 +187,21 @@ def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: to
             blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
             V1 = label_lp.shape[1]
             active = active_utt.index_select(0, utterance_rows(B, c_width, device))
-            blank_lp = torch.where(active, blank_lp.to(dtype), 0.0)  # a finished utterance stays put
+            blank_lp = torch.where(
+                active, blank_lp.to(dtype), 0.0
+            )  # a finished utterance stays put
             label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
             snapshots.append(rows.dynamic)
             lm_snapshots.append(c_lm)
-            finished.add(c_prefixes, (c_scores.am + blank_lp).tolist(), c_scores.fused.tolist(),
-                         c_scores.lm.tolist(), c_scores.ilm.tolist(), c_width, offset)
+            finished.add(
+                c_prefixes,
+                (c_scores.am + blank_lp).tolist(),
+                c_scores.fused.tolist(),
+                c_scores.lm.tolist(),
+                c_scores.ilm.tolist(),
+                c_width,
+                offset,
+            )
             offset += B * c_width
             if s == options.max_symbols:
                 break
@@ -176,11 +211,18 @@ def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: to
             ext_am = c_scores.am[:, None] + label_lp  # (N, V - 1)
             d_total, d_keys = finished.totals(options, dtype, device)  # (B, M)
             M = d_total.shape[1]
-            pool = torch.cat([d_total, (options.am_weight * ext_am + extend).view(B, c_width * V1)], dim=1)
+            pool = torch.cat(
+                [d_total, (options.am_weight * ext_am + extend).view(B, c_width * V1)], dim=1
+            )
             values, index, new_width = select(pool, options.beam)
             alive = torch.isfinite(values)  # (B, W)
-            finished.keep(d_keys, [[i for i, ok in zip(idx, live) if ok and i < M]
-                                   for idx, live in zip(index.tolist(), alive.tolist())])
+            finished.keep(
+                d_keys,
+                [
+                    [i for i, ok in zip(idx, live) if ok and i < M]
+                    for idx, live in zip(index.tolist(), alive.tolist())
+                ],
+            )
             is_ext = alive & (index >= M)
             if not bool(is_ext.any()):
                 break
@@ -188,7 +230,12 @@ def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: to
             parent = ((torch.arange(B, device=device) * c_width)[:, None] + flat // V1).flatten()
             label = (flat % V1 + 1).flatten()
             emitted = is_ext.flatten()
-            am = ext_am[parent].gather(1, (label - 1)[:, None]).squeeze(1).masked_fill(~emitted, _NEG_INF)
+            am = (
+                ext_am[parent]
+                .gather(1, (label - 1)[:, None])
+                .squeeze(1)
+                .masked_fill(~emitted, _NEG_INF)
+            )
             new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
             c_prefixes = next_prefixes(c_prefixes, parent, label, emitted)
             rows.reorder(parent, new_width)
@@ -202,4 +249,6 @@ def transducer_beam_search(decoder: TransducerDecoder, h: torch.Tensor, lens: to
         if lm is not None:
             lm_state = reorder_rows(cat_rows(lm_snapshots), source)
     eos = lm_state["eos"].to(dtype) if lm is not None else None
-    return finalize(prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options)
+    return finalize(
+        prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
+    )

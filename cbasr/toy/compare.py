@@ -41,8 +41,9 @@ def _targets(learner, batch) -> dict[str, torch.Tensor]:
     log_prior = PoissonBinomial(emit, batch.lengths).log_prob(batch.total)
     full = flat_gradient(-objective, learner, retain_graph=True)
     rewards_only = flat_gradient(-(objective - log_prior), learner)
-    marginal = flat_gradient(cb_marginal_nll(emit, label_rewards(learner, batch), batch.lengths, batch.total),
-                             learner)
+    marginal = flat_gradient(
+        cb_marginal_nll(emit, label_rewards(learner, batch), batch.lengths, batch.total), learner
+    )
     return {"full": full, "forced_suffix": rewards_only, "mc": marginal}
 
 

@@ -26,17 +26,38 @@ def test_average_last_and_best_then_decode(tone_data, tmp_path, capsys, restore_
     averaged = load_checkpoint(ckpts / "averaged.pt")["model"]
     e2, e3 = (load_checkpoint(ckpts / f"epoch-{n}.pt")["model"] for n in (2, 3))
     for key, value in averaged.items():
-        expected = ((e2[key].double() + e3[key].double()) / 2).to(value.dtype) if value.is_floating_point() else e3[key]
+        expected = (
+            ((e2[key].double() + e3[key].double()) / 2).to(value.dtype)
+            if value.is_floating_point()
+            else e3[key]
+        )
         assert torch.equal(value, expected), key
     assert not torch.equal(averaged["encoder.rnn.weight_ih_l0"], e3["encoder.rnn.weight_ih_l0"])
 
-    decode.main(["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
-                 str(tone_data / "fbank"), "--splits", "dev", "--checkpoint", "averaged"])
+    decode.main(
+        [
+            "--exp-dir",
+            str(exp),
+            "--manifest-dir",
+            str(tone_data / "corpus"),
+            "--feature-dir",
+            str(tone_data / "fbank"),
+            "--splits",
+            "dev",
+            "--checkpoint",
+            "averaged",
+        ]
+    )
     assert json.loads((exp / "decode/dev/decode.json").read_text())["checkpoint"] == "averaged"
     assert len((exp / "decode/dev/hyp.trn").read_text().splitlines()) == 16
 
-    average.main(["--exp-dir", str(exp), "--best", "1", "--name", "best1"])  # the mean of one: best.pt
-    best, best1 = load_checkpoint(ckpts / "best.pt")["model"], load_checkpoint(ckpts / "best1.pt")["model"]
+    average.main(
+        ["--exp-dir", str(exp), "--best", "1", "--name", "best1"]
+    )  # the mean of one: best.pt
+    best, best1 = (
+        load_checkpoint(ckpts / "best.pt")["model"],
+        load_checkpoint(ckpts / "best1.pt")["model"],
+    )
     assert all(torch.equal(best[k], best1[k]) for k in best)
 
     capsys.readouterr()

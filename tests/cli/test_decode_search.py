@@ -11,20 +11,43 @@ from tests.engines.fake_experiment import make_experiment
 
 
 def _args(exp, tone_data, *extra):
-    return ["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
-            str(tone_data / "fbank"), "--splits", "dev", "--num-threads", "1", *extra]
+    return [
+        "--exp-dir",
+        str(exp),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        "dev",
+        "--num-threads",
+        "1",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--lm", "x.arpa"], "--lm need a beam search: add --beam N"),
-    (["--ilm-weight", "0.5", "--length-norm"], "--ilm-weight, --length-norm need a beam search"),
-    (["--beam", "-1"], "--beam must be 0 \\(greedy\\) or a beam width >= 1"),
-    (["--beam", "2", "--lm-weight", "0.3"], "--lm-weight needs --lm"),
-    (["--beam", "2", "--ilm-weight", "0.3"], "--ilm-weight .* needs a HAT model; this is a cb model"),
-    (["--beam", "2", "--am-weight", "0"], "am_weight \\(lambda_1\\) must be positive"),
-    (["--cb-search", "frame"], "--cb-search need a beam search"),
-    (["--beam", "2", "--cb-search", "label"], "--cb-search label needs an autoregressive decoder"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--lm", "x.arpa"], "--lm need a beam search: add --beam N"),
+        (
+            ["--ilm-weight", "0.5", "--length-norm"],
+            "--ilm-weight, --length-norm need a beam search",
+        ),
+        (["--beam", "-1"], "--beam must be 0 \\(greedy\\) or a beam width >= 1"),
+        (["--beam", "2", "--lm-weight", "0.3"], "--lm-weight needs --lm"),
+        (
+            ["--beam", "2", "--ilm-weight", "0.3"],
+            "--ilm-weight .* needs a HAT model; this is a cb model",
+        ),
+        (["--beam", "2", "--am-weight", "0"], "am_weight \\(lambda_1\\) must be positive"),
+        (["--cb-search", "frame"], "--cb-search need a beam search"),
+        (
+            ["--beam", "2", "--cb-search", "label"],
+            "--cb-search label needs an autoregressive decoder",
+        ),
+    ],
+)
 def test_options_that_do_not_apply_are_named(tone_data, tmp_path, capsys, extra, message):
     exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
     with pytest.raises(SystemExit) as error:
@@ -34,10 +57,36 @@ def test_options_that_do_not_apply_are_named(tone_data, tmp_path, capsys, extra,
 
 def test_hat_weights_reach_decode_json_and_name_the_directory(tone_data, tmp_path):
     exp = make_experiment(tmp_path / "exp", tone_data, "hat", "hat")
-    decode.main(_args(exp, tone_data, "--beam", "3", "--am-weight", "2.5", "--ilm-weight", "0.9", "--max-symbols", "2"))
+    decode.main(
+        _args(
+            exp,
+            tone_data,
+            "--beam",
+            "3",
+            "--am-weight",
+            "2.5",
+            "--ilm-weight",
+            "0.9",
+            "--max-symbols",
+            "2",
+        )
+    )
     info = json.loads((exp / "decode/dev_beam3_am2.5_ilm0.9/decode.json").read_text())
-    assert info["settings"] == {"search": "beam", "beam": 3, "nbest": 1, "am_weight": 2.5, "lm_weight": 0.0,
-                                "ilm_weight": 0.9, "label_bonus": 0.0, "length_norm": False, "max_symbols": 2,
-                                "cb_search": "auto", "lm": None}
+    assert info["settings"] == {
+        "search": "beam",
+        "beam": 3,
+        "nbest": 1,
+        "am_weight": 2.5,
+        "lm_weight": 0.0,
+        "ilm_weight": 0.9,
+        "label_bonus": 0.0,
+        "length_norm": False,
+        "max_symbols": 2,
+        "cb_search": "auto",
+        "lm": None,
+    }
     decode.main(_args(exp, tone_data, "--beam", "3", "--tag", "mine"))
-    assert json.loads((exp / "decode/dev_mine/decode.json").read_text())["settings"]["max_symbols"] == 3
+    assert (
+        json.loads((exp / "decode/dev_mine/decode.json").read_text())["settings"]["max_symbols"]
+        == 3
+    )

@@ -12,19 +12,37 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_readme_table_is_the_generated_one():
     text = README.read_text()
-    shown = re.search(r"<!-- cbasr-models table -->\n(.*?)<!-- end of table -->", text, re.S).group(1)
+    shown = re.search(r"<!-- cbasr-models table -->\n(.*?)<!-- end of table -->", text, re.S).group(
+        1
+    )
     assert shown == models.compatibility_table()
 
 
 def test_table_marks_the_allowed_pairs():
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-2]]
-            for line in models.compatibility_table().splitlines()[2:]}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-2]]
+        for line in models.compatibility_table().splitlines()[2:]
+    }
     losses = models.presets("loss")
-    allowed = {name: [losses[i] for i, mark in enumerate(marks) if mark] for name, marks in rows.items()}
-    assert allowed["pointwise"] == ["cb_marginal", "cb_mc", "cb_reinforce", "cb_reinforce_idb", "cb_reinforce_mbb",
-                                    "ctc", "forced_suffix"]
+    allowed = {
+        name: [losses[i] for i, mark in enumerate(marks) if mark] for name, marks in rows.items()
+    }
+    assert allowed["pointwise"] == [
+        "cb_marginal",
+        "cb_mc",
+        "cb_reinforce",
+        "cb_reinforce_idb",
+        "cb_reinforce_mbb",
+        "ctc",
+        "forced_suffix",
+    ]
     # no MBB: not memoryless (the default estimator falls back to ID-checking)
-    assert allowed["autoregressive"] == ["cb_mc", "cb_reinforce", "cb_reinforce_idb", "forced_suffix"]
+    assert allowed["autoregressive"] == [
+        "cb_mc",
+        "cb_reinforce",
+        "cb_reinforce_idb",
+        "forced_suffix",
+    ]
     assert allowed["autoregressive_luo"] == ["forced_suffix"]
     assert allowed["hat"] == ["hat"] and allowed["transducer"] == ["rnnt"]
     assert allowed["monotonic_variable"] == ["cb_marginal"]
@@ -40,5 +58,8 @@ def test_params_counts_a_composition(capsys):
 
 
 def test_incompatible_pair_names_the_supported_losses():
-    with pytest.raises(ValueError, match=r"cannot train decoder 'transducer' \(joint=hat.*trains with losses \['hat'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot train decoder 'transducer' \(joint=hat.*trains with losses \['hat'\]",
+    ):
         models.main(["params", "decoder=hat", "loss=ctc"])

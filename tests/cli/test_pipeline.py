@@ -15,10 +15,21 @@ BIN = Path(sys.executable).parent
 
 
 def _train_cli(tone_data, exp, *overrides):
-    cmd = [str(BIN / "cbasr-train"), f"exp_dir={exp}", f"data.manifest_dir={tone_data / 'corpus'}",
-           f"data.feature_dir={tone_data / 'fbank'}", f"data.vocab={tone_data / 'lang/phones.txt'}",
-           "encoder.hidden=24", "encoder.num_layers=1", "data.max_frames=1200", "optim.lr=5e-3", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    cmd = [
+        str(BIN / "cbasr-train"),
+        f"exp_dir={exp}",
+        f"data.manifest_dir={tone_data / 'corpus'}",
+        f"data.feature_dir={tone_data / 'fbank'}",
+        f"data.vocab={tone_data / 'lang/phones.txt'}",
+        "encoder.hidden=24",
+        "encoder.num_layers=1",
+        "data.max_frames=1200",
+        "optim.lr=5e-3",
+        *overrides,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
+    )
 
 
 def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
@@ -41,8 +52,17 @@ def trained(tone_data, tmp_path_factory):
 def test_train_decode_score_results(tone_data, trained, capsys):
     resolved = (trained / ".hydra/config.yaml").read_text()
     assert "hidden: 24" in resolved and "max_epochs: 10" in resolved
-    args = ["--exp-dir", str(trained), "--manifest-dir", str(tone_data / "corpus"),
-            "--feature-dir", str(tone_data / "fbank"), "--splits", "dev", "test"]
+    args = [
+        "--exp-dir",
+        str(trained),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        "dev",
+        "test",
+    ]
     decode.main(args)
     stamp = (trained / "decode/dev/hyp.trn").stat().st_mtime_ns
     decode.main(args)  # up to date: skipped
@@ -52,7 +72,10 @@ def test_train_decode_score_results(tone_data, trained, capsys):
         s = json.loads((trained / f"decode/{split}/score.json").read_text())
         assert s["utts"] == 16 and s["skipped"] == 0 and s["error_rate"] < 20.0
         refs = (trained / f"decode/{split}/ref.trn").read_text().splitlines()
-        corpus = [json.loads(line) for line in (tone_data / f"corpus/{split}.jsonl").read_text().splitlines()]
+        corpus = [
+            json.loads(line)
+            for line in (tone_data / f"corpus/{split}.jsonl").read_text().splitlines()
+        ]
         assert refs == [f"{' '.join(r['phones'])} ({r['id']})" for r in corpus]
     capsys.readouterr()
     results.main([str(trained)])
@@ -61,14 +84,27 @@ def test_train_decode_score_results(tone_data, trained, capsys):
 
 
 def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, tmp_path):
-    corpus = [json.loads(line) for line in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    corpus = [
+        json.loads(line) for line in (tone_data / "corpus/dev.jsonl").read_text().splitlines()
+    ]
     corpus.append({**corpus[0], "id": "ghost", "audio": "wav/dev/ghost.wav"})
     (tmp_path / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
     (tmp_path / "dev").symlink_to(tone_data / "fbank/dev")
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
-    decode.main(["--exp-dir", str(exp), "--manifest-dir", str(tmp_path), "--feature-dir", str(tmp_path),
-                 "--splits", "dev", "--force"])
+    decode.main(
+        [
+            "--exp-dir",
+            str(exp),
+            "--manifest-dir",
+            str(tmp_path),
+            "--feature-dir",
+            str(tmp_path),
+            "--splits",
+            "dev",
+            "--force",
+        ]
+    )
     score.main(["--exp-dir", str(exp), "--splits", "dev"])
     s = json.loads((exp / "decode/dev/score.json").read_text())
     assert (s["utts"], s["skipped"]) == (16, 1)
@@ -86,22 +122,55 @@ def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_
 
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
-    (tmp_path / "uniform.arpa").write_text("\\data\\\nngram 1=7\n\n\\1-grams:\n-0.778 </s>\n-99 <s>\n" +
-                                           "".join(f"-0.778 {t}\n" for t in "abcde") + "\n\\end\\\n")
-    args = ["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
-            str(tone_data / "fbank"), "--splits", "dev", "--num-threads", "1"]
+    (tmp_path / "uniform.arpa").write_text(
+        "\\data\\\nngram 1=7\n\n\\1-grams:\n-0.778 </s>\n-99 <s>\n"
+        + "".join(f"-0.778 {t}\n" for t in "abcde")
+        + "\n\\end\\\n"
+    )
+    args = [
+        "--exp-dir",
+        str(exp),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        "dev",
+        "--num-threads",
+        "1",
+    ]
     decode.main(args + ["--force"])
     decode.main(args + ["--beam", "4"])
-    decode.main(args + ["--beam", "4", "--lm", str(tmp_path / "uniform.arpa"), "--lm-weight", "0.2"])
+    decode.main(
+        args + ["--beam", "4", "--lm", str(tmp_path / "uniform.arpa"), "--lm-weight", "0.2"]
+    )
     for tag in (None, "beam4", "beam4_lm0.2"):
         score.main(["--exp-dir", str(exp), "--splits", "dev"] + (["--tag", tag] if tag else []))
-    rates = {d: json.loads((exp / f"decode/{d}/score.json").read_text())["error_rate"]
-             for d in ("dev", "dev_beam4", "dev_beam4_lm0.2")}
-    assert rates["dev_beam4"] <= rates["dev"] + 2.0 and rates["dev_beam4_lm0.2"] <= rates["dev"] + 5.0, rates
+    rates = {
+        d: json.loads((exp / f"decode/{d}/score.json").read_text())["error_rate"]
+        for d in ("dev", "dev_beam4", "dev_beam4_lm0.2")
+    }
+    assert (
+        rates["dev_beam4"] <= rates["dev"] + 2.0 and rates["dev_beam4_lm0.2"] <= rates["dev"] + 5.0
+    ), rates
     assert "Eval:" in (exp / "decode/dev_beam4/errors.pra").read_text()
     capsys.readouterr()
-    compare.main([str(exp), "--decodes", "dev", "dev_beam4", "dev_beam4_lm0.2", "--pair", "exp:dev", "exp:dev_beam4",
-                  "--bootstrap", "200", "--paired-bootstrap", "500"])
+    compare.main(
+        [
+            str(exp),
+            "--decodes",
+            "dev",
+            "dev_beam4",
+            "dev_beam4_lm0.2",
+            "--pair",
+            "exp:dev",
+            "exp:dev_beam4",
+            "--bootstrap",
+            "200",
+            "--paired-bootstrap",
+            "500",
+        ]
+    )
     table = capsys.readouterr().out
     assert "| exp:dev_beam4_lm0.2 |" in table and "beam 4, lm 0.2 (uniform.arpa)" in table
     assert "| exp:dev | exp:dev_beam4 | 16 |" in table

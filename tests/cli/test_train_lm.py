@@ -13,11 +13,24 @@ BIN = Path(sys.executable).parent
 
 
 def _train_lm(tone_data, exp, *overrides):
-    cmd = [str(BIN / "cbasr-train-lm"), f"exp_dir={exp}", f"data.train={tone_data / 'corpus/train.jsonl'}",
-           f"data.valid={tone_data / 'corpus/dev.jsonl'}", f"data.vocab={tone_data / 'lang/phones.txt'}",
-           "lm.embed_dim=8", "lm.hidden=16", "lm.num_layers=1", "lm.dropout=0.0", "data.max_tokens=300",
-           "optim.lr=0.01", "trainer.num_threads=1", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    cmd = [
+        str(BIN / "cbasr-train-lm"),
+        f"exp_dir={exp}",
+        f"data.train={tone_data / 'corpus/train.jsonl'}",
+        f"data.valid={tone_data / 'corpus/dev.jsonl'}",
+        f"data.vocab={tone_data / 'lang/phones.txt'}",
+        "lm.embed_dim=8",
+        "lm.hidden=16",
+        "lm.num_layers=1",
+        "lm.dropout=0.0",
+        "data.max_tokens=300",
+        "optim.lr=0.01",
+        "trainer.num_threads=1",
+        *overrides,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +67,20 @@ def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
     from tests.engines.fake_experiment import make_experiment
 
     exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
-    args = ["--exp-dir", str(exp), "--manifest-dir", str(tone_data / "corpus"), "--feature-dir",
-            str(tone_data / "fbank"), "--splits", "dev", "--num-threads", "1", "--beam", "2"]
+    args = [
+        "--exp-dir",
+        str(exp),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        "dev",
+        "--num-threads",
+        "1",
+        "--beam",
+        "2",
+    ]
     decode.main(args + ["--lm", str(trained_lm), "--lm-weight", "0.4"])
     info = json.loads((exp / "decode/dev_beam2_lm0.4/decode.json").read_text())
     assert info["settings"]["lm"] == str(trained_lm) and info["settings"]["lm_weight"] == 0.4

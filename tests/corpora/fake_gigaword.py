@@ -3,15 +3,30 @@
 from pathlib import Path
 
 PAIRS = {
-    "train": [("australia 's current account deficit shrunk by a record #.## billion dollars -lrb- #.## "
-               "billion us -rrb- in the june quarter", "australian current account deficit narrows sharply"),
-              ("at least two people were killed in a suspected bomb attack on a passenger bus", "at least two dead in bus bomb"),
-              ("the dollar rose against the yen on friday", "dollar rises against yen"),
-              ("", "an empty article")],
-    "dev": [("oil prices fell sharply on monday after opec agreed to raise output", "oil prices fall"),
-            ("the <unk> company said profits rose", "company profits rise")],
-    "test": [("UNK", "UNK"), ("japan 's prime minister said on tuesday he would not resign",
-                              "japanese premier will not resign")],
+    "train": [
+        (
+            "australia 's current account deficit shrunk by a record #.## billion dollars -lrb- #.## "
+            "billion us -rrb- in the june quarter",
+            "australian current account deficit narrows sharply",
+        ),
+        (
+            "at least two people were killed in a suspected bomb attack on a passenger bus",
+            "at least two dead in bus bomb",
+        ),
+        ("the dollar rose against the yen on friday", "dollar rises against yen"),
+        ("", "an empty article"),
+    ],
+    "dev": [
+        ("oil prices fell sharply on monday after opec agreed to raise output", "oil prices fall"),
+        ("the <unk> company said profits rose", "company profits rise"),
+    ],
+    "test": [
+        ("UNK", "UNK"),
+        (
+            "japan 's prime minister said on tuesday he would not resign",
+            "japanese premier will not resign",
+        ),
+    ],
 }
 
 
@@ -22,9 +37,14 @@ def make_fake_gigaword(root: Path, layout: str = "org_data") -> Path:
         if layout == "org_data":
             paths = (root / "org_data" / f"{split}.src.txt", root / "org_data" / f"{split}.tgt.txt")
         else:
-            paths = {"train": ("sumdata/train/train.article.txt", "sumdata/train/train.title.txt"),
-                     "dev": ("sumdata/train/valid.article.filter.txt", "sumdata/train/valid.title.filter.txt"),
-                     "test": ("sumdata/Giga/input.txt", "sumdata/Giga/task1_ref0.txt")}[split]
+            paths = {
+                "train": ("sumdata/train/train.article.txt", "sumdata/train/train.title.txt"),
+                "dev": (
+                    "sumdata/train/valid.article.filter.txt",
+                    "sumdata/train/valid.title.filter.txt",
+                ),
+                "test": ("sumdata/Giga/input.txt", "sumdata/Giga/task1_ref0.txt"),
+            }[split]
             paths = tuple(root / p for p in paths)
         for path, text in zip(paths, (sources, targets)):
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,22 @@ SPEAKERS = [
     ("test", "dr2", "fpkt0", ["si1538", "sx8"]),  # core test
     ("test", "dr3", "mbwp0", ["si1531", "sx91"]),  # neither dev nor core test: left out
 ]
-SENTENCE = [("h#", None), ("sh", "she"), ("ix", "she"), ("hv", "had"), ("eh", "had"), ("dcl", "had"),
-            ("q", "your"), ("y", "your"), ("axr", "your"), ("pau", None), ("ao", "dark"), ("tcl", "dark"),
-            ("t", "dark"), ("h#", None)]
+SENTENCE = [
+    ("h#", None),
+    ("sh", "she"),
+    ("ix", "she"),
+    ("hv", "had"),
+    ("eh", "had"),
+    ("dcl", "had"),
+    ("q", "your"),
+    ("y", "your"),
+    ("axr", "your"),
+    ("pau", None),
+    ("ao", "dark"),
+    ("tcl", "dark"),
+    ("t", "dark"),
+    ("h#", None),
+]
 
 
 def _tone(phone: str, samples: int, rng) -> np.ndarray:
@@ -32,10 +45,12 @@ def _tone(phone: str, samples: int, rng) -> np.ndarray:
     return 0.3 * np.sin(2 * np.pi * freq * t) + 0.003 * rng.standard_normal(samples)
 
 
-def _utterance(rng, shift: int) -> tuple[np.ndarray, list[tuple[int, int, str]], list[tuple[int, int, str]]]:
+def _utterance(
+    rng, shift: int
+) -> tuple[np.ndarray, list[tuple[int, int, str]], list[tuple[int, int, str]]]:
     """Audio, ``.PHN`` and ``.WRD`` lines of one utterance (the sentence, rotated by ``shift``)."""
     body = SENTENCE[1:-1]
-    body = body[shift % len(body):] + body[: shift % len(body)]
+    body = body[shift % len(body) :] + body[: shift % len(body)]
     phones, start, pieces, words = [], 0, [], []
     for phone, word in [SENTENCE[0]] + body + [SENTENCE[-1]]:
         length = int(rng.integers(800, 1600))
@@ -52,11 +67,14 @@ def _utterance(rng, shift: int) -> tuple[np.ndarray, list[tuple[int, int, str]],
 
 def _write_sphere(path: Path, audio: np.ndarray, big_endian: bool) -> None:
     pcm = np.clip(audio * 32767, -32768, 32767).astype(">i2" if big_endian else "<i2")
-    path.write_bytes(write_sphere_header(len(pcm), RATE, "10" if big_endian else "01") + pcm.tobytes())
+    path.write_bytes(
+        write_sphere_header(len(pcm), RATE, "10" if big_endian else "01") + pcm.tobytes()
+    )
 
 
-def make_fake_timit(root: Path, upper: bool = True, truncate: str | None = "mrjm0/sx158",
-                    seed: int = 0) -> Path:
+def make_fake_timit(
+    root: Path, upper: bool = True, truncate: str | None = "mrjm0/sx158", seed: int = 0
+) -> Path:
     """Write the tree under ``root`` (``TIMIT/TRAIN/DR1/FCJF0/SA1.WAV`` or its lower-case form).
 
     ``truncate``: ``speaker/utterance`` whose audio is cut short of its header's sample count.
@@ -75,8 +93,12 @@ def make_fake_timit(root: Path, upper: bool = True, truncate: str | None = "mrjm
                 wav.with_name(wav.name + ".wav").write_bytes(b"RIFF")
             if f"{speaker}/{utt}" == truncate:
                 wav.write_bytes(wav.read_bytes()[: 1024 + 2000])
-            stem.with_name(stem.name + case(".phn")).write_text("".join(f"{b} {e} {p}\n" for b, e, p in phones))
-            stem.with_name(stem.name + case(".wrd")).write_text("".join(f"{b} {e} {w}\n" for b, e, w in words))
+            stem.with_name(stem.name + case(".phn")).write_text(
+                "".join(f"{b} {e} {p}\n" for b, e, p in phones)
+            )
+            stem.with_name(stem.name + case(".wrd")).write_text(
+                "".join(f"{b} {e} {w}\n" for b, e, w in words)
+            )
             text = " ".join(w for _, _, w in words).capitalize() + "."
             stem.with_name(stem.name + case(".txt")).write_text(f"0 {phones[-1][1]} {text}\n")
     return root / case("timit")

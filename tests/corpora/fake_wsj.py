@@ -11,27 +11,67 @@ from tests.corpora.shorten_writer import write_wv1
 
 # (index disc, index path, entry style, [(audio disc, path, utt, transcript)])
 ENTRIES = [
-    ("11-13.1", "wsj0/doc/indices/train/tr_s_wv1.ndx", "wsj0", [
-        ("11-2.1", "wsj0/si_tr_s/011", "011c0201", "The company\\'s I\\. B\\. M\\. unit [<door_slam] <and> "
-                                                   "%PERCENT --DASH ,COMMA ~ . [loud_breath]"),
-        ("11-2.1", "wsj0/si_tr_s/011", "011c0202", "Prices rose [um] point five .POINT percent"),
-        ("11-2.1", "wsj0/si_tr_s/401", "401c0201", "Speaker four oh one is left out of si84"),
-    ]),
-    ("13-34.1", "wsj1/doc/indices/si_tr_s.ndx", "wsj1", [
-        ("13-34.1", "wsj1/si_tr_s/46u", "46uc030b", "[door_slam] ~"),  # empty after normalisation
-        ("13-34.1", "wsj1/si_tr_s/4a0", "4a0c0201", "Stocks [noise/] fell [/noise] sharply"),
-    ]),
-    ("13-34.1", "wsj1/doc/indices/h1_p0.ndx", "wsj1", [
-        ("13-16.1", "wsj1/si_dt_20/4k0", "4k0c0301", "Analysts expect [cross_talk] more cuts"),
-        ("13-16.1", "wsj1/si_dt_20/4k0", "4k0c0302", "The dollar weakened"),
-    ]),
-    ("11-13.1", "wsj0/doc/indices/test/nvp/si_et_20.ndx", "eval92", [
-        ("11-14.1", "wsj0/si_et_20/440", "440c0401", "Bonds rallied [unintelligible] late"),
-        ("11-14.1", "wsj0/si_et_20/440", "440c0402", "Trading was light"),
-    ]),
-    ("13-32.1", "wsj1/doc/indices/wsj1/eval/h1_p0.ndx", "eval93", [
-        ("13-33.1", "wsj1/si_et_h1/wsj64k", "4kbc0401", "Banks lend more"),
-    ]),
+    (
+        "11-13.1",
+        "wsj0/doc/indices/train/tr_s_wv1.ndx",
+        "wsj0",
+        [
+            (
+                "11-2.1",
+                "wsj0/si_tr_s/011",
+                "011c0201",
+                "The company\\'s I\\. B\\. M\\. unit [<door_slam] <and> "
+                "%PERCENT --DASH ,COMMA ~ . [loud_breath]",
+            ),
+            (
+                "11-2.1",
+                "wsj0/si_tr_s/011",
+                "011c0202",
+                "Prices rose [um] point five .POINT percent",
+            ),
+            ("11-2.1", "wsj0/si_tr_s/401", "401c0201", "Speaker four oh one is left out of si84"),
+        ],
+    ),
+    (
+        "13-34.1",
+        "wsj1/doc/indices/si_tr_s.ndx",
+        "wsj1",
+        [
+            (
+                "13-34.1",
+                "wsj1/si_tr_s/46u",
+                "46uc030b",
+                "[door_slam] ~",
+            ),  # empty after normalisation
+            ("13-34.1", "wsj1/si_tr_s/4a0", "4a0c0201", "Stocks [noise/] fell [/noise] sharply"),
+        ],
+    ),
+    (
+        "13-34.1",
+        "wsj1/doc/indices/h1_p0.ndx",
+        "wsj1",
+        [
+            ("13-16.1", "wsj1/si_dt_20/4k0", "4k0c0301", "Analysts expect [cross_talk] more cuts"),
+            ("13-16.1", "wsj1/si_dt_20/4k0", "4k0c0302", "The dollar weakened"),
+        ],
+    ),
+    (
+        "11-13.1",
+        "wsj0/doc/indices/test/nvp/si_et_20.ndx",
+        "eval92",
+        [
+            ("11-14.1", "wsj0/si_et_20/440", "440c0401", "Bonds rallied [unintelligible] late"),
+            ("11-14.1", "wsj0/si_et_20/440", "440c0402", "Trading was light"),
+        ],
+    ),
+    (
+        "13-32.1",
+        "wsj1/doc/indices/wsj1/eval/h1_p0.ndx",
+        "eval93",
+        [
+            ("13-33.1", "wsj1/si_et_h1/wsj64k", "4kbc0401", "Banks lend more"),
+        ],
+    ),
 ]
 TRUNCATED = "4k0c0302"
 NORMALISED = {
@@ -64,12 +104,16 @@ def make_fake_wsj(root: Path, flat: bool = False, seed: int = 0) -> Path:
             lines.append(_entry_line(style, disc, folder, utt))
             audio_dir = place(disc, folder)
             audio_dir.mkdir(parents=True, exist_ok=True)
-            samples = np.concatenate([0.3 * np.sin(2 * np.pi * f * np.arange(2400) / 16000)
-                                      for f in rng.integers(200, 2000, size=8)])  # 1.2 s
+            samples = np.concatenate(
+                [
+                    0.3 * np.sin(2 * np.pi * f * np.arange(2400) / 16000)
+                    for f in rng.integers(200, 2000, size=8)
+                ]
+            )  # 1.2 s
             wav = audio_dir / f"{utt}.wv1"
             write_wv1(wav, samples + 0.002 * rng.standard_normal(samples.size))
             if utt == TRUNCATED:
-                wav.write_bytes(wav.read_bytes()[:1024 + 300])
+                wav.write_bytes(wav.read_bytes()[: 1024 + 300])
             dots.setdefault(audio_dir / f"{utt[:6]}00.dot", []).append(f"{text} ({utt})")
         index = place(index_disc, index_path)
         index.parent.mkdir(parents=True, exist_ok=True)

@@ -39,11 +39,18 @@ def shorten_stream(samples: np.ndarray, blocksize: int = 256, rice: int = 12) ->
     for byte in b"ajkg":
         w.put(byte, 8)
     w.put(2, 8)  # version
-    for value in (5, 1, blocksize, 0, 0, 0):  # type S16LH, channels, block size, maxnlpc, nmean, skip
+    for value in (
+        5,
+        1,
+        blocksize,
+        0,
+        0,
+        0,
+    ):  # type S16LH, channels, block size, maxnlpc, nmean, skip
         w.ulong(value)
     position, size = 0, blocksize
     while position < len(samples):
-        block = samples[position:position + size]
+        block = samples[position : position + size]
         if len(block) < size:  # FN_BLOCKSIZE for the last, short block
             w.uvar(5, 2)
             size = len(block)
@@ -60,6 +67,7 @@ def shorten_stream(samples: np.ndarray, blocksize: int = 256, rice: int = 12) ->
 def write_wv1(path, audio: np.ndarray, rate: int = 16000) -> None:
     """A WSJ-style ``.wv1``: SPHERE header (``pcm,embedded-shorten-v2.00``) + Shorten stream."""
     pcm = np.clip(audio * 32767, -32768, 32767).astype(np.int16)
-    header = write_sphere_header(len(pcm), rate, "01", coding="pcm,embedded-shorten-v2.00",
-                                 extra={"database_id": "wsj0"})
+    header = write_sphere_header(
+        len(pcm), rate, "01", coding="pcm,embedded-shorten-v2.00", extra={"database_id": "wsj0"}
+    )
     path.write_bytes(header + shorten_stream(pcm))

@@ -56,11 +56,17 @@ def test_pause_events_mark_the_silences(engine):
     synthesis = engine.synthesize("one, seven, nine, eleven.")
     rate = synthesis.sample_rate
     runs = _silent_runs(synthesis.audio, rate, min_seconds=0.08)
-    pauses = [s for label, s in zip(synthesis.phones, synthesis.phone_samples) if label == "_:"][:-1]
+    pauses = [s for label, s in zip(synthesis.phones, synthesis.phone_samples) if label == "_:"][
+        :-1
+    ]
     assert len(pauses) == 3 and len(runs) >= 3
     for pause in pauses:
         assert min(abs(start - pause) for start, _ in runs) < 0.02 * rate
-    speech = [s for label, s in zip(synthesis.phones, synthesis.phone_samples) if not label.startswith("_")]
+    speech = [
+        s
+        for label, s in zip(synthesis.phones, synthesis.phone_samples)
+        if not label.startswith("_")
+    ]
     for start, end in runs:
         inside = [s for s in speech if start + 0.02 * rate < s < end - 0.02 * rate]
         assert not inside, f"phones start inside the silence {start}..{end}: {inside}"

@@ -14,20 +14,30 @@ def test_both_layouts_give_the_same_pairs(tmp_path, layout):
     corpus = make_fake_gigaword(tmp_path / "giga", layout)
     summary = prepare_gigaword(tmp_path / "giga", tmp_path / "out", strict=False)
     for split, pairs in PAIRS.items():
-        records = [json.loads(l) for l in (tmp_path / "out" / f"{split}.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(l) for l in (tmp_path / "out" / f"{split}.jsonl").read_text().splitlines()
+        ]
         kept = [(s, t) for s, t in pairs if s]
         assert [(r["source"], r["words"]) for r in records] == kept
     assert summary["utterances"] == {"train": 3, "dev": 2, "test": 2} and summary["skipped"] == 1
-    assert (tmp_path / "out" / "skipped.tsv").read_text().startswith("train\ttrain-0000004\tempty article")
+    assert (
+        (tmp_path / "out" / "skipped.tsv")
+        .read_text()
+        .startswith("train\ttrain-0000004\tempty article")
+    )
     assert corpus.is_dir()
 
 
 def test_wrong_trees_say_what_was_expected(tmp_path):
     (tmp_path / "timit").mkdir()
-    with pytest.raises(CorpusError, match=r"expected org_data/ with org_data/train.src.txt.* or sumdata/"):
+    with pytest.raises(
+        CorpusError, match=r"expected org_data/ with org_data/train.src.txt.* or sumdata/"
+    ):
         prepare_gigaword(tmp_path, tmp_path / "out")
     make_fake_gigaword(tmp_path / "giga")
-    with pytest.raises(CorpusError, match=r"pairs per split \{'train': 3803957.*found \{'train': 4, 'dev': 2"):
+    with pytest.raises(
+        CorpusError, match=r"pairs per split \{'train': 3803957.*found \{'train': 4, 'dev': 2"
+    ):
         prepare_gigaword(tmp_path / "giga", tmp_path / "out")
     with open(tmp_path / "giga" / "org_data" / "dev.tgt.txt", "a") as f:
         f.write("one headline too many\n")

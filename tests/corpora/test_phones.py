@@ -35,7 +35,9 @@ def test_accent_variants_merge(variant, phone):
 
 
 def test_stress_and_pauses():
-    assert strip_stress("'aU") == "aU" and strip_stress(",oU") == "oU" and strip_stress("t#") == "t#"
+    assert (
+        strip_stress("'aU") == "aU" and strip_stress(",oU") == "oU" and strip_stress("t#") == "t#"
+    )
     assert all(is_pause(label) for label in ("_", "_:", "_!", "_|", "||"))
     assert not any(is_pause(label) for label in FULL_PHONES)
 

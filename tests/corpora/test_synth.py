@@ -35,7 +35,9 @@ def _manifest(corpus: Path, split: str) -> list[dict]:
 
 
 def _files(corpus: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(corpus)): p.read_bytes() for p in sorted(corpus.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(corpus)): p.read_bytes() for p in sorted(corpus.rglob("*")) if p.is_file()
+    }
 
 
 def _read_audio(corpus: Path, entry: dict) -> np.ndarray:
@@ -54,7 +56,9 @@ def test_manifest_contract(tiny):
         assert len(entries) == TINY.speakers(split) * TINY.utts_per_speaker(split)
         for e in entries:
             assert list(e) == KEYS
-            assert re.fullmatch(r"spk\d{3}-\d{5}", e["id"]) and e["id"].startswith(e["speaker"] + "-")
+            assert re.fullmatch(r"spk\d{3}-\d{5}", e["id"]) and e["id"].startswith(
+                e["speaker"] + "-"
+            )
             assert e["id"] not in ids
             ids.add(e["id"])
             assert speakers[e["speaker"]]["split"] == split
@@ -104,7 +108,9 @@ def test_no_phone_starts_inside_pauses():
     engine.reset()
     engine.set_voice("en", "m3")
     engine.set_prosody(160, 50, 50)
-    plan = UtterancePlan("spk000-00000", "one seven nine eleven", "one, seven, nine, eleven.", seed=0)
+    plan = UtterancePlan(
+        "spk000-00000", "one seven nine eleven", "one, seven, nine, eleven.", seed=0
+    )
     rendered = render_utterance(engine, plan)
     loud = _loud_frames(rendered.audio)
     gaps = [(a, b) for a, b in zip(loud, loud[1:]) if b - a >= 16]  # silences of 80 ms or more
@@ -197,8 +203,12 @@ def test_bad_sentences_are_reported_and_skipped(tmp_path, monkeypatch, caplog):
 class _FakeEngine:
     """Returns a fixed synthesis, or fails, instead of running eSpeak."""
 
-    def __init__(self, phones=("h", "'aI", "_"), samples=(0, 2000, 22050), length=22050, fail=False):
-        self.synthesis = Synthesis(np.zeros(length, dtype=np.int16), 22050, tuple(phones), tuple(samples))
+    def __init__(
+        self, phones=("h", "'aI", "_"), samples=(0, 2000, 22050), length=22050, fail=False
+    ):
+        self.synthesis = Synthesis(
+            np.zeros(length, dtype=np.int16), 22050, tuple(phones), tuple(samples)
+        )
         self.fail = fail
 
     def synthesize(self, text, seed=0):
@@ -234,8 +244,24 @@ def test_unknown_phone_stops_generation(tmp_path, monkeypatch):
 
 def test_cli_sizes(tmp_path):
     out = tmp_path / "cli"
-    synth_main(["--out", str(out), "--size", "tiny", "--train-speakers", "2", "--utts-per-speaker", "2",
-                "--dev-utts-per-speaker", "1", "--seed", "7", "--workers", "1"])
+    synth_main(
+        [
+            "--out",
+            str(out),
+            "--size",
+            "tiny",
+            "--train-speakers",
+            "2",
+            "--utts-per-speaker",
+            "2",
+            "--dev-utts-per-speaker",
+            "1",
+            "--seed",
+            "7",
+            "--workers",
+            "1",
+        ]
+    )
     assert [len(_manifest(out, split)) for split in SPLITS] == [4, 1, 2]
     params = json.loads((out / MARKER).read_text())["params"]
     assert params["seed"] == 7 and params["train_speakers"] == 2 and params["test_speakers"] == 1

@@ -20,25 +20,49 @@ def test_splits_exclusions_and_phone_mapping(tmp_path, upper, caplog):
     corpus = make_fake_timit(tmp_path / "corpus", upper=upper)
     with caplog.at_level(logging.WARNING):
         summary = prepare_timit(corpus.parent, tmp_path / "out", "48", strict=False)
-    train, dev, test = (_manifest(tmp_path / "out" / f"{s}.jsonl") for s in ("train", "dev", "test"))
+    train, dev, test = (
+        _manifest(tmp_path / "out" / f"{s}.jsonl") for s in ("train", "dev", "test")
+    )
     # SA sentences out, converted .WAV.wav copies not counted, mbwp0 in no split, the truncated
     # mrjm0 sx158 skipped by path with a count.
-    assert [r["id"] for r in train] == ["fcjf0_si1027", "fcjf0_si1657", "fcjf0_sx127", "fcjf0_sx37",
-                                        "mrjm0_si1095", "mrjm0_si1228", "mrjm0_sx68"]
+    assert [r["id"] for r in train] == [
+        "fcjf0_si1027",
+        "fcjf0_si1657",
+        "fcjf0_sx127",
+        "fcjf0_sx37",
+        "mrjm0_si1095",
+        "mrjm0_si1228",
+        "mrjm0_sx68",
+    ]
     assert [r["id"] for r in dev] == ["faks0_si943", "faks0_sx133", "faks0_sx43"]
-    assert [r["id"] for r in test] == ["fpkt0_si1538", "fpkt0_sx8", "mdab0_si1039", "mdab0_si1669",
-                                       "mdab0_sx139", "mdab0_sx49"]
+    assert [r["id"] for r in test] == [
+        "fpkt0_si1538",
+        "fpkt0_sx8",
+        "mdab0_si1039",
+        "mdab0_si1669",
+        "mdab0_sx139",
+        "mdab0_sx49",
+    ]
     assert summary["utterances"] == {"train": 7, "dev": 3, "test": 6} and summary["skipped"] == 1
     skipped = (tmp_path / "out" / "skipped.tsv").read_text().split("\t")
-    assert skipped[:2] == ["train", "mrjm0_sx158"] and "truncated" in skipped[2] and "SX158.WAV" in skipped[2].upper()
+    assert (
+        skipped[:2] == ["train", "mrjm0_sx158"]
+        and "truncated" in skipped[2]
+        and "SX158.WAV" in skipped[2].upper()
+    )
     assert "skipped 1 utterances" in caplog.text
 
     utt = train[0]  # fcjf0 si1027: the sentence rotated by 1
     assert utt["phones_61"][0] == "h#" and utt["phones_61"][-1] == "h#" and "q" in utt["phones_61"]
-    expected48 = [{"h#": "sil", "hv": "hh", "dcl": "vcl", "axr": "er", "pau": "sil", "tcl": "cl"}.get(p, p)
-                  for p in utt["phones_61"] if p != "q"]
+    expected48 = [
+        {"h#": "sil", "hv": "hh", "dcl": "vcl", "axr": "er", "pau": "sil", "tcl": "cl"}.get(p, p)
+        for p in utt["phones_61"]
+        if p != "q"
+    ]
     assert utt["phones"] == expected48
-    assert utt["phones_39"] == [{"ix": "ih", "vcl": "sil", "ao": "aa", "cl": "sil"}.get(p, p) for p in expected48]
+    assert utt["phones_39"] == [
+        {"ix": "ih", "vcl": "sil", "ao": "aa", "cl": "sil"}.get(p, p) for p in expected48
+    ]
     assert len(utt["phone_starts"]) == len(utt["phones"]) and utt["phone_starts"][0] == 0.0
     assert utt["phone_starts"] == sorted(utt["phone_starts"])
     assert utt["speaker"] == "fcjf0"
@@ -97,8 +121,11 @@ def test_not_timit_or_not_all_of_it_says_what_was_expected(tmp_path):
     with pytest.raises(CorpusError, match=r"expected TRAIN/ and TEST/.*found \['wsj'\]"):
         prepare_timit(tmp_path, tmp_path / "out")
     corpus = make_fake_timit(tmp_path / "corpus")
-    with pytest.raises(CorpusError, match=r"expected SI and SX utterances per split \{'train': 3696, "
-                                          r"'dev': 400, 'test': 192\}; found \{'train': 8, 'dev': 3, 'test': 6\}"):
+    with pytest.raises(
+        CorpusError,
+        match=r"expected SI and SX utterances per split \{'train': 3696, "
+        r"'dev': 400, 'test': 192\}; found \{'train': 8, 'dev': 3, 'test': 6\}",
+    ):
         prepare_timit(corpus, tmp_path / "out")
     with pytest.raises(ValueError, match="phone_set"):
         prepare_timit(corpus, tmp_path / "out", "39")
@@ -111,7 +138,17 @@ def test_cli_exits_with_the_message(tmp_path, capsys):
         prepare.main(["timit", "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2
     corpus = make_fake_timit(tmp_path / "corpus")
-    prepare.main(["timit", "--corpus-dir", str(corpus), "--out", str(tmp_path / "out"), "--allow-partial",
-                  "--phone-set", "61"])
+    prepare.main(
+        [
+            "timit",
+            "--corpus-dir",
+            str(corpus),
+            "--out",
+            str(tmp_path / "out"),
+            "--allow-partial",
+            "--phone-set",
+            "61",
+        ]
+    )
     assert len((tmp_path / "out" / "phones.txt").read_text().splitlines()) == 61
     assert timit.EXPECTED["test"] == 192

@@ -2,8 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from cbasr.data.augment import (Augmentation, resample_frames, spec_augment, speed_perturb_waveform,
-                                utterance_generator)
+from cbasr.data.augment import (
+    Augmentation,
+    resample_frames,
+    spec_augment,
+    speed_perturb_waveform,
+    utterance_generator,
+)
 
 
 def _bands(mask: torch.Tensor) -> list[int]:
@@ -22,8 +27,15 @@ def test_masks_have_the_configured_sizes():
     feats = torch.randn(300, 80) + 10  # no zeros of its own
     widest_f = widest_t = 0
     for seed in range(200):
-        out = spec_augment(feats, torch.Generator().manual_seed(seed), freq_masks=1, freq_mask_width=27,
-                           time_masks=1, time_mask_width=100, time_mask_ratio=0.2)
+        out = spec_augment(
+            feats,
+            torch.Generator().manual_seed(seed),
+            freq_masks=1,
+            freq_mask_width=27,
+            time_masks=1,
+            time_mask_width=100,
+            time_mask_ratio=0.2,
+        )
         zero = out == 0
         freq, time = zero.all(0), zero.all(1)  # masked bins are zero in every frame, and vice versa
         assert torch.equal(zero, freq.unsqueeze(0) | time.unsqueeze(1))  # nothing else is touched
@@ -43,11 +55,15 @@ def test_masks_are_a_function_of_the_generator_seed():
 
 
 def test_feature_level_speed_perturbation_changes_the_length_by_the_factor():
-    ramp = torch.arange(200, dtype=torch.float32).unsqueeze(1).repeat(1, 3)  # (T, F), linear in time
+    ramp = (
+        torch.arange(200, dtype=torch.float32).unsqueeze(1).repeat(1, 3)
+    )  # (T, F), linear in time
     for factor, frames in ((0.9, 222), (1.1, 182), (1.0, 200)):
         out = resample_frames(ramp, factor)
         assert out.shape == (frames, 3)
-        torch.testing.assert_close(out[:, 0], torch.linspace(0, 199, frames))  # interpolated, not cropped
+        torch.testing.assert_close(
+            out[:, 0], torch.linspace(0, 199, frames)
+        )  # interpolated, not cropped
 
 
 def test_waveform_speed_perturbation_changes_tempo_and_pitch():

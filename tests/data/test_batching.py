@@ -33,7 +33,10 @@ def test_deterministic_per_seed_and_epoch():
     assert a.batches() != b.batches()
     b.set_epoch(1)
     assert a.batches() == b.batches()
-    assert BucketBatchSampler(lengths, 3000, seed=4).batches() != BucketBatchSampler(lengths, 3000, seed=3).batches()
+    assert (
+        BucketBatchSampler(lengths, 3000, seed=4).batches()
+        != BucketBatchSampler(lengths, 3000, seed=3).batches()
+    )
 
 
 def test_batches_group_similar_lengths():

@@ -26,8 +26,14 @@ def test_unusable_utterances_are_skipped_with_reasons(tmp_path, caplog):
     too_short = records[4]["id"]
 
     def check(num_frames, targets):
-        return "too short" if records[4]["id"] == too_short and len(targets) == len(records[4]["phones"]) \
-            and num_frames < 10_000 and targets == vocab.encode(records[4]["phones"]) else None
+        return (
+            "too short"
+            if records[4]["id"] == too_short
+            and len(targets) == len(records[4]["phones"])
+            and num_frames < 10_000
+            and targets == vocab.encode(records[4]["phones"])
+            else None
+        )
 
     vocab = Vocabulary(["a", "b", "c", "d", "e"])
     with caplog.at_level(logging.WARNING):
@@ -54,7 +60,7 @@ def test_cmvn_and_collate_padding(tmp_path):
     lens = [raw[0][1].shape[0], raw[1][1].shape[0]]
     assert batch.feat_lens.tolist() == lens and batch.feats.shape == (2, max(lens), 20)
     short = lens.index(min(lens))
-    assert batch.feats[short, min(lens):].abs().sum() == 0
+    assert batch.feats[short, min(lens) :].abs().sum() == 0
     assert batch.target_lens.tolist() == [raw[0][2].numel(), raw[1][2].numel()]
     assert batch.targets[0, : raw[0][2].numel()].tolist() == raw[0][2].tolist()
 
@@ -64,16 +70,22 @@ def test_augmented_items_depend_on_seed_epoch_and_index_only(tmp_path):
     vocab = Vocabulary(["a", "b", "c", "d", "e"])
     aug = Augmentation(speed_factors=(0.9, 1.1), freq_masks=2, freq_mask_width=5)
     plain = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones")
-    augmented = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones", augmentation=aug, seed=3)
+    augmented = AsrDataset(
+        corpus / "train.jsonl", tmp_path / "f", vocab, "phones", augmentation=aug, seed=3
+    )
     first = [augmented[i][1] for i in range(len(augmented))]
-    backwards = [augmented[i][1] for i in reversed(range(len(augmented)))][::-1]  # another access order
+    backwards = [augmented[i][1] for i in reversed(range(len(augmented)))][
+        ::-1
+    ]  # another access order
     assert all(torch.equal(a, b) for a, b in zip(first, backwards))
     lengths = [f.shape[0] for f in first]
     assert all(n in (round(m / 0.9), round(m / 1.1)) for n, m in zip(lengths, plain.num_frames))
     assert any((f == 0).all(0).any() for f in first)  # masked bins
     augmented.set_epoch(1)
     assert not all(torch.equal(a, augmented[i][1]) for i, a in enumerate(first))
-    assert all(torch.equal(plain[i][1], plain.store[plain.records[i]["id"]]) for i in range(len(plain)))
+    assert all(
+        torch.equal(plain[i][1], plain.store[plain.records[i]["id"]]) for i in range(len(plain))
+    )
 
 
 def test_speed_up_is_skipped_where_the_utterance_would_become_too_short(tmp_path):
@@ -85,8 +97,14 @@ def test_speed_up_is_skipped_where_the_utterance_would_become_too_short(tmp_path
     def check(num_frames, targets):
         return "too short" if num_frames < limit else None
 
-    fast = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones", check=check,
-                      augmentation=Augmentation(speed_factors=(1.5,)))
+    fast = AsrDataset(
+        corpus / "train.jsonl",
+        tmp_path / "f",
+        vocab,
+        "phones",
+        check=check,
+        augmentation=Augmentation(speed_factors=(1.5,)),
+    )
     shortest = fast.num_frames.index(limit)
     assert fast[shortest][1].shape[0] == limit  # kept at speed 1
     longer = [i for i, n in enumerate(fast.num_frames) if n >= 1.5 * limit + 1]
@@ -97,12 +115,16 @@ def test_on_the_fly_features_equal_the_cached_ones(tmp_path):
     corpus, records = _prepare(tmp_path)
     vocab = Vocabulary(["a", "b", "c", "d", "e"])
     cached = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones")
-    live = AsrDataset(corpus / "train.jsonl", None, vocab, "phones", fbank=FbankOptions(num_mel_bins=20))
+    live = AsrDataset(
+        corpus / "train.jsonl", None, vocab, "phones", fbank=FbankOptions(num_mel_bins=20)
+    )
     assert "audio not found" in dict(live.skipped)[records[3]["id"]]
     assert [r["id"] for r in live.records] == [r["id"] for r in cached.records]
     assert live.num_frames == cached.num_frames  # from the manifest's durations
     for i in range(len(live)):
-        torch.testing.assert_close(live[i][1], cached[i][1], rtol=2e-3, atol=2e-2)  # cached: float16
+        torch.testing.assert_close(
+            live[i][1], cached[i][1], rtol=2e-3, atol=2e-2
+        )  # cached: float16
     (tmp_path / "corpus" / records[0]["audio"]).write_bytes(b"not audio")
     assert live[0] is None  # an unreadable file is left out of its batch, by id in the log
     batch = collate([live[0], live[1]])

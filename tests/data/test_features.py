@@ -5,7 +5,15 @@ import pytest
 import soundfile
 import torch
 
-from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, extract_split, frames_of, load_cmvn, write_cmvn
+from cbasr.data.features import (
+    FbankOptions,
+    FeatureStore,
+    compute_fbank,
+    extract_split,
+    frames_of,
+    load_cmvn,
+    write_cmvn,
+)
 from tests.fakes import make_tone_corpus
 
 OPTS = FbankOptions(num_mel_bins=23)
@@ -26,7 +34,9 @@ def corpus(tmp_path):
 
 
 def test_store_returns_what_compute_fbank_gives(corpus, tmp_path):
-    summary = extract_split(corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0, accumulate_stats=True)
+    summary = extract_split(
+        corpus / "train.jsonl", tmp_path / "f", OPTS, workers=0, accumulate_stats=True
+    )
     store = FeatureStore(tmp_path / "f")
     records = [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
     assert len(store) == summary["kept"] == 12
@@ -96,7 +106,9 @@ def test_deltas_are_appended_and_match_torchaudio():
     torch.testing.assert_close(both[:, :23], static)
     delta = torchaudio.functional.compute_deltas(static.t(), win_length=5).t()
     torch.testing.assert_close(both[:, 23:46], delta)
-    torch.testing.assert_close(both[:, 46:], torchaudio.functional.compute_deltas(delta.t(), win_length=5).t())
+    torch.testing.assert_close(
+        both[:, 46:], torchaudio.functional.compute_deltas(delta.t(), win_length=5).t()
+    )
     # a hand-worked delta: (2 (x[t+2] - x[t-2]) + (x[t+1] - x[t-1])) / 10 away from the edges
     t = 10
     hand = (2 * (static[t + 2] - static[t - 2]) + (static[t + 1] - static[t - 1])) / 10

@@ -13,18 +13,26 @@ def _write(path, lines):
 
 
 def test_reads_records_and_resolves_relative_audio(tmp_path):
-    path = _write(tmp_path / "train.jsonl", [json.dumps(GOOD), "", json.dumps({**GOOD, "id": "u2"})])
+    path = _write(
+        tmp_path / "train.jsonl", [json.dumps(GOOD), "", json.dumps({**GOOD, "id": "u2"})]
+    )
     records = read_manifest(path)
     assert [r["id"] for r in records] == ["u1", "u2"]
     assert audio_path(records[0], path) == tmp_path / "wav" / "u1.wav"
     assert audio_path({**GOOD, "audio": "/abs/x.wav"}, path).as_posix() == "/abs/x.wav"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", r"train.jsonl:2: not valid JSON"),
-    (json.dumps({k: v for k, v in GOOD.items() if k != "words"} | {"id": "u9"}), r"train.jsonl:2: utterance 'u9' lacks keys \['words'\]"),
-    (json.dumps(GOOD), r"train.jsonl:2: duplicate utterance id 'u1'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", r"train.jsonl:2: not valid JSON"),
+        (
+            json.dumps({k: v for k, v in GOOD.items() if k != "words"} | {"id": "u9"}),
+            r"train.jsonl:2: utterance 'u9' lacks keys \['words'\]",
+        ),
+        (json.dumps(GOOD), r"train.jsonl:2: duplicate utterance id 'u1'"),
+    ],
+)
 def test_bad_lines_name_file_line_and_utterance(tmp_path, line, message):
     path = _write(tmp_path / "train.jsonl", [json.dumps(GOOD), line])
     with pytest.raises(ManifestError, match=message):

@@ -4,12 +4,21 @@ import pytest
 import torch
 
 from cbasr.data.features import FeatureStore
-from cbasr.data.source_tokens import TokenStore, extract_source_tokens, open_store, source_vocabulary
+from cbasr.data.source_tokens import (
+    TokenStore,
+    extract_source_tokens,
+    open_store,
+    source_vocabulary,
+)
 
 
 def _manifest(path, sources):
-    path.write_text("".join(json.dumps({"id": f"u{i}", "source": s, "words": "x"}) + "\n"
-                            for i, s in enumerate(sources)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"u{i}", "source": s, "words": "x"}) + "\n"
+            for i, s in enumerate(sources)
+        )
+    )
     return path
 
 
@@ -22,7 +31,11 @@ def test_ids_round_trip_with_unknowns_and_rerun_is_a_no_op(tmp_path):
     summary = extract_source_tokens(test, tmp_path / "tok" / "test", "words", vocab)
     assert summary["kind"] == "tokens" and summary["dim"] == 5 and summary["unknown"] == 1
     store = open_store(tmp_path / "tok" / "test")
-    assert isinstance(store, TokenStore) and store.num_frames("u0") == 3 and store.num_frames("u1") == 0
+    assert (
+        isinstance(store, TokenStore)
+        and store.num_frames("u0") == 3
+        and store.num_frames("u1") == 0
+    )
     assert store["u0"].tolist() == [2, 1, 3] and store["u0"].dtype == torch.int64
     stamp = (tmp_path / "tok" / "test" / "ids.bin").stat().st_mtime_ns
     extract_source_tokens(test, tmp_path / "tok" / "test", "words", vocab)

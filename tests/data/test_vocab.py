@@ -38,8 +38,12 @@ def test_tokens_of_units():
 def test_sentencepiece_units_round_trip_to_words(tmp_path):
     from cbasr.data.vocab import tokens_to_words, train_sentencepiece
 
-    texts = ["the dollar rose against the yen", "oil prices fell sharply on monday",
-             "the company said profits rose", "stocks fell as the dollar weakened"] * 20
+    texts = [
+        "the dollar rose against the yen",
+        "oil prices fell sharply on monday",
+        "the company said profits rose",
+        "stocks fell as the dollar weakened",
+    ] * 20
     model = train_sentencepiece(texts, tmp_path / "sp", vocab_size=40)
     units = f"sp:{model}"
     record = {"words": "the dollar fell sharply"}
@@ -49,8 +53,11 @@ def test_sentencepiece_units_round_trip_to_words(tmp_path):
     again = train_sentencepiece(texts, tmp_path / "sp2", vocab_size=40)
     import sentencepiece
 
-    pieces_of = lambda path: [p.id_to_piece(i) for p in [sentencepiece.SentencePieceProcessor(model_file=str(path))]
-                              for i in range(p.get_piece_size())]
+    pieces_of = lambda path: [
+        p.id_to_piece(i)
+        for p in [sentencepiece.SentencePieceProcessor(model_file=str(path))]
+        for i in range(p.get_piece_size())
+    ]
     assert pieces_of(again) == pieces_of(model)  # deterministic
     with pytest.raises(FileNotFoundError, match="sentencepiece model .*nope.model not found"):
         tokens_of(record, f"sp:{tmp_path / 'nope.model'}")
@@ -61,6 +68,9 @@ def test_characters_and_source_field_back_to_words():
 
     record = {"words": "deficit narrows", "source": "the deficit shrunk"}
     chars = tokens_of(record, "chars")
-    assert chars[:8] == list("deficit|") and tokens_to_words(chars, "chars") == ["deficit", "narrows"]
+    assert chars[:8] == list("deficit|") and tokens_to_words(chars, "chars") == [
+        "deficit",
+        "narrows",
+    ]
     assert tokens_of(record, "words", field="source") == ["the", "deficit", "shrunk"]
     assert tokens_to_words(["aa", "b"], "phones") == ["aa", "b"]

@@ -136,7 +136,9 @@ def test_validation_raises_clear_errors():
         ConditionalBernoulli(logits, torch.tensor([2, -1]), validate_args=True)
     with pytest.raises(ValueError, match="lengths"):
         ConditionalBernoulli(logits, 1, torch.tensor([6, 3]), validate_args=True)
-    cb = ConditionalBernoulli(logits, torch.tensor([2, 1]), torch.tensor([5, 3]), validate_args=True)
+    cb = ConditionalBernoulli(
+        logits, torch.tensor([2, 1]), torch.tensor([5, 3]), validate_args=True
+    )
     good = torch.tensor([[1, 1, 0, 0, 0], [0, 0, 1, 0, 0]], dtype=torch.float64)
     cb.log_prob(good)
     with pytest.raises(ValueError, match="3 highs but total is 2"):
@@ -151,7 +153,9 @@ def test_validation_raises_clear_errors():
 
 def test_without_validation_impossible_values_have_minus_inf_log_prob():
     logits = random_logits(2, 5, seed=47).requires_grad_()
-    cb = ConditionalBernoulli(logits, torch.tensor([2, 1]), torch.tensor([5, 3]), validate_args=False)
+    cb = ConditionalBernoulli(
+        logits, torch.tensor([2, 1]), torch.tensor([5, 3]), validate_args=False
+    )
     wrong_count = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.float64)
     in_padding = torch.tensor([[1, 0, 0, 0, 1], [0, 0, 0, 1, 0]], dtype=torch.float64)
     assert torch.isinf(cb.log_prob(wrong_count)).all()
@@ -162,7 +166,9 @@ def test_without_validation_impossible_values_have_minus_inf_log_prob():
         logits, torch.tensor([4, -1]), torch.tensor([5, 3]), validate_args=False
     )
     value = torch.tensor([[1, 1, 1, 1, 0], [0, 0, 0, 0, 0]], dtype=torch.float64)
-    assert (impossible.log_prob(value)[1] == -math.inf) and torch.isfinite(impossible.log_prob(value)[0])
+    assert (impossible.log_prob(value)[1] == -math.inf) and torch.isfinite(
+        impossible.log_prob(value)[0]
+    )
     # ... its inclusion probabilities are 0 and its entropy -inf (no NaN either way).
     assert (impossible.mean[1] == 0).all() and impossible.entropy()[1] == -math.inf
     weights = torch.linspace(-1, 1, 5, dtype=torch.float64)
@@ -204,5 +210,7 @@ def test_device_results_match_cpu(device):
     b = on_device.sample()
     assert b.device.type == torch.device(device).type
     assert torch.equal(b.sum(-1).cpu(), totals.float())
-    torch.testing.assert_close(on_device.log_prob(b).cpu().double(), on_cpu.log_prob(b.cpu().double()))
+    torch.testing.assert_close(
+        on_device.log_prob(b).cpu().double(), on_cpu.log_prob(b.cpu().double())
+    )
     torch.testing.assert_close(on_device.mean.cpu().double(), on_cpu.mean, atol=1e-5, rtol=1e-4)

@@ -46,7 +46,9 @@ def test_id_checking_steps_match_enumeration(T):
 def test_bounded_steps_match_enumeration(T):
     for logits, length, k, b in _cases(T, seed=60 + T):
         steps = bounded_bernoulli_log_probs(logits, k, _times(b, k), torch.tensor(length))
-        torch.testing.assert_close(steps, ref.bounded_steps(logits, k, length, _times(b, k).tolist()))
+        torch.testing.assert_close(
+            steps, ref.bounded_steps(logits, k, length, _times(b, k).tolist())
+        )
 
 
 @pytest.mark.parametrize("T", range(1, 9))
@@ -55,7 +57,9 @@ def test_draft_steps_match_enumeration(T):
     for logits, length, k, b in _cases(T, seed=70 + T):
         drafts = [t for t, bit in enumerate(b) if bit]
         rng.shuffle(drafts)
-        steps = draft_log_probs(logits, k, torch.tensor(drafts, dtype=torch.long), torch.tensor(length))
+        steps = draft_log_probs(
+            logits, k, torch.tensor(drafts, dtype=torch.long), torch.tensor(length)
+        )
         torch.testing.assert_close(steps, ref.draft_steps(logits, k, length, drafts))
 
 
@@ -64,7 +68,9 @@ def test_marginals_match_enumeration_and_sum_to_mean(T):
     logits = random_logits(T, seed=80 + T)
     for length in sorted({T, max(T - 2, 0)}):
         totals = torch.arange(length + 1)
-        marginals = bounded_bernoulli_marginals(logits, totals, torch.tensor(length))  # (k + 1, K, T)
+        marginals = bounded_bernoulli_marginals(
+            logits, totals, torch.tensor(length)
+        )  # (k + 1, K, T)
         assert marginals.shape == (length + 1, length, T)
         mean = ConditionalBernoulli(logits, totals, torch.tensor(length)).mean
         for k in range(length + 1):
@@ -116,7 +122,9 @@ def test_impossible_values_are_minus_inf_and_padding_steps_zero():
     for b in ([1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 1]):
         steps = id_checking_log_probs(logits, 2, torch.tensor(b, dtype=torch.float64), lengths)
         assert steps.sum() == -math.inf and not torch.isnan(steps).any()
-    steps = id_checking_log_probs(logits, 2, torch.tensor([1, 0, 1, 0, 0], dtype=torch.float64), lengths)
+    steps = id_checking_log_probs(
+        logits, 2, torch.tensor([1, 0, 1, 0, 0], dtype=torch.float64), lengths
+    )
     assert steps[4] == 0 and torch.isfinite(steps).all()
     # Bounded: not increasing, repeated, outside lengths; padded entries l >= total are 0.
     for times in ([2, 1, -1], [1, 1, -1], [1, 4, -1], [-1, 2, -1]):
@@ -127,7 +135,9 @@ def test_impossible_values_are_minus_inf_and_padding_steps_zero():
     for drafts in ([3, 3], [1, 4], [0, -2]):
         steps = draft_log_probs(logits, 2, torch.tensor(drafts), lengths)
         assert steps.sum() == -math.inf and not torch.isnan(steps).any()
-    steps = id_checking_log_probs(logits, 2, torch.tensor([1, 1, 1, 0, 0], dtype=torch.float64), lengths)
+    steps = id_checking_log_probs(
+        logits, 2, torch.tensor([1, 1, 1, 0, 0], dtype=torch.float64), lengths
+    )
     not_increasing = bounded_bernoulli_log_probs(logits, 2, torch.tensor([2, 1]), lengths)
     (steps[:1].sum() + not_increasing[0]).backward()
     assert torch.isfinite(logits.grad).all()
@@ -156,9 +166,13 @@ def test_padding_batch_and_sample_dimensions_never_change_a_result():
     stacked = id_checking_log_probs(logits, totals, b.expand(3, 2, 6))
     torch.testing.assert_close(stacked, id_plain.expand(3, 2, 6))
     draft_plain = draft_log_probs(logits, totals, times)
-    torch.testing.assert_close(draft_log_probs(padded, totals, times, lengths), draft_plain, **close)
+    torch.testing.assert_close(
+        draft_log_probs(padded, totals, times, lengths), draft_plain, **close
+    )
     marginals = bounded_bernoulli_marginals(padded, totals, lengths)
-    torch.testing.assert_close(marginals[..., :6], bounded_bernoulli_marginals(logits, totals), **close)
+    torch.testing.assert_close(
+        marginals[..., :6], bounded_bernoulli_marginals(logits, totals), **close
+    )
 
 
 def test_float32_long_sequence_steps_sum_to_log_prob():

@@ -36,7 +36,9 @@ def test_hand_worked_value_is_binomial():
 def test_infinite_logits_shift_the_count():
     # A trial at +inf always fires, one at -inf never: K = 1 + K of the other trials.
     logits = random_logits(3, seed=30)
-    pb = PoissonBinomial(torch.cat([logits, torch.tensor([math.inf, -math.inf], dtype=torch.float64)]))
+    pb = PoissonBinomial(
+        torch.cat([logits, torch.tensor([math.inf, -math.inf], dtype=torch.float64)])
+    )
     expected = ref.pb_log_probs(logits, 3)
     torch.testing.assert_close(pb.log_prob(torch.arange(1.0, 5.0, dtype=torch.float64)), expected)
     assert pb.log_prob(torch.tensor(0.0)) == -math.inf
@@ -46,7 +48,9 @@ def test_gradcheck_log_prob():
     logits = random_logits(2, 5, seed=31).requires_grad_()
     lengths = torch.tensor([5, 3])
     value = torch.tensor([[2.0, 1.0], [4.0, 3.0]])
-    assert torch.autograd.gradcheck(lambda x: PoissonBinomial(x, lengths).log_prob(value), (logits,))
+    assert torch.autograd.gradcheck(
+        lambda x: PoissonBinomial(x, lengths).log_prob(value), (logits,)
+    )
 
 
 def test_padding_and_batch_never_change_a_result():

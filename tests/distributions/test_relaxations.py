@@ -64,7 +64,9 @@ def test_relaxed_samples_follow_the_cb(relax):
     logits = random_logits(5, seed=132)
     support, log_probs = ref.cb_log_probs(logits, 2, 5)
     samples = relax(logits, 2, None, 1.0, (4000,), _seeded(2)).sample
-    counts = (samples.unsqueeze(1) == torch.tensor(support, dtype=samples.dtype)).all(-1).sum(0).double()
+    counts = (
+        (samples.unsqueeze(1) == torch.tensor(support, dtype=samples.dtype)).all(-1).sum(0).double()
+    )
     assert chi_square_p_value(counts, log_probs.exp()) > 1e-3
 
 
@@ -90,7 +92,9 @@ def test_low_temperature_approaches_the_hard_sample(relax):
     errors = []
     for temperature in (1.0, 1e-2, 1e-4):
         relaxation = relax(logits, torch.tensor([3, 2]), None, temperature, (50,), _seeded(4))
-        relaxed = relaxation.relaxed if relaxation.relaxed.dim() == 3 else relaxation.relaxed.sum(-2)
+        relaxed = (
+            relaxation.relaxed if relaxation.relaxed.dim() == 3 else relaxation.relaxed.sum(-2)
+        )
         errors.append((relaxed - relaxation.sample).abs())
     assert errors[0].mean() > errors[1].mean() > errors[2].mean()
     assert errors[2].mean() < 1e-3
@@ -146,14 +150,21 @@ def test_id_checking_conditional_noise_is_consistent_and_logistic():
     assert torch.isfinite(noise).all()
     assert torch.equal(sample.bool(), log_odds + noise > 0)
     uniform = torch.sigmoid(noise).sort(0).values  # should be Uniform(0, 1) in every column
-    ks = (uniform - torch.arange(1, n + 1, dtype=torch.float64).unsqueeze(-1) / n).abs().max(0).values
+    ks = (
+        (uniform - torch.arange(1, n + 1, dtype=torch.float64).unsqueeze(-1) / n)
+        .abs()
+        .max(0)
+        .values
+    )
     assert (ks < 1.63 / math.sqrt(n)).all()  # Kolmogorov-Smirnov at the 1% level
 
 
 def test_bounded_conditional_noise_is_consistent_and_gumbel():
     # t ~ Categorical(softmax(l)) and then G~ | t must be i.i.d. Gumbel(0, 1) overall.
     n = 20000
-    log_probs = torch.log_softmax(torch.tensor([0.3, -1.0, 2.0, -math.inf], dtype=torch.float64), -1)
+    log_probs = torch.log_softmax(
+        torch.tensor([0.3, -1.0, 2.0, -math.inf], dtype=torch.float64), -1
+    )
     log_probs = log_probs.expand(n, 1, 4)
     generator = _seeded(8)
     times = torch.multinomial(log_probs[:, 0].exp(), 1, generator=generator)  # (n, 1)
@@ -162,7 +173,12 @@ def test_bounded_conditional_noise_is_consistent_and_gumbel():
     finite = torch.isfinite(log_probs[0, 0])
     assert torch.equal((log_probs + noise)[..., finite].argmax(-1), times)
     uniform = torch.exp(-torch.exp(-noise[:, 0])).sort(0).values  # Gumbel CDF
-    ks = (uniform - torch.arange(1, n + 1, dtype=torch.float64).unsqueeze(-1) / n).abs().max(0).values
+    ks = (
+        (uniform - torch.arange(1, n + 1, dtype=torch.float64).unsqueeze(-1) / n)
+        .abs()
+        .max(0)
+        .values
+    )
     assert (ks < 1.63 / math.sqrt(n)).all()
 
 

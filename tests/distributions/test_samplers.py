@@ -25,7 +25,9 @@ def _draw(sampler: str, logits, total, lengths, generator, num_samples=NUM_SAMPL
     if sampler == "id_checking":
         return id_checking_sample(logits, total, lengths, (num_samples,), generator)
     draw = bounded_bernoulli_sample if sampler == "bounded" else draft_sample
-    return times_to_sequence(draw(logits, total, lengths, (num_samples,), generator), T, logits.dtype)
+    return times_to_sequence(
+        draw(logits, total, lengths, (num_samples,), generator), T, logits.dtype
+    )
 
 
 def _counts(samples: torch.Tensor, cells: list[tuple[int, ...]]) -> torch.Tensor:
@@ -69,7 +71,9 @@ def test_every_sample_has_total_highs_inside_lengths(sampler):
     logits = extreme_logits(6, 200, seed=6)
     totals = torch.tensor([0, 1, 60, 120, 150, 90])
     lengths = torch.tensor([200, 150, 60, 200, 180, 90])
-    samples = _draw(sampler, logits, totals, lengths, torch.Generator().manual_seed(4), num_samples=50)
+    samples = _draw(
+        sampler, logits, totals, lengths, torch.Generator().manual_seed(4), num_samples=50
+    )
     assert torch.equal(samples.sum(-1), totals.float().expand(50, 6))
     assert (samples[:, torch.arange(200) >= lengths.unsqueeze(-1)] == 0).all()
 

@@ -10,21 +10,50 @@ from cbasr import builder
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines.checkpoint import save_checkpoint
 
-ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0,
-           "bidirectional": True, "rnn_type": "lstm", "subsampling": "stack", "embedding_dim": 8}
+ENCODER = {
+    "name": "rnn",
+    "hidden": 8,
+    "num_layers": 1,
+    "stack": 2,
+    "stride": 2,
+    "dropout": 0.0,
+    "bidirectional": True,
+    "rnn_type": "lstm",
+    "subsampling": "stack",
+    "embedding_dim": 8,
+}
 DECODERS = {
     "pointwise": {"name": "pointwise"},
-    "monotonic_variable": {"name": "monotonic", "window": 4, "variable": True, "attention_dim": 4, "embed_dim": 4,
-                           "hidden": 8, "joint_dim": 8},
-    "attention_emission": {"name": "attention_emission", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "monotonic_variable": {
+        "name": "monotonic",
+        "window": 4,
+        "variable": True,
+        "attention_dim": 4,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "attention_emission": {
+        "name": "attention_emission",
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
     "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
 }
 
 
-def make_experiment(root: Path, tone_data: Path, decoder: str, loss: str, seed: int = 0, epoch: int = 3,
-                    emission_shift: float = 2.0) -> Path:
+def make_experiment(
+    root: Path,
+    tone_data: Path,
+    decoder: str,
+    loss: str,
+    seed: int = 0,
+    epoch: int = 3,
+    emission_shift: float = 2.0,
+) -> Path:
     """``root`` as a trained experiment: config, vocabulary, CMVN and ``checkpoints/best.pt``.
 
     CB models get ``emission_shift`` added to their emission bias (random ones hardly emit)."""
@@ -34,14 +63,28 @@ def make_experiment(root: Path, tone_data: Path, decoder: str, loss: str, seed: 
     model = builder.build_model(ENCODER, DECODERS[decoder], loss_cfg, 40, len(vocab))
     with torch.no_grad():
         if loss == "cb_marginal":
-            head = model.decoder.net[-1].bias[:1] if decoder == "pointwise" else model.decoder.emission.net[-1].bias
+            head = (
+                model.decoder.net[-1].bias[:1]
+                if decoder == "pointwise"
+                else model.decoder.emission.net[-1].bias
+            )
             head.add_(emission_shift)
-    cfg = {"encoder": ENCODER, "decoder": DECODERS[decoder], "loss": loss_cfg,
-           "data": {"units": "phones", "manifest_dir": str(tone_data / "corpus"),
-                    "feature_dir": str(tone_data / "fbank"), "vocab": str(tone_data / "lang/phones.txt")}}
+    cfg = {
+        "encoder": ENCODER,
+        "decoder": DECODERS[decoder],
+        "loss": loss_cfg,
+        "data": {
+            "units": "phones",
+            "manifest_dir": str(tone_data / "corpus"),
+            "feature_dir": str(tone_data / "fbank"),
+            "vocab": str(tone_data / "lang/phones.txt"),
+        },
+    }
     root.mkdir(parents=True, exist_ok=True)
     vocab.save(root / "vocab.txt")
     shutil.copy(tone_data / "fbank" / "cmvn.json", root / "cmvn.json")
-    save_checkpoint(root / "checkpoints" / "best.pt", {"config": cfg, "state": {"epoch": epoch},
-                                                        "model": model.state_dict()})
+    save_checkpoint(
+        root / "checkpoints" / "best.pt",
+        {"config": cfg, "state": {"epoch": epoch}, "model": model.state_dict()},
+    )
     return root

@@ -7,8 +7,16 @@ import json
 import pytest
 import torch
 
-from cbasr.engines.alignment import (Alignment, _lattice_weights, align_split, cb_alignment, ctm_entries,
-                                     onset_errors, subsampling_stride, transducer_alignment)
+from cbasr.engines.alignment import (
+    Alignment,
+    _lattice_weights,
+    align_split,
+    cb_alignment,
+    ctm_entries,
+    onset_errors,
+    subsampling_stride,
+    transducer_alignment,
+)
 from cbasr.engines.decode import Experiment
 from tests.engines.fake_experiment import make_experiment
 from tests.reference.lattice_enumeration import cb_best_path, transducer_paths
@@ -20,7 +28,9 @@ def one_thread():
 
 
 @pytest.mark.parametrize("decoder,loss", [("transducer", "rnnt"), ("hat", "hat")])
-def test_the_transducer_best_path_is_the_best_of_every_lattice_path(tone_data, tmp_path, decoder, loss):
+def test_the_transducer_best_path_is_the_best_of_every_lattice_path(
+    tone_data, tmp_path, decoder, loss
+):
     model = Experiment(make_experiment(tmp_path / "x", tone_data, decoder, loss, seed=1)).model
     torch.manual_seed(0)
     feats, lens, target = torch.randn(1, 10, 40), torch.tensor([10]), [2, 5, 2]
@@ -46,15 +56,25 @@ def test_the_transducer_best_path_is_the_best_of_every_lattice_path(tone_data, t
 def test_cb_viterbi_times_are_the_best_emission_set(tone_data, tmp_path):
     """Against every emission set of each utterance alone; the short utterance's padded frames
     (7 encoder frames against its 3) must never be used."""
-    model = Experiment(make_experiment(tmp_path / "x", tone_data, "attention_emission", "cb_marginal", seed=2)).model
+    model = Experiment(
+        make_experiment(tmp_path / "x", tone_data, "attention_emission", "cb_marginal", seed=2)
+    ).model
     for seed in range(3):
         torch.manual_seed(seed)
-        feats, lens, targets = 3.0 * torch.randn(2, 14, 40), torch.tensor([14, 6]), [[2, 5, 2], [4, 1]]
+        feats, lens, targets = (
+            3.0 * torch.randn(2, 14, 40),
+            torch.tensor([14, 6]),
+            [[2, 5, 2], [4, 1]],
+        )
         aligned, post, enc_lens = cb_alignment(model, feats, lens, targets)
         for b, target in enumerate(targets):
             with torch.no_grad():
-                emit, terms, _ = model.terms(feats[b : b + 1, : lens[b]], lens[b : b + 1], torch.tensor([target]),
-                                             torch.tensor([len(target)]))
+                emit, terms, _ = model.terms(
+                    feats[b : b + 1, : lens[b]],
+                    lens[b : b + 1],
+                    torch.tensor([target]),
+                    torch.tensor([len(target)]),
+                )
             best, _ = cb_best_path(emit[0].double(), terms[0].double())
             assert aligned[b].start == list(best)
             total = post[b, : enc_lens[b], : len(target)].sum(0).tolist()
@@ -66,15 +86,31 @@ def _ctm(path):
     return [(r[0], int(r[1]), float(r[2]), float(r[3]), r[4]) for r in rows]
 
 
-@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("monotonic_variable", "cb_marginal"),
-                                          ("pointwise", "ctc"), ("hat", "hat")])
-def test_ctm_covers_every_reference_label_in_order_with_onset_errors(tone_data, tmp_path, decoder, loss):
+@pytest.mark.parametrize(
+    "decoder,loss",
+    [
+        ("pointwise", "cb_marginal"),
+        ("monotonic_variable", "cb_marginal"),
+        ("pointwise", "ctc"),
+        ("hat", "hat"),
+    ],
+)
+def test_ctm_covers_every_reference_label_in_order_with_onset_errors(
+    tone_data, tmp_path, decoder, loss
+):
     exp = Experiment(make_experiment(tmp_path / "exp", tone_data, decoder, loss))
     out = tmp_path / "align"
     summary = align_split(exp, tone_data / "corpus/dev.jsonl", tone_data / "fbank/dev", out)
-    corpus = {r["id"]: r for r in map(json.loads, (tone_data / "corpus/dev.jsonl").read_text().splitlines())}
+    corpus = {
+        r["id"]: r
+        for r in map(json.loads, (tone_data / "corpus/dev.jsonl").read_text().splitlines())
+    }
     ctm = _ctm(out / "align.ctm")
-    assert summary["utts"] == 16 and summary["skipped"] == 0 and summary["frame_period"] == pytest.approx(0.02)
+    assert (
+        summary["utts"] == 16
+        and summary["skipped"] == 0
+        and summary["frame_period"] == pytest.approx(0.02)
+    )
     errors = []
     for utt, record in corpus.items():
         rows = [r for r in ctm if r[0] == utt]
@@ -85,8 +121,12 @@ def test_ctm_covers_every_reference_label_in_order_with_onset_errors(tone_data, 
             assert len(set(starts)) == len(starts)
         errors += [abs(s - g) for s, g in zip(starts, record["phone_starts"])]
     assert summary["labels_with_gold"] == len(errors)
-    assert summary["mean_abs_onset_error_ms"] == pytest.approx(1000 * sum(errors) / len(errors), abs=0.01)
-    assert summary["within_20ms"] == pytest.approx(sum(e <= 0.020 + 1e-6 for e in errors) / len(errors), abs=1e-3)
+    assert summary["mean_abs_onset_error_ms"] == pytest.approx(
+        1000 * sum(errors) / len(errors), abs=0.01
+    )
+    assert summary["within_20ms"] == pytest.approx(
+        sum(e <= 0.020 + 1e-6 for e in errors) / len(errors), abs=1e-3
+    )
     if loss == "cb_marginal":
         plot = out / f"posteriors_{sorted(corpus)[0]}.png"
         assert summary["plot"] == str(plot) and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -100,7 +140,13 @@ def test_refusals_name_the_problem(tone_data, tmp_path):
         align_split(exp, tone_data / "corpus/dev.jsonl", tone_data / "fbank/dev", tmp_path / "a")
     exp = Experiment(make_experiment(tmp_path / "pw", tone_data, "pointwise", "cb_marginal"))
     with pytest.raises(ValueError, match="--plot-utt 'nope' is not an alignable utterance"):
-        align_split(exp, tone_data / "corpus/dev.jsonl", tone_data / "fbank/dev", tmp_path / "a", plot_utt="nope")
+        align_split(
+            exp,
+            tone_data / "corpus/dev.jsonl",
+            tone_data / "fbank/dev",
+            tmp_path / "a",
+            plot_utt="nope",
+        )
 
 
 def test_onset_errors_and_the_frame_period():

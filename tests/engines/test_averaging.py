@@ -8,14 +8,22 @@ from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, save_checkp
 
 
 def test_average_of_known_tensors():
-    sds = [{"w": torch.tensor([1.0, 2.0]), "h": torch.tensor([1.0], dtype=torch.float16),
-            "n": torch.tensor(k, dtype=torch.long)} for k in (3, 5, 10)]
+    sds = [
+        {
+            "w": torch.tensor([1.0, 2.0]),
+            "h": torch.tensor([1.0], dtype=torch.float16),
+            "n": torch.tensor(k, dtype=torch.long),
+        }
+        for k in (3, 5, 10)
+    ]
     sds[1]["w"] = torch.tensor([4.0, -2.0])
     sds[2]["w"] = torch.tensor([7.0, 3.0])
     sds[1]["h"] = torch.tensor([2.0], dtype=torch.float16)
     out = average_state_dicts(sds)
     assert torch.equal(out["w"], torch.tensor([4.0, 1.0]))
-    assert out["h"].dtype == torch.float16 and torch.equal(out["h"], torch.tensor([4 / 3], dtype=torch.float16))
+    assert out["h"].dtype == torch.float16 and torch.equal(
+        out["h"], torch.tensor([4 / 3], dtype=torch.float16)
+    )
     assert out["n"].item() == 10  # integer counters: from the last
     # float64 accumulation: in float16, 2048 + 1 + 1 would stay 2048 (and the mean 682.5)
     half = [{"w": torch.tensor([v], dtype=torch.float16)} for v in (2048.0, 1.0, 1.0)]
@@ -29,8 +37,14 @@ def _fake_experiment(tmp_path, errors):
     checkpoints = CheckpointDir(tmp_path / "checkpoints")
     history = []
     for epoch, err in enumerate(errors, start=1):
-        save_checkpoint(checkpoints.file(f"epoch-{epoch}"), {
-            "model": {"w": torch.full((2,), float(epoch))}, "config": {"epoch": epoch}, "state": {"epoch": epoch}})
+        save_checkpoint(
+            checkpoints.file(f"epoch-{epoch}"),
+            {
+                "model": {"w": torch.full((2,), float(epoch))},
+                "config": {"epoch": epoch},
+                "state": {"epoch": epoch},
+            },
+        )
         history.append({"epoch": epoch, "valid_error_rate": err, "valid_loss": float(epoch)})
     (tmp_path / "history.json").write_text(json.dumps(history))
     return checkpoints, history
@@ -47,7 +61,11 @@ def test_last_and_best_selection_and_the_averaged_file(tmp_path):
     path = average_checkpoints(tmp_path, [2, 3, 4])
     averaged = load_checkpoint(path)
     assert path.name == "averaged.pt" and torch.equal(averaged["model"]["w"], torch.full((2,), 3.0))
-    assert averaged["state"] == {"epoch": 4} and averaged["averaged_from"] == ["epoch-2.pt", "epoch-3.pt", "epoch-4.pt"]
+    assert averaged["state"] == {"epoch": 4} and averaged["averaged_from"] == [
+        "epoch-2.pt",
+        "epoch-3.pt",
+        "epoch-4.pt",
+    ]
     assert "optimizer" not in averaged
     checkpoints.file("epoch-3").unlink()
     with pytest.raises(ValueError, match="holds 4 usable epoch checkpoints .* fewer than 5"):

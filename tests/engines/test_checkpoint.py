@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbasr.engines.checkpoint import (
+    CheckpointDir,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from cbasr.fileio import atomic_write
 
 
@@ -48,7 +54,11 @@ def test_link_makes_an_independent_name_for_the_same_checkpoint(tmp_path):
     checkpoints.link("epoch-1", "last")
     checkpoints.link("epoch-1", "best")
     checkpoints.save("last", {"epoch": 2})  # a later save of last.pt leaves the others alone
-    assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1} == load_checkpoint(checkpoints.file("epoch-1"))
+    assert (
+        load_checkpoint(checkpoints.file("best"))
+        == {"epoch": 1}
+        == load_checkpoint(checkpoints.file("epoch-1"))
+    )
     checkpoints.file("epoch-1").unlink()  # pruning an epoch file keeps best.pt
     assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]

@@ -6,7 +6,12 @@ import json
 import pytest
 
 from cbasr.cli import compare
-from cbasr.engines.compare import collect_systems, comparison_rows, describe_settings, paired_comparison
+from cbasr.engines.compare import (
+    collect_systems,
+    comparison_rows,
+    describe_settings,
+    paired_comparison,
+)
 from cbasr.engines.scoring import score_decode_dir, write_trn
 
 REFS = {f"u{i}": ["a", "b", "c", "d"] for i in range(20)}
@@ -16,9 +21,18 @@ def _decoding(exp, name, hyps, settings=None, parameters=1234567, epoch=7, score
     d = exp / "decode" / name
     write_trn(d / "ref.trn", sorted(REFS.items()))
     write_trn(d / "hyp.trn", sorted(hyps.items()))
-    (d / "decode.json").write_text(json.dumps({"checkpoint": "best", "epoch": epoch, "skipped": 0,
-                                               "settings": settings or {"search": "greedy"},
-                                               "parameters": parameters, "rtf": 0.01}))
+    (d / "decode.json").write_text(
+        json.dumps(
+            {
+                "checkpoint": "best",
+                "epoch": epoch,
+                "skipped": 0,
+                "settings": settings or {"search": "greedy"},
+                "parameters": parameters,
+                "rtf": 0.01,
+            }
+        )
+    )
     if score:
         score_decode_dir(d, bootstrap_samples=100)
     return d
@@ -26,11 +40,20 @@ def _decoding(exp, name, hyps, settings=None, parameters=1234567, epoch=7, score
 
 @pytest.fixture
 def experiments(tmp_path):
-    good = {u: ["a", "b", "c", "d"] if i % 4 else ["a", "b", "c"] for i, u in enumerate(REFS)}  # 5 deletions
+    good = {
+        u: ["a", "b", "c", "d"] if i % 4 else ["a", "b", "c"] for i, u in enumerate(REFS)
+    }  # 5 deletions
     bad = {u: ["a", "x", "c", "d", "e"] for u in REFS}  # 20 substitutions, 20 insertions
     _decoding(tmp_path / "ctc", "test", good)
-    _decoding(tmp_path / "ctc", "test_beam8", good, {"search": "beam", "beam": 8, "lm": "/x/lm.arpa", "lm_weight": 0.5})
-    _decoding(tmp_path / "cb", "test", bad, parameters=2500000, epoch=9, score=False)  # per_utt from the trn files
+    _decoding(
+        tmp_path / "ctc",
+        "test_beam8",
+        good,
+        {"search": "beam", "beam": 8, "lm": "/x/lm.arpa", "lm_weight": 0.5},
+    )
+    _decoding(
+        tmp_path / "cb", "test", bad, parameters=2500000, epoch=9, score=False
+    )  # per_utt from the trn files
     return tmp_path / "ctc", tmp_path / "cb"
 
 
@@ -40,8 +63,13 @@ def test_rows_hold_rates_counts_and_settings(experiments):
     rows = {r["system"]: r for r in comparison_rows(systems, samples=200)}
     assert rows["ctc:test"]["error_rate"] == pytest.approx(100 * 5 / 80)
     assert (rows["cb:test"]["sub"], rows["cb:test"]["del"], rows["cb:test"]["ins"]) == (20, 0, 20)
-    assert rows["cb:test"]["ci95_low"] == rows["cb:test"]["ci95_high"] == 50.0  # every utterance alike
-    assert rows["ctc:test_beam8"]["decode"] == "beam 8, lm 0.5 (lm.arpa)" and rows["cb:test"]["decode"] == "greedy"
+    assert (
+        rows["cb:test"]["ci95_low"] == rows["cb:test"]["ci95_high"] == 50.0
+    )  # every utterance alike
+    assert (
+        rows["ctc:test_beam8"]["decode"] == "beam 8, lm 0.5 (lm.arpa)"
+        and rows["cb:test"]["decode"] == "greedy"
+    )
     assert (rows["cb:test"]["parameters"], rows["cb:test"]["epochs"]) == (2500000, 9)
     only = collect_systems(list(experiments), decodes=["test"])
     assert [s.label for s in only] == ["ctc:test", "cb:test"]
@@ -49,14 +77,22 @@ def test_rows_hold_rates_counts_and_settings(experiments):
 
 def test_rows_hold_training_time_and_dev_alignment(experiments, capsys):
     ctc, cb = experiments
-    (ctc / "history.json").write_text(json.dumps([{"epoch": 1, "seconds": 60.0}, {"epoch": 2, "seconds": 90.0}]))
+    (ctc / "history.json").write_text(
+        json.dumps([{"epoch": 1, "seconds": 60.0}, {"epoch": 2, "seconds": 90.0}])
+    )
     (ctc / "align" / "dev").mkdir(parents=True)
-    (ctc / "align" / "dev" / "alignment.json").write_text(json.dumps({"mean_abs_onset_error_ms": 21.25,
-                                                                      "within_20ms": 0.604}))
+    (ctc / "align" / "dev" / "alignment.json").write_text(
+        json.dumps({"mean_abs_onset_error_ms": 21.25, "within_20ms": 0.604})
+    )
     rows = {r["system"]: r for r in comparison_rows(collect_systems([ctc, cb]), samples=50)}
     assert rows["ctc:test"]["train_minutes"] == pytest.approx(2.5)
-    assert (rows["ctc:test"]["dev_onset_error_ms"], rows["ctc:test"]["dev_onsets_within_20ms"]) == (21.25, 0.604)
-    assert rows["cb:test"]["train_minutes"] is None and rows["cb:test"]["dev_onset_error_ms"] is None
+    assert (rows["ctc:test"]["dev_onset_error_ms"], rows["ctc:test"]["dev_onsets_within_20ms"]) == (
+        21.25,
+        0.604,
+    )
+    assert (
+        rows["cb:test"]["train_minutes"] is None and rows["cb:test"]["dev_onset_error_ms"] is None
+    )
     compare.main([str(ctc), str(cb), "--bootstrap", "50"])
     out = capsys.readouterr().out
     assert "| greedy | 0.0100 | 2.5 | 21.2 / 60% |" in out and "| greedy | 0.0100 |  |  |" in out
@@ -65,7 +101,9 @@ def test_rows_hold_training_time_and_dev_alignment(experiments, capsys):
 def test_the_paired_test_uses_the_shared_utterances(experiments):
     systems = {s.label: s for s in collect_systems(list(experiments))}
     result = paired_comparison(systems["ctc:test"], systems["cb:test"], samples=500)
-    assert result["utts"] == 20 and result["bootstrap"]["difference"] == pytest.approx(100 * (5 - 40) / 80)
+    assert result["utts"] == 20 and result["bootstrap"]["difference"] == pytest.approx(
+        100 * (5 - 40) / 80
+    )
     assert result["bootstrap"]["p_value"] < 0.01 and result["sign_test"]["a_better"] == 20
     systems["cb:test"].counts = {"v1": {"sub": 0, "del": 0, "ins": 0, "ref_tokens": 3}}
     with pytest.raises(ValueError, match="share no utterance"):
@@ -74,12 +112,29 @@ def test_the_paired_test_uses_the_shared_utterances(experiments):
 
 def test_the_command_prints_markdown_writes_csv_and_pairs_systems(experiments, tmp_path, capsys):
     _decoding(experiments[1], "dev", REFS)  # only cb has it: not paired
-    compare.main([str(e) for e in experiments] + ["--csv", str(tmp_path / "t.csv"), "--pair", "ctc", "cb",
-                                                  "--bootstrap", "100", "--paired-bootstrap", "500"])
+    compare.main(
+        [str(e) for e in experiments]
+        + [
+            "--csv",
+            str(tmp_path / "t.csv"),
+            "--pair",
+            "ctc",
+            "cb",
+            "--bootstrap",
+            "100",
+            "--paired-bootstrap",
+            "500",
+        ]
+    )
     out = capsys.readouterr().out
-    assert "| ctc:test | 6.25 |" in out and "| cb:test | 50.00 | [50.00, 50.00] | 20 | 0 | 20 | 80 | 20 | 2.50 M | 9 |" in out
+    assert (
+        "| ctc:test | 6.25 |" in out
+        and "| cb:test | 50.00 | [50.00, 50.00] | 20 | 0 | 20 | 80 | 20 | 2.50 M | 9 |" in out
+    )
     paired = [line for line in out.splitlines() if line.count(":") == 2]
-    assert len(paired) == 1 and paired[0].startswith("| ctc:test | cb:test | 20 | 6.25 | 50.00 | -43.75 |")
+    assert len(paired) == 1 and paired[0].startswith(
+        "| ctc:test | cb:test | 20 | 6.25 | 50.00 | -43.75 |"
+    )
     csv = (tmp_path / "t.csv").read_text().splitlines()
     assert csv[0].startswith("system,error_rate,ci95_low,ci95_high,sub,del,ins") and len(csv) == 5
     with pytest.raises(SystemExit):
@@ -92,5 +147,17 @@ def test_the_command_prints_markdown_writes_csv_and_pairs_systems(experiments, t
 
 def test_settings_are_described_briefly():
     assert describe_settings({"search": "greedy"}) == "greedy"
-    assert describe_settings({"search": "beam", "beam": 4, "am_weight": 2.5, "ilm_weight": 0.9, "lm": "a/b.pt",
-                              "lm_weight": 1.0, "max_symbols": 3}) == "beam 4, lm 1 (b.pt), am 2.5, ilm 0.9, max 3/frame"
+    assert (
+        describe_settings(
+            {
+                "search": "beam",
+                "beam": 4,
+                "am_weight": 2.5,
+                "ilm_weight": 0.9,
+                "lm": "a/b.pt",
+                "lm_weight": 1.0,
+                "max_symbols": 3,
+            }
+        )
+        == "beam 4, lm 1 (b.pt), am 2.5, ilm 0.9, max 3/frame"
+    )

@@ -25,13 +25,20 @@ def test_beam_one_decodes_like_greedy_and_settings_are_recorded(tone_data, tmp_p
     greedy = _decode(exp, tone_data, tmp_path / "greedy")
     beam = _decode(exp, tone_data, tmp_path / "beam1", options=BeamSearchOptions(beam=1))
     hyps = (tmp_path / "greedy/hyp.trn").read_text()
-    assert hyps == (tmp_path / "beam1/hyp.trn").read_text() and len(set(hyps.split())) > 16  # non-empty hyps
+    assert (
+        hyps == (tmp_path / "beam1/hyp.trn").read_text() and len(set(hyps.split())) > 16
+    )  # non-empty hyps
     assert greedy["settings"] == {"search": "greedy"} and beam["settings"]["beam"] == 1
     info = json.loads((tmp_path / "beam1/decode.json").read_text())
-    assert info["settings"] == decode_settings(exp, BeamSearchOptions(beam=1)) and info["parameters"] > 0
+    assert (
+        info["settings"] == decode_settings(exp, BeamSearchOptions(beam=1))
+        and info["parameters"] > 0
+    )
     assert info["utts"] == 16 and info["rtf"] > 0 and info["audio_seconds"] > 1
     corpus = [json.loads(x) for x in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
-    assert (tmp_path / "beam1/utt2spk").read_text() == "".join(f"{r['id']} {r['speaker']}\n" for r in corpus)
+    assert (tmp_path / "beam1/utt2spk").read_text() == "".join(
+        f"{r['id']} {r['speaker']}\n" for r in corpus
+    )
     # up to date only for the same checkpoint and the same settings
     assert is_decoded(exp, tmp_path / "greedy") and not is_decoded(exp, tmp_path / "beam1")
     assert is_decoded(exp, tmp_path / "beam1", decode_settings(exp, BeamSearchOptions(beam=1)))
@@ -42,7 +49,9 @@ def test_transducer_settings_name_the_symbols_per_frame(tone_data, tmp_path):
     exp = Experiment(make_experiment(tmp_path / "hat", tone_data, "hat", "hat"))
     settings = decode_settings(exp, BeamSearchOptions(beam=4, am_weight=2.0, ilm_weight=0.5))
     assert settings["max_symbols"] == 3 and settings["ilm_weight"] == 0.5  # the model's max_symbols
-    summary = _decode(exp, tone_data, tmp_path / "out", options=BeamSearchOptions(beam=2, ilm_weight=0.5))
+    summary = _decode(
+        exp, tone_data, tmp_path / "out", options=BeamSearchOptions(beam=2, ilm_weight=0.5)
+    )
     assert summary["settings"]["ilm_weight"] == 0.5 and summary["utts"] == 16
 
 

@@ -15,9 +15,16 @@ TORCHRUN = (str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2")
 # SGD, not Adam: Adam's updates hardly change when every gradient doubles, SGD's do, so a
 # shard that overlapped another (or a missing loss scaling) would show. Augmentation and
 # weight noise are on: their draws must not depend on the process.
-SAME_GLOBAL_BATCH = ("trainer.max_epochs=2", "optim.name=sgd", "optim.lr=0.5", "encoder.dropout=0",
-                     "data.spec_augment.freq_masks=2", "data.spec_augment.freq_mask_width=8",
-                     "data.speed_perturb=[0.9,1.0,1.1]", "optim.weight_noise=0.01")
+SAME_GLOBAL_BATCH = (
+    "trainer.max_epochs=2",
+    "optim.name=sgd",
+    "optim.lr=0.5",
+    "encoder.dropout=0",
+    "data.spec_augment.freq_masks=2",
+    "data.spec_augment.freq_mask_width=8",
+    "data.speed_perturb=[0.9,1.0,1.1]",
+    "optim.weight_noise=0.01",
+)
 
 
 def test_shards_are_disjoint_and_cover_the_batch():
@@ -31,7 +38,9 @@ def test_shards_are_disjoint_and_cover_the_batch():
 
 def test_torchrun_environment_is_read():
     assert from_environment({}) == DistContext(0, 1, 0)
-    assert from_environment({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == DistContext(3, 4, 1)
+    assert from_environment({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == DistContext(
+        3, 4, 1
+    )
     with pytest.raises(ValueError, match="RANK=4 is not a process of WORLD_SIZE=4"):
         from_environment({"WORLD_SIZE": "4", "RANK": "4"})
 
@@ -48,18 +57,27 @@ def test_two_processes_train_the_one_process_model(tone_data, tmp_path):
         first, second = epoch["replica_digests"]
         assert first == second
     assert history[-1]["replica_digests"][0] == replica_digest(ckpt["model"])
-    assert single.state.history[-1]["train_loss"] < 0.5 * single.state.history[0]["train_loss"]  # it learnt
+    assert (
+        single.state.history[-1]["train_loss"] < 0.5 * single.state.history[0]["train_loss"]
+    )  # it learnt
     for key, value in single.model.state_dict().items():
         torch.testing.assert_close(ckpt["model"][key], value, rtol=1e-4, atol=1e-5, msg=key)
-    assert len(list((tmp_path / "two/tensorboard").glob("events.out.tfevents.*"))) == 1  # process 0 only
+    assert (
+        len(list((tmp_path / "two/tensorboard").glob("events.out.tfevents.*"))) == 1
+    )  # process 0 only
 
 
 @pytest.mark.slow
 def test_two_processes_resume_bit_for_bit(tone_data, tmp_path):
     overrides = (*SAME_GLOBAL_BATCH, "encoder.dropout=0.3", "trainer.checkpoint_every_steps=3")
     assert run_cli(tone_data, tmp_path / "whole", *overrides, launcher=TORCHRUN).returncode == 0
-    killed = run_cli(tone_data, tmp_path / "killed", *overrides, launcher=TORCHRUN,
-                     env={"CBASR_FAULT_INJECTION": "kill-in-step:11@1"})  # process 1, mid-epoch 2
+    killed = run_cli(
+        tone_data,
+        tmp_path / "killed",
+        *overrides,
+        launcher=TORCHRUN,
+        env={"CBASR_FAULT_INJECTION": "kill-in-step:11@1"},
+    )  # process 1, mid-epoch 2
     assert killed.returncode != 0
     assert load_checkpoint(tmp_path / "killed/checkpoints/last.pt")["state"]["step"] == 9
     resumed = run_cli(tone_data, tmp_path / "killed", *overrides, launcher=TORCHRUN)

@@ -2,9 +2,18 @@ import json
 
 import pytest
 
-from cbasr.engines.scoring import (align_tokens, bootstrap_interval, error_counts, format_alignment,
-                                   paired_bootstrap_test, read_trn, score_decode_dir, sign_test, utterance_counts,
-                                   write_trn)
+from cbasr.engines.scoring import (
+    align_tokens,
+    bootstrap_interval,
+    error_counts,
+    format_alignment,
+    paired_bootstrap_test,
+    read_trn,
+    score_decode_dir,
+    sign_test,
+    utterance_counts,
+    write_trn,
+)
 
 
 def test_hand_worked_counts():
@@ -38,19 +47,25 @@ def test_per_utterance_counts_add_up_to_the_totals():
     refs = [["a", "b", "c", "d"], ["x", "y"], [], ["p"]]
     hyps = [["a", "c", "d", "e"], ["x", "z", "y"], ["q"], ["r"]]
     per_utt = utterance_counts(refs, hyps)
-    assert [(c["sub"], c["del"], c["ins"], c["ref_tokens"]) for c in per_utt] == [(0, 1, 1, 4), (0, 0, 1, 2),
-                                                                                  (0, 0, 1, 0), (1, 0, 0, 1)]
+    assert [(c["sub"], c["del"], c["ins"], c["ref_tokens"]) for c in per_utt] == [
+        (0, 1, 1, 4),
+        (0, 0, 1, 2),
+        (0, 0, 1, 0),
+        (1, 0, 0, 1),
+    ]
     total = error_counts(refs, hyps)
     assert (total["sub"], total["del"], total["ins"]) == (1, 1, 3)
 
 
 def test_the_alignment_file_marks_each_error():
     block = format_alignment("u1", ["a", "bb", "c", "d"], ["a", "x", "c", "e", "d"], speaker="s1")
-    assert block == ("id: (u1)  speaker: s1\n"
-                     "Scores: (#C #S #D #I) 3 1 0 1\n"
-                     "REF:  a  bb  c  ***  d\n"
-                     "HYP:  a  x   c  e    d\n"
-                     "Eval:    S      I\n\n")
+    assert block == (
+        "id: (u1)  speaker: s1\n"
+        "Scores: (#C #S #D #I) 3 1 0 1\n"
+        "REF:  a  bb  c  ***  d\n"
+        "HYP:  a  x   c  e    d\n"
+        "Eval:    S      I\n\n"
+    )
     assert align_tokens(["a", "b"], ["b"]) == [("D", "a", None), ("C", "b", "b")]
 
 
@@ -65,7 +80,9 @@ def test_bootstrap_interval_is_reproducible_and_brackets_the_rate():
     se = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1) / len(rates)) ** 0.5
     assert (high - low) == pytest.approx(2 * 1.96 * se, rel=0.15)
     low4, high4 = bootstrap_interval(errors * 4, refs * 4, samples=2000, seed=3)
-    assert (high4 - low4) == pytest.approx((high - low) / 2, rel=0.2)  # 4 times the data: half the width
+    assert (high4 - low4) == pytest.approx(
+        (high - low) / 2, rel=0.2
+    )  # 4 times the data: half the width
 
 
 def test_paired_tests_tell_real_differences_from_noise():
@@ -97,8 +114,11 @@ def test_a_decode_directory_is_scored_per_speaker_with_its_error_file(tmp_path):
     assert s["by_speaker"]["s1"]["errors"] == 3 and s["by_speaker"]["s1"]["ref_tokens"] == 5
     assert s["by_speaker"]["s2"]["error_rate"] == 0.0 and s["ci95"][0] <= 50.0 <= s["ci95"][1]
     assert json.loads((tmp_path / "score.json").read_text())["by_speaker"] == s["by_speaker"]
-    assert (tmp_path / "per_utt.tsv").read_text().splitlines()[1:] == ["u1\ts1\t2\t0\t1\t0", "u2\ts2\t1\t0\t0\t0",
-                                                                       "u3\ts1\t3\t1\t0\t1"]
+    assert (tmp_path / "per_utt.tsv").read_text().splitlines()[1:] == [
+        "u1\ts1\t2\t0\t1\t0",
+        "u2\ts2\t1\t0\t0\t0",
+        "u3\ts1\t3\t1\t0\t1",
+    ]
     pra = (tmp_path / "errors.pra").read_text()
     assert pra.count("id: (") == 3 and "REF:  a  b\nHYP:  a  ***\nEval:    D\n" in pra
     (tmp_path / "utt2spk").write_text("u1\n")
@@ -109,8 +129,9 @@ def test_a_decode_directory_is_scored_per_speaker_with_its_error_file(tmp_path):
 def test_character_decodings_also_get_a_word_error_rate(tmp_path):
     write_trn(tmp_path / "ref.trn", [("u1", list("ab|cd"))])
     write_trn(tmp_path / "hyp.trn", [("u1", list("ab|ce"))])
-    (tmp_path / "decode.json").write_text(json.dumps({"skipped": 0, "checkpoint": "best", "epoch": 1,
-                                                      "units": "chars"}))
+    (tmp_path / "decode.json").write_text(
+        json.dumps({"skipped": 0, "checkpoint": "best", "epoch": 1, "units": "chars"})
+    )
     s = score_decode_dir(tmp_path, bootstrap_samples=10)
     assert s["error_rate"] == pytest.approx(20.0)  # 1 of 5 characters
     assert (s["words"]["sub"], s["words"]["ref_tokens"], s["words"]["error_rate"]) == (1, 2, 50.0)

@@ -24,11 +24,23 @@ def make_cfg(data, exp_dir, *overrides):
     One thread: on a shared 2-core machine two threads can run 10x slower (SYNTH_NOTES.md).
     """
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[
-            f"exp_dir={exp_dir}", f"data.manifest_dir={data / 'corpus'}", f"data.feature_dir={data / 'fbank'}",
-            f"data.vocab={data / 'lang/phones.txt'}", "encoder.hidden=24", "encoder.num_layers=1",
-            "data.max_frames=1200", "optim.lr=5e-3", "trainer.max_epochs=3", "trainer.progress_bar=false",
-            "trainer.num_threads=1", *overrides])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"exp_dir={exp_dir}",
+                f"data.manifest_dir={data / 'corpus'}",
+                f"data.feature_dir={data / 'fbank'}",
+                f"data.vocab={data / 'lang/phones.txt'}",
+                "encoder.hidden=24",
+                "encoder.num_layers=1",
+                "data.max_frames=1200",
+                "optim.lr=5e-3",
+                "trainer.max_epochs=3",
+                "trainer.progress_bar=false",
+                "trainer.num_threads=1",
+                *overrides,
+            ],
+        )
     return OmegaConf.to_container(cfg, resolve=True)
 
 
@@ -43,8 +55,14 @@ def test_training_learns_and_fills_the_experiment_dir(tone_data, tmp_path):
     assert [h["epoch"] for h in history] == list(range(1, 13))
     assert history[-1]["valid_error_rate"] < 15.0 < history[0]["valid_error_rate"]
     assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
-    for name in ("checkpoints/last.pt", "checkpoints/best.pt", "vocab.txt", "cmvn.json", "config.json",
-                 "training_curves.png"):
+    for name in (
+        "checkpoints/last.pt",
+        "checkpoints/best.pt",
+        "vocab.txt",
+        "cmvn.json",
+        "config.json",
+        "training_curves.png",
+    ):
         assert (exp / name).is_file(), name
     assert list((exp / "tensorboard").glob("events.out.tfevents.*"))
     assert t.state.best_error_rate == min(h["valid_error_rate"] for h in history)
@@ -77,7 +95,9 @@ def test_interrupted_run_resumes_bit_for_bit(tone_data, tmp_path, monkeypatch):
         assert torch.equal(value, resumed.model.state_dict()[key]), key
     a = json.loads((tmp_path / "a/history.json").read_text())
     b = json.loads((tmp_path / "b/history.json").read_text())
-    assert [(h["train_loss"], h["valid_loss"]) for h in a] == [(h["train_loss"], h["valid_loss"]) for h in b]
+    assert [(h["train_loss"], h["valid_loss"]) for h in a] == [
+        (h["train_loss"], h["valid_loss"]) for h in b
+    ]
 
 
 def test_finished_run_is_a_no_op_and_a_changed_model_is_refused(tone_data, tmp_path, caplog):
@@ -86,7 +106,9 @@ def test_finished_run_is_a_no_op_and_a_changed_model_is_refused(tone_data, tmp_p
     stamp = (exp / "checkpoints/last.pt").stat().st_mtime_ns
     with caplog.at_level(logging.INFO):
         train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
-    assert "nothing to do" in caplog.text and (exp / "checkpoints/last.pt").stat().st_mtime_ns == stamp
+    assert (
+        "nothing to do" in caplog.text and (exp / "checkpoints/last.pt").stat().st_mtime_ns == stamp
+    )
     with pytest.raises(ValueError, match=r"different \['encoder'\]"):
         train(make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp)
 
@@ -105,10 +127,18 @@ def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch
     assert t.state.bad_steps == 1 and t.state.step == t.steps_per_epoch - 1
     assert "non-finite loss for ['" in caplog.text
 
-    monkeypatch.setattr(CTCModel, "loss", lambda self, *batch: LossOutput(real_loss(self, *batch).loss * float("nan"),
-                                                                           real_loss(self, *batch).nll, {}))
+    monkeypatch.setattr(
+        CTCModel,
+        "loss",
+        lambda self, *batch: LossOutput(
+            real_loss(self, *batch).loss * float("nan"), real_loss(self, *batch).nll, {}
+        ),
+    )
     with pytest.raises(RuntimeError, match="3 steps in a row had a non-finite loss"):
-        train(make_cfg(tone_data, tmp_path / "b", "trainer.max_epochs=1", "trainer.max_bad_steps=3"), tmp_path / "b")
+        train(
+            make_cfg(tone_data, tmp_path / "b", "trainer.max_epochs=1", "trainer.max_bad_steps=3"),
+            tmp_path / "b",
+        )
     assert (tmp_path / "b/checkpoints/last.pt").is_file()
 
 
@@ -116,7 +146,10 @@ def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     exp = tmp_path / "cb"
-    t = train(make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=2", "trainer.log_every=5"), exp)
+    t = train(
+        make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=2", "trainer.log_every=5"),
+        exp,
+    )
     history = json.loads((exp / "history.json").read_text())
     assert history[-1]["train_loss"] < history[0]["train_loss"] and t.state.bad_steps == 0
     events = EventAccumulator(str(exp / "tensorboard"))
@@ -127,20 +160,38 @@ def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path):
 # --- resume after a real kill ---------------------------------------------------------------
 BIN = Path(sys.executable).parent
 # Everything that draws random numbers, so the test sees whether every RNG state is restored.
-RANDOM_EVERYTHING = ("encoder.dropout=0.3", "data.spec_augment.freq_masks=2", "data.spec_augment.freq_mask_width=8",
-                     "data.spec_augment.time_masks=2", "data.speed_perturb=[0.9,1.0,1.1]", "optim.weight_noise=0.01")
+RANDOM_EVERYTHING = (
+    "encoder.dropout=0.3",
+    "data.spec_augment.freq_masks=2",
+    "data.spec_augment.freq_mask_width=8",
+    "data.spec_augment.time_masks=2",
+    "data.speed_perturb=[0.9,1.0,1.1]",
+    "optim.weight_noise=0.01",
+)
 
 
 def _overrides(data, exp_dir, *overrides) -> list[str]:
-    return [f"exp_dir={exp_dir}", f"data.manifest_dir={data / 'corpus'}", f"data.feature_dir={data / 'fbank'}",
-            f"data.vocab={data / 'lang/phones.txt'}", "encoder.hidden=24", "encoder.num_layers=1",
-            "data.max_frames=1200", "optim.lr=5e-3", "trainer.progress_bar=false", "trainer.num_threads=1", *overrides]
+    return [
+        f"exp_dir={exp_dir}",
+        f"data.manifest_dir={data / 'corpus'}",
+        f"data.feature_dir={data / 'fbank'}",
+        f"data.vocab={data / 'lang/phones.txt'}",
+        "encoder.hidden=24",
+        "encoder.num_layers=1",
+        "data.max_frames=1200",
+        "optim.lr=5e-3",
+        "trainer.progress_bar=false",
+        "trainer.num_threads=1",
+        *overrides,
+    ]
 
 
 def run_cli(data, exp_dir, *overrides, env=None, launcher=()) -> subprocess.CompletedProcess:
     """``cbasr-train`` as a user runs it, in a process of its own (``launcher``: e.g. torchrun)."""
     cmd = [*launcher, str(BIN / "cbasr-train"), *_overrides(data, exp_dir, *overrides)]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300
+    )
 
 
 def test_sigkilled_run_resumes_bit_for_bit(tone_data, tmp_path):
@@ -155,7 +206,11 @@ def test_sigkilled_run_resumes_bit_for_bit(tone_data, tmp_path):
     assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]
     assert len(list((exp / "checkpoints").glob(".last.pt.*.tmp"))) == 1  # the unfinished write
     last = load_checkpoint(exp / "checkpoints/last.pt")
-    assert (last["state"]["step"], last["state"]["epoch"], last["state"]["batch_in_epoch"]) == (9, 1, 1)
+    assert (last["state"]["step"], last["state"]["epoch"], last["state"]["batch_in_epoch"]) == (
+        9,
+        1,
+        1,
+    )
 
     run = run_cli(tone_data, exp, *overrides)  # the same command again
     assert run.returncode == 0, run.stderr[-3000:]
@@ -165,7 +220,9 @@ def test_sigkilled_run_resumes_bit_for_bit(tone_data, tmp_path):
     for key, value in whole.model.state_dict().items():
         assert torch.equal(value, resumed["model"][key]), key
     for key in ("train_loss", "valid_loss", "valid_error_rate"):
-        assert [h[key] for h in whole.state.history] == [h[key] for h in resumed["state"]["history"]], key
+        assert [h[key] for h in whole.state.history] == [
+            h[key] for h in resumed["state"]["history"]
+        ], key
 
 
 @pytest.mark.slow
@@ -199,70 +256,121 @@ def test_plateau_early_stopping_best_and_kept_checkpoints(tone_data, tmp_path, m
     scripted = iter([{"valid_loss": v, "valid_error_rate": e} for v, e in zip(losses, errors)])
     monkeypatch.setattr(Trainer, "validate", lambda self: next(scripted))
     exp = tmp_path / "exp"
-    overrides = ("data.max_frames=4000", "trainer.max_epochs=10", "trainer.best_metric=valid_loss",
-                 "optim.scheduler=constant", "optim.lr=1e-3", "optim.plateau_factor=0.5", "optim.plateau_patience=1",
-                 "trainer.early_stopping_patience=2", "trainer.keep_checkpoints=1")
+    overrides = (
+        "data.max_frames=4000",
+        "trainer.max_epochs=10",
+        "trainer.best_metric=valid_loss",
+        "optim.scheduler=constant",
+        "optim.lr=1e-3",
+        "optim.plateau_factor=0.5",
+        "optim.plateau_patience=1",
+        "trainer.early_stopping_patience=2",
+        "trainer.keep_checkpoints=1",
+    )
     t = train(make_cfg(tone_data, exp, *overrides), exp)
     assert t.state.stopped_early and t.state.epoch == 6 and t.state.best_epoch == 4
     # lr at each epoch's end, before its validation: halved after epochs 3, 5 and 6
-    assert [h["lr"] for h in t.state.history] == pytest.approx([1e-3, 1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4])
+    assert [h["lr"] for h in t.state.history] == pytest.approx(
+        [1e-3, 1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4]
+    )
     assert t.schedule.get_last_lr() == pytest.approx([1.25e-4])
     assert load_checkpoint(exp / "checkpoints/best.pt")["state"]["epoch"] == 4
-    assert sorted(p.name for p in (exp / "checkpoints").glob("epoch-*.pt")) == ["epoch-4.pt", "epoch-6.pt"]
+    assert sorted(p.name for p in (exp / "checkpoints").glob("epoch-*.pt")) == [
+        "epoch-4.pt",
+        "epoch-6.pt",
+    ]
     assert load_checkpoint(exp / "checkpoints/last.pt")["state"]["epoch"] == 6
     rerun = train(make_cfg(tone_data, exp, *overrides), exp)  # stopped early: nothing left to do
     assert rerun.state.epoch == 6
 
 
 def test_options_are_checked_at_start(tone_data, tmp_path):
-    for override, message in (("trainer.precision=fp16", "trainer.precision=fp16 needs a CUDA device"),
-                              ("trainer.precision=fp8", "trainer.precision must be one of"),
-                              ("trainer.best_metric=wer", "trainer.best_metric must be one of"),
-                              ("data.features=mp3", "data.features must be cached or on_the_fly"),
-                              ("optim.name=lion", "optim.name must be one of"),
-                              ("optim.scheduler=step", "optim.scheduler must be one of")):
+    for override, message in (
+        ("trainer.precision=fp16", "trainer.precision=fp16 needs a CUDA device"),
+        ("trainer.precision=fp8", "trainer.precision must be one of"),
+        ("trainer.best_metric=wer", "trainer.best_metric must be one of"),
+        ("data.features=mp3", "data.features must be cached or on_the_fly"),
+        ("optim.name=lion", "optim.name must be one of"),
+        ("optim.scheduler=step", "optim.scheduler must be one of"),
+    ):
         with pytest.raises(ValueError, match=message):
-            Trainer(make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu", override), tmp_path / "exp")
+            Trainer(
+                make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu", override),
+                tmp_path / "exp",
+            )
 
 
 def test_bf16_autocast_on_cpu(tone_data, tmp_path, monkeypatch):
     real_loss, seen = CTCModel.loss, []
 
     def recording(self, *batch):
-        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        seen.append(
+            torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        )
         return real_loss(self, *batch)
 
     monkeypatch.setattr(CTCModel, "loss", recording)
-    t = train(make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=1", "trainer.precision=bf16"), tmp_path / "exp")
-    assert seen and all(seen) and t.state.bad_steps == 0 and math.isfinite(t.state.history[0]["train_loss"])
+    t = train(
+        make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=1", "trainer.precision=bf16"),
+        tmp_path / "exp",
+    )
+    assert (
+        seen
+        and all(seen)
+        and t.state.bad_steps == 0
+        and math.isfinite(t.state.history[0]["train_loss"])
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_on_cuda_trains_and_resumes(tone_data, tmp_path, precision):
     overrides = ("trainer.device=cuda", f"trainer.precision={precision}")
-    t = train(make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=1", *overrides), tmp_path / "exp")
+    t = train(
+        make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=1", *overrides), tmp_path / "exp"
+    )
     assert t.state.step > 0 and math.isfinite(t.state.history[0]["train_loss"])
     ckpt = load_checkpoint(tmp_path / "exp/checkpoints/last.pt")
     if precision == "fp16":
         assert ckpt["scaler"]["scale"] > 0  # the gradient scaler's state is checkpointed
-    t = train(make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=2", *overrides), tmp_path / "exp")
+    t = train(
+        make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=2", *overrides), tmp_path / "exp"
+    )
     assert t.state.epoch == 2 and t.scaler.is_enabled() == (precision == "fp16")
 
 
 def test_augmentation_is_for_training_only(tone_data, tmp_path):
     plain = Trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
-    augmented = Trainer(make_cfg(tone_data, tmp_path / "b", "data.spec_augment.time_masks=2",
-                                 "data.spec_augment.freq_masks=2", "data.speed_perturb=[0.9,1.1]"), tmp_path / "b")
+    augmented = Trainer(
+        make_cfg(
+            tone_data,
+            tmp_path / "b",
+            "data.spec_augment.time_masks=2",
+            "data.spec_augment.freq_masks=2",
+            "data.speed_perturb=[0.9,1.1]",
+        ),
+        tmp_path / "b",
+    )
     assert augmented.valid_set.augmentation is None and augmented.train_set.augmentation.masks
-    assert augmented.validate() == plain.validate()  # the same initial model sees the same validation data
+    assert (
+        augmented.validate() == plain.validate()
+    )  # the same initial model sees the same validation data
     assert not torch.equal(augmented.train_set[0][1], plain.train_set[0][1])
 
 
 def test_on_the_fly_features_with_speed_perturbation_train(tone_data, tmp_path):
     exp = tmp_path / "exp"
-    t = train(make_cfg(tone_data, exp, "trainer.max_epochs=2", "data.features=on_the_fly",
-                       "data.speed_perturb=[0.9,1.0,1.1]", "data.num_workers=1"), exp)
+    t = train(
+        make_cfg(
+            tone_data,
+            exp,
+            "trainer.max_epochs=2",
+            "data.features=on_the_fly",
+            "data.speed_perturb=[0.9,1.0,1.1]",
+            "data.num_workers=1",
+        ),
+        exp,
+    )
     assert t.train_set.store is None and t.state.bad_steps == 0
     assert t.state.history[-1]["train_loss"] < t.state.history[0]["train_loss"]
 
@@ -280,20 +388,39 @@ def test_tensorboard_shows_losses_rates_and_throughput(tone_data, tmp_path):
     exp = tmp_path / "exp"
     train(make_cfg(tone_data, exp, "trainer.max_epochs=1", "trainer.log_every=2"), exp)
     tags = set(_scalars(exp).Tags()["scalars"])
-    assert {"train/loss", "train/lr", "train/grad_norm", "train/bad_steps", "perf/frames_per_second",
-            "perf/data_fraction", "epoch/train_loss", "epoch/valid_loss", "epoch/valid_error_rate"} <= tags
+    assert {
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/bad_steps",
+        "perf/frames_per_second",
+        "perf/data_fraction",
+        "epoch/train_loss",
+        "epoch/valid_loss",
+        "epoch/valid_error_rate",
+    } <= tags
     history = json.loads((exp / "history.json").read_text())[0]
     assert history["frames_per_second"] > 0 and 0 <= history["data_fraction"] <= 1
 
 
 def test_cb_emission_rate_against_the_label_rate(tone_data, tmp_path):
     exp = tmp_path / "cb"
-    train(make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=1", "trainer.log_every=2"), exp)
+    train(
+        make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=1", "trainer.log_every=2"),
+        exp,
+    )
     events = _scalars(exp)
-    assert {"train/emission_rate", "train/label_rate", "epoch/valid_emission_rate",
-            "epoch/valid_label_rate"} <= set(events.Tags()["scalars"])
-    layout = events.Tensors("custom_scalars__config__") if "custom_scalars__config__" in events.Tags()["tensors"] \
+    assert {
+        "train/emission_rate",
+        "train/label_rate",
+        "epoch/valid_emission_rate",
+        "epoch/valid_label_rate",
+    } <= set(events.Tags()["scalars"])
+    layout = (
+        events.Tensors("custom_scalars__config__")
+        if "custom_scalars__config__" in events.Tags()["tensors"]
         else None
+    )
     assert layout, "no custom-scalars layout"
     history = json.loads((exp / "history.json").read_text())[0]
     assert 0 < history["valid_emission_rate"] < 1 and 0 < history["valid_label_rate"] < 1
@@ -301,12 +428,17 @@ def test_cb_emission_rate_against_the_label_rate(tone_data, tmp_path):
 
 def test_weight_noise_changes_training_from_its_start_step(tone_data, tmp_path):
     def final(name, *overrides):
-        t = train(make_cfg(tone_data, tmp_path / name, "trainer.max_epochs=1", *overrides), tmp_path / name)
+        t = train(
+            make_cfg(tone_data, tmp_path / name, "trainer.max_epochs=1", *overrides),
+            tmp_path / name,
+        )
         return t.model.state_dict(), t.steps_per_epoch
 
     clean, steps = final("clean")
     noisy, _ = final("noisy", "optim.weight_noise=0.05")
-    late, _ = final("late", "optim.weight_noise=0.05", f"optim.weight_noise_start={steps}")  # after the last step
+    late, _ = final(
+        "late", "optim.weight_noise=0.05", f"optim.weight_noise_start={steps}"
+    )  # after the last step
     assert all(torch.equal(clean[k], late[k]) for k in clean)
     assert not torch.equal(clean["encoder.rnn.weight_ih_l0"], noisy["encoder.rnn.weight_ih_l0"])
     # the noise is gone after each step: biases, never perturbed, differ only through the noisy gradients
@@ -321,20 +453,57 @@ def test_text_input_trains_a_cb_model_on_source_tokens(tmp_path):
 
     make_fake_gigaword(tmp_path / "giga")
     prepare_gigaword(tmp_path / "giga", tmp_path / "data", strict=False)
-    features.main(["--manifest-dir", str(tmp_path / "data"), "--out", str(tmp_path / "src"), "--splits", "train",
-                   "dev", "--source-units", "words", "--workers", "0"])
-    vocab.main(["--manifest", str(tmp_path / "data" / "train.jsonl"), "--units", "words",
-                "--out", str(tmp_path / "lang" / "words.txt")])
+    features.main(
+        [
+            "--manifest-dir",
+            str(tmp_path / "data"),
+            "--out",
+            str(tmp_path / "src"),
+            "--splits",
+            "train",
+            "dev",
+            "--source-units",
+            "words",
+            "--workers",
+            "0",
+        ]
+    )
+    vocab.main(
+        [
+            "--manifest",
+            str(tmp_path / "data" / "train.jsonl"),
+            "--units",
+            "words",
+            "--out",
+            str(tmp_path / "lang" / "words.txt"),
+        ]
+    )
     exp = tmp_path / "exp"
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[
-            f"exp_dir={exp}", f"data.manifest_dir={tmp_path / 'data'}", f"data.feature_dir={tmp_path / 'src'}",
-            f"data.vocab={tmp_path / 'lang' / 'words.txt'}", "data.units=words", "encoder=text_blstm",
-            "encoder.hidden=16", "encoder.num_layers=1", "encoder.embedding_dim=8", "loss=cb_marginal",
-            "trainer.max_epochs=25", "optim.lr=2e-2", "trainer.progress_bar=false", "trainer.num_threads=1",
-            "trainer.keep_checkpoints=1"])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"exp_dir={exp}",
+                f"data.manifest_dir={tmp_path / 'data'}",
+                f"data.feature_dir={tmp_path / 'src'}",
+                f"data.vocab={tmp_path / 'lang' / 'words.txt'}",
+                "data.units=words",
+                "encoder=text_blstm",
+                "encoder.hidden=16",
+                "encoder.num_layers=1",
+                "encoder.embedding_dim=8",
+                "loss=cb_marginal",
+                "trainer.max_epochs=25",
+                "optim.lr=2e-2",
+                "trainer.progress_bar=false",
+                "trainer.num_threads=1",
+                "trainer.keep_checkpoints=1",
+            ],
+        )
     t = train(OmegaConf.to_container(cfg, resolve=True), exp)
     history = json.loads((exp / "history.json").read_text())
     assert (exp / "source_vocab.txt").is_file() and not (exp / "cmvn.json").exists()
-    assert t.model.encoder.subsampling.embedding.num_embeddings == len((tmp_path / "src/source_vocab.txt").read_text().split())
+    assert t.model.encoder.subsampling.embedding.num_embeddings == len(
+        (tmp_path / "src/source_vocab.txt").read_text().split()
+    )
     assert len(t.train_set) == 3 and history[-1]["train_loss"] < 0.7 * history[0]["train_loss"]

@@ -314,8 +314,16 @@ def test_constant_rewards_give_no_score_function_gradient(estimator, baseline):
     logits, _, total, lengths = ragged_batch(4)
     B, T = logits.shape
     rewards = torch.full((B, T, 3), CONSTANT, dtype=F64)
-    est = cb_reinforce(logits, total, rewards, lengths, estimator, 4, CONSTANT_BASELINES[baseline](B),
-                       torch.Generator().manual_seed(2))
+    est = cb_reinforce(
+        logits,
+        total,
+        rewards,
+        lengths,
+        estimator,
+        4,
+        CONSTANT_BASELINES[baseline](B),
+        torch.Generator().manual_seed(2),
+    )
     (g,) = torch.autograd.grad(-est.loss.sum(), logits)
     (prior,) = torch.autograd.grad(PoissonBinomial(logits, lengths).log_prob(total).sum(), logits)
     torch.testing.assert_close(g, prior, rtol=0, atol=1e-13)

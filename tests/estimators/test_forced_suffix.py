@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from cbasr.estimators import (
     forced_suffix_marginals,
@@ -12,7 +11,6 @@ from cbasr.estimators import (
     forced_suffix_sample,
 )
 from tests.estimators.cases import F64, assert_unbiased, ragged_batch, replicate
-from tests.reference import cb_enumeration as cb_ref
 from tests.reference import estimator_enumeration as ref
 
 
@@ -146,7 +144,8 @@ def test_constant_rewards_give_no_score_function_gradient(baseline):
         chosen.update(torch.full((1, 1, 1), -1.7, dtype=F64), torch.ones(1, 1, 1, dtype=torch.bool))
     else:
         chosen = "loo" if baseline == "loo" else torch.full((B,), -1.7, dtype=F64)
-    est = forced_suffix_reinforce(logits, total, rewards, lengths, 4, chosen,
-                                  generator=torch.Generator().manual_seed(2))
+    est = forced_suffix_reinforce(
+        logits, total, rewards, lengths, 4, chosen, generator=torch.Generator().manual_seed(2)
+    )
     (g,) = torch.autograd.grad(-est.loss.sum(), logits)
     torch.testing.assert_close(g, torch.zeros_like(g), rtol=0, atol=1e-13)

@@ -36,7 +36,9 @@ def _expected_bound(logits, rewards, total, length, M) -> torch.Tensor:
     value = torch.zeros((), dtype=F64)
     for chosen in itertools.product(range(len(support)), repeat=M):
         weight = torch.exp(sum(log_probs[i] for i in chosen))
-        value = value + weight * (torch.logsumexp(torch.stack([f[i] for i in chosen]), 0) - math.log(M))
+        value = value + weight * (
+            torch.logsumexp(torch.stack([f[i] for i in chosen]), 0) - math.log(M)
+        )
     return ref.log_prior(logits, total, length) + value
 
 
@@ -48,7 +50,9 @@ def _expected_estimate(logits, rewards, total, length, M):
     value, grads = torch.zeros((), dtype=F64), [torch.zeros_like(logits), torch.zeros_like(rewards)]
     for chosen in itertools.product(range(len(support)), repeat=M):
         weight = torch.exp(sum(log_probs[i] for i in chosen))
-        est = cb_monte_carlo_marginal_from_samples(logits, total, rewards, length, times[list(chosen)].unsqueeze(1))
+        est = cb_monte_carlo_marginal_from_samples(
+            logits, total, rewards, length, times[list(chosen)].unsqueeze(1)
+        )
         g = torch.autograd.grad(-est.loss.sum(), (logits, rewards))
         value = value + weight * est.value.sum()
         grads = [a + weight * b for a, b in zip(grads, g)]
@@ -65,7 +69,9 @@ def test_mean_estimate_is_the_gradient_of_the_expected_bound(M):
     rewards = (-2.0 * torch.rand(1, T, total, generator=g, dtype=F64)).requires_grad_()
     oracle = _expected_bound(logits[0], rewards[0], total, length, M)
     exact = torch.autograd.grad(oracle, (logits, rewards))
-    value, grads = _expected_estimate(logits, rewards, torch.tensor([total]), torch.tensor([length]), M)
+    value, grads = _expected_estimate(
+        logits, rewards, torch.tensor([total]), torch.tensor([length]), M
+    )
     torch.testing.assert_close(value, oracle.detach(), rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(grads[0], exact[0], rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(grads[1], exact[1], rtol=1e-9, atol=1e-10)
@@ -76,15 +82,23 @@ def test_the_bound_rises_to_the_exact_marginal_as_samples_grow():
     shrinks as M grows (about like 1/M); at M = 2048 value and gradient are those of the marginal."""
     logits, rewards, total, lengths = ragged_batch(5)
     B, T = logits.shape
-    exact = torch.stack([_exact_marginal(logits[b], rewards[b], int(total[b]), int(lengths[b])) for b in range(B)])
+    exact = torch.stack(
+        [_exact_marginal(logits[b], rewards[b], int(total[b]), int(lengths[b])) for b in range(B)]
+    )
     # the oracle itself agrees with the package's exact marginal (same label terms per frame)
     marginal = -cb_marginal_nll(logits, rewards, lengths, total)
     torch.testing.assert_close(marginal, exact, rtol=1e-10, atol=1e-10)
     generator = torch.Generator().manual_seed(7)
     gaps = {}
     for M, copies in [(2, 4000), (16, 1000), (128, 300)]:
-        est = cb_monte_carlo_marginal(replicate(logits, copies), total.repeat(copies), replicate(rewards, copies),
-                                      lengths.repeat(copies), M, generator)
+        est = cb_monte_carlo_marginal(
+            replicate(logits, copies),
+            total.repeat(copies),
+            replicate(rewards, copies),
+            lengths.repeat(copies),
+            M,
+            generator,
+        )
         values = est.value.view(copies, B)
         gap = exact.detach() - values.mean(0)
         noise = values.std(0) / copies**0.5
@@ -98,7 +112,9 @@ def test_the_bound_rises_to_the_exact_marginal_as_samples_grow():
     exact_gx, exact_gr = torch.autograd.grad(exact.sum(), (logits, rewards))
     torch.testing.assert_close(est.value.view(copies, B).mean(0), exact.detach(), atol=2e-3, rtol=0)
     torch.testing.assert_close(gx.view(copies, B, T).mean(0), exact_gx, atol=2e-2, rtol=0)
-    torch.testing.assert_close(gr.view(copies, B, *rewards.shape[1:]).mean(0), exact_gr, atol=2e-2, rtol=0)
+    torch.testing.assert_close(
+        gr.view(copies, B, *rewards.shape[1:]).mean(0), exact_gr, atol=2e-2, rtol=0
+    )
 
 
 def test_sampled_mean_gradient_matches_the_enumerated_one():
@@ -111,8 +127,14 @@ def test_sampled_mean_gradient_matches_the_enumerated_one():
     exact = torch.autograd.grad(_expected_bound(logits[0], rewards[0], total, length, M), logits)[0]
     copies = 20000
     x = replicate(logits, copies)
-    est = cb_monte_carlo_marginal(x, torch.full((copies,), total), replicate(rewards, copies).detach(),
-                                  torch.full((copies,), length), M, torch.Generator().manual_seed(8))
+    est = cb_monte_carlo_marginal(
+        x,
+        torch.full((copies,), total),
+        replicate(rewards, copies).detach(),
+        torch.full((copies,), length),
+        M,
+        torch.Generator().manual_seed(8),
+    )
     (gx,) = torch.autograd.grad(-est.loss.sum(), x)
     assert_unbiased(gx.view(copies, 1, T), exact)
 
@@ -122,7 +144,9 @@ def test_constant_rewards_give_no_score_function_gradient():
     gradient w.r.t. the emission logits is that of log P(L) alone."""
     logits, _, total, lengths = ragged_batch(2)
     rewards = torch.full((logits.shape[0], logits.shape[1], 3), -1.7, dtype=F64)
-    est = cb_monte_carlo_marginal(logits, total, rewards, lengths, 8, torch.Generator().manual_seed(0))
+    est = cb_monte_carlo_marginal(
+        logits, total, rewards, lengths, 8, torch.Generator().manual_seed(0)
+    )
     (g,) = torch.autograd.grad(-est.loss.sum(), logits)
     (prior,) = torch.autograd.grad(PoissonBinomial(logits, lengths).log_prob(total).sum(), logits)
     assert torch.equal(g, prior)
@@ -136,7 +160,9 @@ def test_vimco_signal_is_the_log_mean_exp_minus_its_leave_one_out_version():
     for m in range(M):
         replaced = f.clone()
         replaced[m] = (f.sum(0) - f[m]) / (M - 1)
-        torch.testing.assert_close(vimco_signals(f)[m], full - (torch.logsumexp(replaced, 0) - math.log(M)))
+        torch.testing.assert_close(
+            vimco_signals(f)[m], full - (torch.logsumexp(replaced, 0) - math.log(M))
+        )
 
 
 def test_vimco_signals_are_finite_for_far_apart_weights():
@@ -147,7 +173,9 @@ def test_vimco_signals_are_finite_for_far_apart_weights():
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, vimco_signals(f.double()).float())
     # the best sample's signal: log-mean-exp with it against the one with the others' mean
-    expected = torch.logsumexp(f[:, 0], 0) - torch.logsumexp(torch.tensor([(-200 - 350 - 90) / 3, -200, -350, -90]), 0)
+    expected = torch.logsumexp(f[:, 0], 0) - torch.logsumexp(
+        torch.tensor([(-200 - 350 - 90) / 3, -200, -350, -90]), 0
+    )
     torch.testing.assert_close(got[0, 0], expected)
 
 
@@ -160,11 +188,19 @@ def test_callable_rewards_and_padding():
     def reward_fn(times):  # (M, B, L) -> (M, B, L), gathered by hand
         M, B, L = times.shape
         at = times.clamp(min=0)
-        return torch.stack([torch.stack([clean_rewards[b, at[m, b], torch.arange(L)] for b in range(B)])
-                            for m in range(M)])
+        return torch.stack(
+            [
+                torch.stack([clean_rewards[b, at[m, b], torch.arange(L)] for b in range(B)])
+                for m in range(M)
+            ]
+        )
 
-    a = cb_monte_carlo_marginal(logits, total, rewards, lengths, 4, torch.Generator().manual_seed(1))
-    b = cb_monte_carlo_marginal(clean, total, reward_fn, lengths, 4, torch.Generator().manual_seed(1))
+    a = cb_monte_carlo_marginal(
+        logits, total, rewards, lengths, 4, torch.Generator().manual_seed(1)
+    )
+    b = cb_monte_carlo_marginal(
+        clean, total, reward_fn, lengths, 4, torch.Generator().manual_seed(1)
+    )
     assert torch.equal(a.times, b.times)
     torch.testing.assert_close(a.value, b.value)
     assert torch.isfinite(torch.autograd.grad(a.loss.sum(), logits)[0]).all()

@@ -51,11 +51,19 @@ def _lp(model, word, *history):
 def test_probabilities_worked_by_hand(arpa):
     assert arpa.order == 3 and arpa.words == ["<s>", "</s>", "a", "b"]
     assert _lp(arpa, "b", "<s>", "a") == pytest.approx(-0.1)  # listed trigram
-    assert _lp(arpa, "a", "<s>", "a") == pytest.approx(-0.1 - 0.17609 - 0.30103)  # bo(<s> a) bo(a) P(a)
-    assert _lp(arpa, "</s>", "a", "b") == pytest.approx(-0.2 - 0.47712 - 0.60206)  # bo(a b) bo(b) P(</s>)
+    assert _lp(arpa, "a", "<s>", "a") == pytest.approx(
+        -0.1 - 0.17609 - 0.30103
+    )  # bo(<s> a) bo(a) P(a)
+    assert _lp(arpa, "</s>", "a", "b") == pytest.approx(
+        -0.2 - 0.47712 - 0.60206
+    )  # bo(a b) bo(b) P(</s>)
     assert _lp(arpa, "a", "b", "a") == pytest.approx(-0.17609 - 0.30103)  # "b a" has no back-off: 1
-    assert _lp(arpa, "b", "b", "b") == pytest.approx(-0.47712 - 0.60206)  # "b b" unlisted: back-off 1
-    assert _lp(arpa, "a", "b", "a", "b", "b", "a") == pytest.approx(_lp(arpa, "a", "b", "a"))  # last 2 words
+    assert _lp(arpa, "b", "b", "b") == pytest.approx(
+        -0.47712 - 0.60206
+    )  # "b b" unlisted: back-off 1
+    assert _lp(arpa, "a", "b", "a", "b", "b", "a") == pytest.approx(
+        _lp(arpa, "a", "b", "a")
+    )  # last 2 words
     # <s> a b </s>: -0.17609 - 0.1 - (0.2 + 0.47712 + 0.60206)
     assert arpa.sentence_log_prob(["a", "b"]) / LN10 == pytest.approx(-1.55527)
 
@@ -74,14 +82,23 @@ def test_gzipped_files_read_the_same(tmp_path, arpa):
     assert read_arpa(tmp_path / "lm.arpa.gz").ngrams == arpa.ngrams
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda s: s.replace("\\data\\\n", ""), "no \\\\data\\\\ header"),
-    (lambda s: s.replace("ngram 2=4", "ngram 2=5"), "announces 5 2-grams but the file lists 4"),
-    (lambda s: s.replace("-0.30103 b a\n", "-0.30103 b\n"), "lm.arpa:16: a 2-gram line needs"),
-    (lambda s: s.replace("-0.1 <s> a b", "-0.1 <s> a c"), "lm.arpa:20: 3-gram '<s> a c' uses 'c', which has no unigram"),
-    (lambda s: s.replace("-0.60206 b -0.47712", "minus b -0.47712"), "lm.arpa:11: not a number"),
-    (lambda s: s.replace("</s>", "c"), "no </s> unigram"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s: s.replace("\\data\\\n", ""), "no \\\\data\\\\ header"),
+        (lambda s: s.replace("ngram 2=4", "ngram 2=5"), "announces 5 2-grams but the file lists 4"),
+        (lambda s: s.replace("-0.30103 b a\n", "-0.30103 b\n"), "lm.arpa:16: a 2-gram line needs"),
+        (
+            lambda s: s.replace("-0.1 <s> a b", "-0.1 <s> a c"),
+            "lm.arpa:20: 3-gram '<s> a c' uses 'c', which has no unigram",
+        ),
+        (
+            lambda s: s.replace("-0.60206 b -0.47712", "minus b -0.47712"),
+            "lm.arpa:11: not a number",
+        ),
+        (lambda s: s.replace("</s>", "c"), "no </s> unigram"),
+    ],
+)
 def test_malformed_files_are_named_with_the_line(tmp_path, edit, message):
     path = tmp_path / "lm.arpa"
     path.write_text(edit(TRIGRAM))

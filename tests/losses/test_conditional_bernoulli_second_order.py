@@ -168,8 +168,10 @@ def _best_windowed_path(emit_logits, label_log_probs):
         gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
         if any(g > W for g in gaps):
             continue
-        lp = sum(float(torch.nn.functional.logsigmoid(emit_logits[t] if t in s else -emit_logits[t]))
-                 for t in range(T)) + sum(float(label_log_probs[t, g - 1, l]) for l, (t, g) in enumerate(zip(s, gaps)))
+        lp = sum(
+            float(torch.nn.functional.logsigmoid(emit_logits[t] if t in s else -emit_logits[t]))
+            for t in range(T)
+        ) + sum(float(label_log_probs[t, g - 1, l]) for l, (t, g) in enumerate(zip(s, gaps)))
         if lp > best_lp:
             best, best_lp = s, lp
     return best, best_lp
@@ -208,7 +210,10 @@ def test_posteriors_sum_over_gaps_and_match_enumeration():
             gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
             if any(g > W for g in gaps):
                 continue
-            w = sum(float(torch.nn.functional.logsigmoid(a[b, t] if t in s else -a[b, t])) for t in range(T))
+            w = sum(
+                float(torch.nn.functional.logsigmoid(a[b, t] if t in s else -a[b, t]))
+                for t in range(T)
+            )
             weights[s] = w + sum(float(lp[b, t, g - 1, l]) for l, (t, g) in enumerate(zip(s, gaps)))
         if not weights:
             continue

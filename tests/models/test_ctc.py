@@ -1,13 +1,18 @@
 import torch
 
 from cbasr.builder import build_model
-from cbasr.models import CTCModel
 from cbasr.data.dataset import Batch
+from cbasr.models import CTCModel
 
 
 def _model(stride=3):
-    return build_model({"name": "rnn", "hidden": 4, "num_layers": 1, "stride": stride, "stack": stride},
-                       {"name": "pointwise"}, {"name": "ctc"}, input_dim=4, vocab_size=5)
+    return build_model(
+        {"name": "rnn", "hidden": 4, "num_layers": 1, "stride": stride, "stack": stride},
+        {"name": "pointwise"},
+        {"name": "ctc"},
+        input_dim=4,
+        vocab_size=5,
+    )
 
 
 def test_check_utterance_counts_frames_after_subsampling_and_repeats():
@@ -44,10 +49,13 @@ def test_loss_matches_ctc_on_the_model_outputs():
     torch.manual_seed(0)
     model = _model()
     feats, lens = torch.randn(2, 30, 4), torch.tensor([30, 21])
-    batch = Batch(["a", "b"], feats, lens, torch.tensor([[1, 2, 3], [4, 4, 0]]), torch.tensor([3, 2]))
+    batch = Batch(
+        ["a", "b"], feats, lens, torch.tensor([[1, 2, 3], [4, 4, 0]]), torch.tensor([3, 2])
+    )
     log_probs, out_lens = model.log_probs(feats, lens)
-    expected = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens,
-                                            reduction="none")
+    expected = torch.nn.functional.ctc_loss(
+        log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, reduction="none"
+    )
     out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
     torch.testing.assert_close(out.loss, expected)
     torch.testing.assert_close(out.nll, expected)

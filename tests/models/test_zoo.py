@@ -14,26 +14,65 @@ from cbasr.data.vocab import Vocabulary
 ENCODER = {"name": "rnn", "hidden": 16, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
 DECODERS = {
     "pointwise": {"name": "pointwise"},
-    "autoregressive": {"name": "autoregressive", "embed_dim": 8, "hidden": 16, "emission_hidden": 8},
-    "monotonic": {"name": "monotonic", "window": 3, "attention_dim": 8, "embed_dim": 8, "hidden": 16,
-                  "joint_dim": 16},
-    "monotonic_variable": {"name": "monotonic", "window": 8, "variable": True, "attention_dim": 8,
-                           "embed_dim": 8, "hidden": 16, "joint_dim": 16},
-    "attention_emission": {"name": "attention_emission", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
+    "autoregressive": {
+        "name": "autoregressive",
+        "embed_dim": 8,
+        "hidden": 16,
+        "emission_hidden": 8,
+    },
+    "monotonic": {
+        "name": "monotonic",
+        "window": 3,
+        "attention_dim": 8,
+        "embed_dim": 8,
+        "hidden": 16,
+        "joint_dim": 16,
+    },
+    "monotonic_variable": {
+        "name": "monotonic",
+        "window": 8,
+        "variable": True,
+        "attention_dim": 8,
+        "embed_dim": 8,
+        "hidden": 16,
+        "joint_dim": 16,
+    },
+    "attention_emission": {
+        "name": "attention_emission",
+        "embed_dim": 8,
+        "hidden": 16,
+        "joint_dim": 16,
+    },
     "transducer": {"name": "transducer", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 8, "hidden": 16, "joint_dim": 16},
-    "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 8, "hidden": 16,
-                     "joint_dim": 16},
-    "hat_linear": {"name": "transducer", "joint": "hat", "blank_joint": "linear", "embed_dim": 8, "hidden": 16,
-                   "joint_dim": 16},
+    "hat_context1": {
+        "name": "transducer",
+        "joint": "hat",
+        "context": 1,
+        "embed_dim": 8,
+        "hidden": 16,
+        "joint_dim": 16,
+    },
+    "hat_linear": {
+        "name": "transducer",
+        "joint": "hat",
+        "blank_joint": "linear",
+        "embed_dim": 8,
+        "hidden": 16,
+        "joint_dim": 16,
+    },
 }
 DECODERS["autoregressive_luo"] = {**DECODERS["autoregressive"], "emission": "decoder"}
-LOSSES = {"ctc": {"name": "ctc"}, "cb_marginal": {"name": "cb_marginal"},
-          "cb_reinforce": {"name": "cb_reinforce", "estimator": "idb", "num_samples": 4},
-          "cb_reinforce_mbb": {"name": "cb_reinforce", "estimator": "mbb", "num_samples": 4},
-          "cb_mc": {"name": "cb_mc", "num_samples": 4},
-          "forced_suffix": {"name": "forced_suffix", "num_samples": 4},
-          "rnnt": {"name": "rnnt"}, "hat": {"name": "hat"}}
+LOSSES = {
+    "ctc": {"name": "ctc"},
+    "cb_marginal": {"name": "cb_marginal"},
+    "cb_reinforce": {"name": "cb_reinforce", "estimator": "idb", "num_samples": 4},
+    "cb_reinforce_mbb": {"name": "cb_reinforce", "estimator": "mbb", "num_samples": 4},
+    "cb_mc": {"name": "cb_mc", "num_samples": 4},
+    "forced_suffix": {"name": "forced_suffix", "num_samples": 4},
+    "rnnt": {"name": "rnnt"},
+    "hat": {"name": "hat"},
+}
 SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "cb_mc", "forced_suffix"}
 # The specification (issue 6; CB paper sections 2.2, 2.4 and 5.2): which loss trains which decoder.
 ALLOWED = {
@@ -72,8 +111,13 @@ def test_builder_allows_exactly_the_specified_pairs(decoder, loss):
 def tone_batch(tone_data):
     root = Path(tone_data)
     vocab = Vocabulary.load(root / "lang" / "phones.txt")
-    data = AsrDataset(root / "corpus" / "train.jsonl", root / "fbank" / "train", vocab, "phones",
-                      load_cmvn(root / "fbank" / "cmvn.json"))
+    data = AsrDataset(
+        root / "corpus" / "train.jsonl",
+        root / "fbank" / "train",
+        vocab,
+        "phones",
+        load_cmvn(root / "fbank" / "cmvn.json"),
+    )
     return collate([data[i] for i in range(8)]), len(vocab)
 
 
@@ -98,8 +142,15 @@ def test_each_allowed_pair_trains_and_decodes(tone_batch, decoder, loss):
     assert len(hyps) == 8 and all(0 < y < vocab_size for hyp in hyps for y in hyp)
 
 
-@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_reinforce"), ("pointwise", "cb_mc"),
-                                          ("monotonic", "forced_suffix"), ("attention_emission", "cb_reinforce_mbb")])
+@pytest.mark.parametrize(
+    "decoder,loss",
+    [
+        ("pointwise", "cb_reinforce"),
+        ("pointwise", "cb_mc"),
+        ("monotonic", "forced_suffix"),
+        ("attention_emission", "cb_reinforce_mbb"),
+    ],
+)
 def test_sampled_criteria_report_the_exact_marginal_in_evaluation(tone_batch, decoder, loss):
     """Validation losses compare across criteria: in evaluation mode a sampled criterion reports
     the exact -log P(y) (eq. 38) of its model, in training mode its own Monte Carlo value."""
@@ -119,15 +170,27 @@ def test_sampled_criteria_report_the_exact_marginal_in_evaluation(tone_batch, de
         assert not torch.allclose(sampled, exact.loss(*args).nll)
 
 
-@pytest.mark.parametrize("decoder,expected", [("pointwise", "mbb"), ("monotonic", "mbb"),
-                                               ("attention_emission", "mbb"), ("autoregressive", "idb")])
+@pytest.mark.parametrize(
+    "decoder,expected",
+    [
+        ("pointwise", "mbb"),
+        ("monotonic", "mbb"),
+        ("attention_emission", "mbb"),
+        ("autoregressive", "idb"),
+    ],
+)
 def test_the_default_estimator_is_the_lowest_variance_one_that_is_unbiased(decoder, expected):
     """loss.estimator=auto (the default): MBB (eq. 29) with leave-one-out, lowest in the toy
     study's variance table, where the label terms are memoryless; otherwise ID-checking (eq. 23)."""
     loss = {"name": "cb_reinforce", "num_samples": 4}
     model = builder.build_model(ENCODER, DECODERS[decoder], loss, 40, 6)
     assert (model.estimator, model.baseline) == (expected, "loo")
-    assert builder.build_model(ENCODER, DECODERS[decoder], {**loss, "estimator": "global"}, 40, 6).estimator == "global"
+    assert (
+        builder.build_model(
+            ENCODER, DECODERS[decoder], {**loss, "estimator": "global"}, 40, 6
+        ).estimator
+        == "global"
+    )
 
 
 def test_cb_models_report_the_emission_rate(tone_batch):
@@ -140,9 +203,15 @@ def test_cb_models_report_the_emission_rate(tone_batch):
 
 
 def test_utterance_checks_follow_each_lattice():
-    ctc, cb, rnnt = _build("pointwise", "ctc"), _build("pointwise", "cb_marginal"), _build("transducer", "rnnt")
+    ctc, cb, rnnt = (
+        _build("pointwise", "ctc"),
+        _build("pointwise", "cb_marginal"),
+        _build("transducer", "rnnt"),
+    )
     # stride 2: 6 input frames -> 3 frames
-    assert ctc.check_utterance(6, [1, 2, 3]) is None and "repeats" in ctc.check_utterance(6, [1, 1, 3])
+    assert ctc.check_utterance(6, [1, 2, 3]) is None and "repeats" in ctc.check_utterance(
+        6, [1, 1, 3]
+    )
     assert cb.check_utterance(6, [1, 1, 3]) is None  # CB does not merge repeats
     assert "cannot hold 4 labels" in cb.check_utterance(6, [1, 2, 3, 4])
     assert rnnt.check_utterance(2, [1, 2, 3, 4, 5]) is None  # many labels per frame
@@ -179,9 +248,18 @@ def _decoding_scores_transducer(model, feats, lens, targets):
     return blank, label
 
 
-@pytest.mark.parametrize("decoder,loss", [("pointwise", "cb_marginal"), ("attention_emission", "cb_marginal"),
-                                          ("monotonic", "cb_marginal"), ("transducer", "rnnt"), ("hat", "hat"),
-                                          ("hat_context1", "hat"), ("hat_linear", "hat")])
+@pytest.mark.parametrize(
+    "decoder,loss",
+    [
+        ("pointwise", "cb_marginal"),
+        ("attention_emission", "cb_marginal"),
+        ("monotonic", "cb_marginal"),
+        ("transducer", "rnnt"),
+        ("hat", "hat"),
+        ("hat_context1", "hat"),
+        ("hat_linear", "hat"),
+    ],
+)
 def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder, loss):
     """An independent path through the model: a plain dynamic programme over the scores that
     greedy search uses equals the loss the trainer minimises."""
@@ -189,7 +267,11 @@ def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder
     torch.manual_seed(0)
     model = _build(decoder, loss, batch.feats.shape[-1], vocab_size).eval()
     L = int(batch.target_lens[0])
-    feats, lens, targets = batch.feats[:1, : int(batch.feat_lens[0])], batch.feat_lens[:1], batch.targets[:1, :L]
+    feats, lens, targets = (
+        batch.feats[:1, : int(batch.feat_lens[0])],
+        batch.feat_lens[:1],
+        batch.targets[:1, :L],
+    )
     with torch.no_grad():
         nll = model.loss(feats, lens, targets, batch.target_lens[:1]).nll
         if loss == "cb_marginal":
@@ -210,8 +292,12 @@ def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder
                     if t == 0 and u == 0:
                         alpha[t, u] = 0.0
                         continue
-                    from_left = alpha[t - 1, u] + blank[t - 1, u] if t > 0 else torch.tensor(float("-inf"))
-                    from_below = alpha[t, u - 1] + label[t, u - 1] if u > 0 else torch.tensor(float("-inf"))
+                    from_left = (
+                        alpha[t - 1, u] + blank[t - 1, u] if t > 0 else torch.tensor(float("-inf"))
+                    )
+                    from_below = (
+                        alpha[t, u - 1] + label[t, u - 1] if u > 0 else torch.tensor(float("-inf"))
+                    )
                     alpha[t, u] = torch.logaddexp(from_left, from_below)
             log_p = alpha[T - 1, L] + blank[T - 1, L]
     torch.testing.assert_close(-nll[0], log_p, atol=1e-3, rtol=1e-4)
@@ -230,7 +316,13 @@ def _forced_suffix_objective_by_enumeration(decoder, h, targets, T):
     total = h.new_zeros(())
     for times in itertools.combinations(range(T), L):
         state = (h.new_zeros(1, 1, decoder.hidden), h.new_zeros(1, 1, decoder.hidden))
-        s, prev, log_q, reward, count = h.new_zeros(1, decoder.hidden), torch.tensor([START]), 0.0, 0.0, 0
+        s, prev, log_q, reward, count = (
+            h.new_zeros(1, decoder.hidden),
+            torch.tensor([START]),
+            0.0,
+            0.0,
+            0,
+        )
         for t in range(T):
             high = t in times
             left, remaining = T - t, L - count
@@ -261,8 +353,12 @@ def test_autoregressive_emission_forced_suffix_is_unbiased_for_its_objective():
     params = [decoder.emission_out.bias, decoder.out[1].weight]
     exact = _forced_suffix_objective_by_enumeration(decoder, h, targets, T)
     (bias_exact, label_exact) = torch.autograd.grad(exact, params)
-    out = model._autoregressive_forced_suffix(h, torch.tensor([T]), targets, torch.tensor([2]), "loo")
+    out = model._autoregressive_forced_suffix(
+        h, torch.tensor([T]), targets, torch.tensor([2]), "loo"
+    )
     (bias_est, label_est) = torch.autograd.grad(-out.loss.sum(), params)
     torch.testing.assert_close(-out.nll[0], exact.detach(), atol=0.01, rtol=0.0)
     torch.testing.assert_close(bias_est, bias_exact, atol=0.003, rtol=0.0)
-    torch.testing.assert_close(label_est, label_exact, atol=0.01 * float(label_exact.abs().max()), rtol=0.0)
+    torch.testing.assert_close(
+        label_est, label_exact, atol=0.01 * float(label_exact.abs().max()), rtol=0.0
+    )

@@ -19,13 +19,22 @@ D, V = 6, 7  # encoder width, vocabulary with blank
 
 CB_DECODERS = {
     "pointwise": lambda: PointwiseDecoder(D, V, hidden=5),
-    "attention_emission": lambda: AttentionEmissionDecoder(D, V, embed_dim=4, hidden=5, joint_dim=6),
-    "attention_emission_context2": lambda: AttentionEmissionDecoder(D, V, embed_dim=4, hidden=5, context=2),
-    "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=3, attention_dim=4, embed_dim=4, hidden=5),
-    "monotonic_variable": lambda: MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4,
-                                                            embed_dim=4, hidden=5),
+    "attention_emission": lambda: AttentionEmissionDecoder(
+        D, V, embed_dim=4, hidden=5, joint_dim=6
+    ),
+    "attention_emission_context2": lambda: AttentionEmissionDecoder(
+        D, V, embed_dim=4, hidden=5, context=2
+    ),
+    "monotonic": lambda: MonotonicAttentionDecoder(
+        D, V, window=3, attention_dim=4, embed_dim=4, hidden=5
+    ),
+    "monotonic_variable": lambda: MonotonicAttentionDecoder(
+        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
+    ),
     "autoregressive": lambda: AutoregressiveDecoder(D, V, embed_dim=4, hidden=5, emission_hidden=3),
-    "autoregressive_luo": lambda: AutoregressiveDecoder(D, V, embed_dim=4, hidden=5, emission="decoder"),
+    "autoregressive_luo": lambda: AutoregressiveDecoder(
+        D, V, embed_dim=4, hidden=5, emission="decoder"
+    ),
 }
 
 
@@ -54,7 +63,9 @@ def _stepwise(decoder, h, lens, targets, times):
                 l = times[b].index(t)
                 labels[b, l] = log_probs[b, targets[b, l] - 1]
                 emitted[b] = True
-        chosen = torch.tensor([targets[b, times[b].index(t)] if t in times[b] else 1 for b in range(B)])
+        chosen = torch.tensor(
+            [targets[b, times[b].index(t)] if t in times[b] else 1 for b in range(B)]
+        )
         state = decoder.commit(state, t, emitted, chosen)
     return emit, labels
 
@@ -101,7 +112,9 @@ def test_luo_emissions_depend_on_the_decoder_state():
         decoder.reward_fn(h, torch.tensor([5]), torch.tensor([[1]]), torch.tensor([1]))
 
 
-@pytest.mark.parametrize("name", ["pointwise", "attention_emission", "monotonic", "monotonic_variable"])
+@pytest.mark.parametrize(
+    "name", ["pointwise", "attention_emission", "monotonic", "monotonic_variable"]
+)
 def test_padding_and_batch_never_change_a_result(name):
     torch.manual_seed(0)
     decoder = CB_DECODERS[name]().eval()
@@ -111,14 +124,20 @@ def test_padding_and_batch_never_change_a_result(name):
     emit, terms = decoder.cb_terms(h, lens, targets, target_lens)
     for b in range(2):
         T, L = int(lens[b]), int(target_lens[b])
-        e1, t1 = decoder.cb_terms(h[b:b + 1, :T], lens[b:b + 1], targets[b:b + 1, :L], target_lens[b:b + 1])
+        e1, t1 = decoder.cb_terms(
+            h[b : b + 1, :T], lens[b : b + 1], targets[b : b + 1, :L], target_lens[b : b + 1]
+        )
         torch.testing.assert_close(emit[b, :T], e1[0])
         torch.testing.assert_close(terms[b, :T, ..., :L], t1[0], atol=1e-5, rtol=1e-5)
 
 
 def _direct_window(decoder, h, g, first, t):
     """Softmax attention over frames first..t by its definition, then the output distribution."""
-    keys, values, q = decoder.key(h[first:t + 1]), decoder.value(h[first:t + 1]), decoder.query(g)
+    keys, values, q = (
+        decoder.key(h[first : t + 1]),
+        decoder.value(h[first : t + 1]),
+        decoder.query(g),
+    )
     weights = torch.softmax(keys @ q / math.sqrt(q.shape[-1]), dim=0)
     return decoder._output(weights @ values, decoder.label_proj(g))
 
@@ -130,8 +149,9 @@ def test_monotonic_windows_equal_a_direct_softmax(variable):
     variable window's unreachable cells are 0."""
     torch.manual_seed(0)
     W, T, L = 3, 7, 3
-    decoder = MonotonicAttentionDecoder(D, V, window=W, variable=variable, attention_dim=4, embed_dim=4,
-                                        hidden=5).eval()
+    decoder = MonotonicAttentionDecoder(
+        D, V, window=W, variable=variable, attention_dim=4, embed_dim=4, hidden=5
+    ).eval()
     h, targets = torch.randn(1, T, D), torch.randint(1, V, (1, L))
     with torch.no_grad():
         g = decoder.label_context(targets)[0, :L]  # (L, H)
@@ -144,7 +164,9 @@ def test_monotonic_windows_equal_a_direct_softmax(variable):
                     torch.testing.assert_close(terms[0, t, l], direct[y])
                     continue
                 for d in range(W):
-                    reachable = l <= t <= T - L + l and (d == t if l == 0 else t - T + L - l <= d <= t - l)
+                    reachable = l <= t <= T - L + l and (
+                        d == t if l == 0 else t - T + L - l <= d <= t - l
+                    )
                     if reachable:
                         direct = _direct_window(decoder, h[0], g[l], t - d, t)
                         torch.testing.assert_close(terms[0, t, d, l], direct[y])
@@ -161,12 +183,22 @@ def test_variable_window_forbids_gaps_beyond_the_window_when_decoding():
     assert torch.isneginf(log_probs).all()
 
 
-@pytest.mark.parametrize("joint,blank_joint", [("rnnt", "tanh"), ("hat", "tanh"), ("hat", "linear")])
+@pytest.mark.parametrize(
+    "joint,blank_joint", [("rnnt", "tanh"), ("hat", "tanh"), ("hat", "linear")]
+)
 @pytest.mark.parametrize("context", [-1, 0, 2])
 def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, blank_joint, context):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, context=context, joint_dim=6,
-                                blank_joint=blank_joint).eval()
+    decoder = TransducerDecoder(
+        D,
+        V,
+        joint=joint,
+        embed_dim=4,
+        hidden=5,
+        context=context,
+        joint_dim=6,
+        blank_joint=blank_joint,
+    ).eval()
     B, T, U = 2, 5, 3
     h, lens, targets = torch.randn(B, T, D), torch.tensor([T, T]), torch.randint(1, V, (B, U))
     out = decoder(h, lens, targets)
@@ -190,11 +222,13 @@ def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, blank_j
 @pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
 def test_hat_internal_lm_drops_the_encoder(blank_joint):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6, blank_joint=blank_joint).eval()
+    decoder = TransducerDecoder(
+        D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6, blank_joint=blank_joint
+    ).eval()
     targets = torch.randint(1, V, (2, 3))
     ilm = decoder.internal_lm_log_probs(targets)  # (B, U + 1, V - 1)
     g2 = decoder.label_proj(decoder.prediction(targets))
-    label_units = decoder.out(g2)[..., -(V - 1):]  # the tanh blank is unit 0, not a label
+    label_units = decoder.out(g2)[..., -(V - 1) :]  # the tanh blank is unit 0, not a label
     torch.testing.assert_close(ilm, label_units.log_softmax(-1))
     # the label units are the ones the joint's label distribution uses with the encoder side
     h = torch.zeros(2, 1, D)
@@ -214,7 +248,9 @@ def test_pointwise_serves_ctc_and_cb_from_one_output_layer():
     ctc = decoder(h, torch.tensor([5, 5]))
     out = decoder.net(h)
     torch.testing.assert_close(ctc, out.log_softmax(-1))
-    emit, terms = decoder.cb_terms(h, torch.tensor([5, 5]), torch.tensor([[2, 5]] * 2), torch.tensor([2, 2]))
+    emit, terms = decoder.cb_terms(
+        h, torch.tensor([5, 5]), torch.tensor([[2, 5]] * 2), torch.tensor([2, 2])
+    )
     torch.testing.assert_close(emit, out[..., 0])
     torch.testing.assert_close(terms[..., 1], out[..., 1:].log_softmax(-1)[..., 4])
 
@@ -231,10 +267,13 @@ def test_bad_options_are_named():
 @pytest.mark.parametrize("variable", [False, True])
 def test_monotonic_windows_are_stable_for_large_energies(variable):
     torch.manual_seed(0)
-    decoder = MonotonicAttentionDecoder(D, V, window=4, variable=variable, attention_dim=4, embed_dim=4,
-                                        hidden=5).eval()
+    decoder = MonotonicAttentionDecoder(
+        D, V, window=4, variable=variable, attention_dim=4, embed_dim=4, hidden=5
+    ).eval()
     with torch.no_grad():
-        decoder.key.weight.mul_(3000.0)  # energies of several hundred: exp overflows without a running max
+        decoder.key.weight.mul_(
+            3000.0
+        )  # energies of several hundred: exp overflows without a running max
         h, targets = torch.randn(1, 7, D), torch.randint(1, V, (1, 3))
         g = decoder.label_context(targets)[0, :3]
         _, terms = decoder.cb_terms(h, torch.tensor([7]), targets, torch.tensor([3]))
@@ -267,19 +306,30 @@ def test_reordered_states_decode_like_the_rows_they_copy(name):
     for row, source in enumerate(index.tolist()):  # replay each row alone
         single = decoder.reorder(state, torch.tensor([source]))
         decoder.candidates(single, 2)
-        single = decoder.commit(single, 2, torch.tensor([row != 2]), labels[row:row + 1])
-        torch.testing.assert_close(decoder.candidates(single, 3)[1], after[row:row + 1])
+        single = decoder.commit(single, 2, torch.tensor([row != 2]), labels[row : row + 1])
+        torch.testing.assert_close(decoder.candidates(single, 3)[1], after[row : row + 1])
 
 
 @pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
 @pytest.mark.parametrize("context", [-1, 2])
 def test_reordered_transducer_states_score_like_their_rows(context, blank_joint):
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, context=context, joint_dim=6,
-                                blank_joint=blank_joint).eval()
+    decoder = TransducerDecoder(
+        D,
+        V,
+        joint="hat",
+        embed_dim=4,
+        hidden=5,
+        context=context,
+        joint_dim=6,
+        blank_joint=blank_joint,
+    ).eval()
     h = torch.randn(3, 4, D)
-    state = decoder.commit(decoder.begin(h, torch.tensor([4, 4, 4])), torch.tensor([True, False, True]),
-                           torch.tensor([2, 1, 5]))
+    state = decoder.commit(
+        decoder.begin(h, torch.tensor([4, 4, 4])),
+        torch.tensor([True, False, True]),
+        torch.tensor([2, 1, 5]),
+    )
     index = torch.tensor([1, 2, 2])
     moved = decoder.reorder(state, index)
     for got, want in zip(decoder.frame_scores(moved, 1), decoder.frame_scores(state, 1)):
@@ -290,7 +340,9 @@ def test_variable_window_gradients_are_finite_with_padding_and_a_wide_band():
     """Utterances of different lengths and label counts: the band of the shortest-label one
     reaches past the padded length T; no NaN may reach any gradient."""
     torch.manual_seed(0)
-    decoder = MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5)
+    decoder = MonotonicAttentionDecoder(
+        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
+    )
     h = torch.randn(3, 9, D, requires_grad=True)
     lens, target_lens = torch.tensor([9, 9, 6]), torch.tensor([6, 1, 3])
     targets = torch.randint(1, V, (3, 6))

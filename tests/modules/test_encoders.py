@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from cbasr.modules import encoders
-from cbasr.modules.encoders import ConformerEncoder, Conv2dSubsampling, FrameStacking, RNNEncoder, TokenEmbedding
+from cbasr.modules.encoders import (
+    ConformerEncoder,
+    Conv2dSubsampling,
+    FrameStacking,
+    RNNEncoder,
+    TokenEmbedding,
+)
 
 
 def test_frame_stacking_concatenates_in_time_order():
@@ -15,12 +21,15 @@ def test_frame_stacking_concatenates_in_time_order():
     assert y[1, 1].tolist() == x[1, 3:5].flatten().tolist() + [0.0, 0.0]  # padding is zeroed
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(subsampling="stack", stack=3, stride=3),
-    dict(subsampling="stack", stack=4, stride=2),
-    dict(subsampling="conv"),
-    dict(subsampling="none", rnn_type="gru", bidirectional=False),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(subsampling="stack", stack=3, stride=3),
+        dict(subsampling="stack", stack=4, stride=2),
+        dict(subsampling="conv"),
+        dict(subsampling="none", rnn_type="gru", bidirectional=False),
+    ],
+)
 def test_padding_never_changes_a_result(kwargs):
     torch.manual_seed(0)
     enc = RNNEncoder(input_dim=20, hidden=8, num_layers=2, **kwargs).eval()
@@ -30,8 +39,15 @@ def test_padding_never_changes_a_result(kwargs):
 @pytest.mark.parametrize("subsampling", ["conv", "stack", "none"])
 def test_conformer_padding_never_changes_a_result(subsampling):
     torch.manual_seed(0)
-    enc = ConformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5,
-                           subsampling=subsampling).eval()
+    enc = ConformerEncoder(
+        20,
+        d_model=16,
+        num_heads=2,
+        ffn_dim=32,
+        num_layers=2,
+        kernel_size=5,
+        subsampling=subsampling,
+    ).eval()
     _check_padding(enc)
 
 
@@ -39,7 +55,9 @@ def test_conformer_needs_the_padding_mask(monkeypatch):
     # Without masking before the depthwise convolutions, padded frames leak into valid ones.
     monkeypatch.setattr(encoders._MaskPadding, "forward", lambda self, x: x)
     torch.manual_seed(0)
-    enc = ConformerEncoder(20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5).eval()
+    enc = ConformerEncoder(
+        20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5
+    ).eval()
     with pytest.raises(AssertionError):
         _check_padding(enc)
 
@@ -52,7 +70,7 @@ def _check_padding(enc):
     h, out_lens = enc(padded, lens)
     assert out_lens.tolist() == enc.output_lengths(lens).tolist()
     for i, u in enumerate(utts):
-        alone, n = enc(u.unsqueeze(0), lens[i:i + 1])
+        alone, n = enc(u.unsqueeze(0), lens[i : i + 1])
         assert int(n) == int(out_lens[i])
         torch.testing.assert_close(h[i, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
 
@@ -78,7 +96,9 @@ def test_bad_options_are_named():
 
 def test_unidirectional_encoder_is_causal():
     torch.manual_seed(0)
-    enc = RNNEncoder(input_dim=20, hidden=8, num_layers=2, bidirectional=False, subsampling="stack").eval()
+    enc = RNNEncoder(
+        input_dim=20, hidden=8, num_layers=2, bidirectional=False, subsampling="stack"
+    ).eval()
     x = torch.randn(1, 30, 20)
     y = x.clone()
     y[:, 15:] = torch.randn(1, 15, 20)  # change the future from input frame 15 (stacked frame 5) on
@@ -90,7 +110,9 @@ def test_unidirectional_encoder_is_causal():
 
 def test_token_embedding_front_end_reads_ids():
     torch.manual_seed(0)
-    enc = RNNEncoder(input_dim=11, hidden=4, num_layers=1, subsampling="embed", embedding_dim=6).eval()
+    enc = RNNEncoder(
+        input_dim=11, hidden=4, num_layers=1, subsampling="embed", embedding_dim=6
+    ).eval()
     ids, lens = torch.tensor([[3, 4, 5, 9], [2, 7, 0, 0]]), torch.tensor([4, 2])
     h, out_lens = enc(ids, lens)
     assert h.shape == (2, 4, 8) and out_lens.tolist() == [4, 2]
@@ -98,6 +120,14 @@ def test_token_embedding_front_end_reads_ids():
     torch.testing.assert_close(h[1, :2], alone[0])
     with pytest.raises(TypeError, match="token ids"):
         TokenEmbedding(11, 6)(torch.randn(1, 4, 3), torch.tensor([4]))
-    conformer = ConformerEncoder(11, d_model=8, num_heads=2, ffn_dim=16, num_layers=1, kernel_size=3,
-                                 subsampling="embed", embedding_dim=6).eval()
+    conformer = ConformerEncoder(
+        11,
+        d_model=8,
+        num_heads=2,
+        ffn_dim=16,
+        num_layers=1,
+        kernel_size=3,
+        subsampling="embed",
+        embedding_dim=6,
+    ).eval()
     assert conformer(ids, lens)[0].shape == (2, 4, 8)

@@ -7,8 +7,9 @@ from cbasr.modules.label_context import START, LabelContext
 @pytest.mark.parametrize("context", [-1, 0, 1, 2, 4])
 def test_step_by_step_equals_teacher_forced(context):
     torch.manual_seed(0)
-    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, num_layers=2 if context == -1 else 1,
-                       context=context).eval()
+    net = LabelContext(
+        vocab_size=7, embed_dim=5, hidden=6, num_layers=2 if context == -1 else 1, context=context
+    ).eval()
     targets = torch.randint(1, 7, (3, 5))
     forced = net(targets)  # (3, 6, 6)
     assert forced.shape == (3, 6, 6)

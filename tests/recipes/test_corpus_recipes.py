@@ -13,8 +13,14 @@ from tests.corpora.fake_timit import make_fake_timit
 from tests.corpora.fake_wsj import make_fake_wsj
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-TINY = ["encoder.hidden=16", "encoder.num_layers=1", "trainer.max_epochs=2", "trainer.num_threads=1",
-        "data.spec_augment.freq_masks=0", "data.spec_augment.time_masks=0"]
+TINY = [
+    "encoder.hidden=16",
+    "encoder.num_layers=1",
+    "trainer.max_epochs=2",
+    "trainer.num_threads=1",
+    "data.spec_augment.freq_masks=0",
+    "data.spec_augment.time_masks=0",
+]
 
 
 def _copy_recipe(name: str, tmp_path: Path) -> Path:
@@ -28,7 +34,9 @@ def _copy_recipe(name: str, tmp_path: Path) -> Path:
 
 def _run(recipe: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    run = subprocess.run([str(recipe / "run.sh"), *args], capture_output=True, text=True, env=env, timeout=900)
+    run = subprocess.run(
+        [str(recipe / "run.sh"), *args], capture_output=True, text=True, env=env, timeout=900
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     return run
 
@@ -36,27 +44,55 @@ def _run(recipe: Path, *args: str) -> subprocess.CompletedProcess:
 def test_timit_recipe_end_to_end(tmp_path):
     corpus = make_fake_timit(tmp_path / "corpus")
     recipe = _copy_recipe("timit", tmp_path)
-    run = _run(recipe, "--corpus-dir", str(corpus), "--allow-partial", "--num-mel-bins", "40", "--deltas", "1",
-               "--workers", "0", "--beam", "2", *TINY)
+    run = _run(
+        recipe,
+        "--corpus-dir",
+        str(corpus),
+        "--allow-partial",
+        "--num-mel-bins",
+        "40",
+        "--deltas",
+        "1",
+        "--workers",
+        "0",
+        "--beam",
+        "2",
+        *TINY,
+    )
     for stage in range(7):
         assert f"stage {stage}:" in run.stdout
     exp = recipe / "exp" / "blstm_ctc"
     for name in ("test", "test_beam2"):
         score = json.loads((exp / "decode" / name / "score.json").read_text())
         assert score["utts"] == 6 and score["token_map"].endswith("map_39.txt")
-    manifest = [json.loads(line) for line in (recipe / "data/timit/test.jsonl").read_text().splitlines()]
+    manifest = [
+        json.loads(line) for line in (recipe / "data/timit/test.jsonl").read_text().splitlines()
+    ]
     assert score["ref_tokens"] == sum(len(r["phones_39"]) for r in manifest)  # scored on 39 phones
     assert " vcl " not in (exp / "decode" / "test" / "errors.pra").read_text()
     assert json.loads((exp / "config.json").read_text())["encoder"]["hidden"] == 16
-    assert len(json.loads((recipe / "data/fbank/cmvn.json").read_text())["mean"]) == 80  # 40 bins + deltas
+    assert (
+        len(json.loads((recipe / "data/fbank/cmvn.json").read_text())["mean"]) == 80
+    )  # 40 bins + deltas
     assert "onset" in (exp / "align" / "dev" / "alignment.json").read_text()
 
 
 def test_wsj_recipe_end_to_end(tmp_path):
     corpus = make_fake_wsj(tmp_path / "corpus")
     recipe = _copy_recipe("wsj", tmp_path)
-    run = _run(recipe, "--corpus-dir", str(corpus), "--allow-partial", "--workers", "0", "--beam", "2",
-               "encoder.subsampling=none", "data.max_frames=4000", *TINY)
+    run = _run(
+        recipe,
+        "--corpus-dir",
+        str(corpus),
+        "--allow-partial",
+        "--workers",
+        "0",
+        "--beam",
+        "2",
+        "encoder.subsampling=none",
+        "data.max_frames=4000",
+        *TINY,
+    )
     for stage in range(6):
         assert f"stage {stage}:" in run.stdout
     exp = recipe / "exp" / "blstm_ctc_chars"
@@ -69,12 +105,25 @@ def test_wsj_recipe_end_to_end(tmp_path):
 def test_gigaword_recipe_end_to_end(tmp_path):
     make_fake_gigaword(tmp_path / "giga", "sumdata")
     recipe = _copy_recipe("gigaword", tmp_path)
-    run = _run(recipe, "--corpus-dir", str(tmp_path / "giga"), "--allow-partial", "--sp-size", "60", "--beam", "2",
-               "encoder.embedding_dim=8", *TINY[:4])
+    run = _run(
+        recipe,
+        "--corpus-dir",
+        str(tmp_path / "giga"),
+        "--allow-partial",
+        "--sp-size",
+        "60",
+        "--beam",
+        "2",
+        "encoder.embedding_dim=8",
+        *TINY[:4],
+    )
     for stage in range(6):
         assert f"stage {stage}:" in run.stdout
     exp = recipe / "exp" / "cb_pointwise"
     for name in ("test", "test_beam2"):
         score = json.loads((exp / "decode" / name / "score.json").read_text())
-        assert set(score["rouge"]) == {"rouge1", "rouge2", "rougeL", "pairs"} and score["rouge"]["pairs"] == 2
+        assert (
+            set(score["rouge"]) == {"rouge1", "rouge2", "rougeL", "pairs"}
+            and score["rouge"]["pairs"] == 2
+        )
     assert (exp / "source_vocab.txt").is_file() and "ROUGE-1" in run.stdout

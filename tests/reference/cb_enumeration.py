@@ -90,7 +90,9 @@ def log_count(logits, length) -> torch.Tensor:
     T = logits.shape[0]
     out = []
     for v in range(T + 1):
-        out.append(_log_sum([logits[list(A)].sum() for A in itertools.combinations(range(length), v)]))
+        out.append(
+            _log_sum([logits[list(A)].sum() for A in itertools.combinations(range(length), v)])
+        )
     return torch.stack(out)
 
 

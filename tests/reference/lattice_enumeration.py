@@ -260,14 +260,13 @@ def hat_log_marginal(
         T,
         U1 - 1,
         lambda t, u: torch.log(torch.sigmoid(blank_logits[t, u])),
-        lambda t, u: torch.log(1 - torch.sigmoid(blank_logits[t, u]))
-        + label_log_probs[t, u, targets[u]],
+        lambda t, u: (
+            torch.log(1 - torch.sigmoid(blank_logits[t, u])) + label_log_probs[t, u, targets[u]]
+        ),
     )
 
 
-def rnnt_log_marginal(
-    logits: torch.Tensor, targets: Sequence[int], blank: int = 0
-) -> torch.Tensor:
+def rnnt_log_marginal(logits: torch.Tensor, targets: Sequence[int], blank: int = 0) -> torch.Tensor:
     """RNN-T with a softmax over ``V`` classes including blank.
 
     Args:

@@ -77,8 +77,13 @@ def reference_transducer_search(step, T: int, beam: int, cap: int) -> dict[tuple
     Returns:
         ``{prefix: log probability mass}`` of the final beam.
     """
+
     def log_add(a, b):
-        return float(torch.logaddexp(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)))
+        return float(
+            torch.logaddexp(
+                torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+            )
+        )
 
     beam_now = {(): 0.0}
     for t in range(T):
@@ -90,8 +95,11 @@ def reference_transducer_search(step, T: int, beam: int, cap: int) -> dict[tuple
             if s == cap:
                 break
             pool = [(mass, "finished", y) for y, mass in finished.items()]
-            pool += [(mass + lp, "current", y + (v,)) for y, mass in current.items()
-                     for v, lp in enumerate(scores[y][1], start=1)]
+            pool += [
+                (mass + lp, "current", y + (v,))
+                for y, mass in current.items()
+                for v, lp in enumerate(scores[y][1], start=1)
+            ]
             kept = sorted(pool, key=lambda e: e[0], reverse=True)[:beam]
             finished = {y: m for m, kind, y in kept if kind == "finished"}
             current = {y: m for m, kind, y in kept if kind == "current"}

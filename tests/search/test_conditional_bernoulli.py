@@ -19,10 +19,15 @@ D, V, T = 4, 3, 5  # encoder width, vocabulary (blank + 2 labels), frames
 
 EXACT_DECODERS = {
     "pointwise": lambda: PointwiseDecoder(D, V, hidden=3),
-    "attention_emission": lambda: AttentionEmissionDecoder(D, V, embed_dim=3, hidden=4, joint_dim=4),
-    "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=2, attention_dim=3, embed_dim=3, hidden=4),
-    "monotonic_variable": lambda: MonotonicAttentionDecoder(D, V, window=3, variable=True, attention_dim=3,
-                                                            embed_dim=3, hidden=4),
+    "attention_emission": lambda: AttentionEmissionDecoder(
+        D, V, embed_dim=3, hidden=4, joint_dim=4
+    ),
+    "monotonic": lambda: MonotonicAttentionDecoder(
+        D, V, window=2, attention_dim=3, embed_dim=3, hidden=4
+    ),
+    "monotonic_variable": lambda: MonotonicAttentionDecoder(
+        D, V, window=3, variable=True, attention_dim=3, embed_dim=3, hidden=4
+    ),
 }
 
 
@@ -54,8 +59,9 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(name, seed):
     # there are 3^5 = 243 alignments, 63 prefixes and 115 (prefix, last frame) states.
     states = 115 if decoder.order == "second_order" else 63
     merged = cb_beam_search(decoder, h, lens, BeamSearchOptions(beam=states, nbest=None))
-    assert [[(x.tokens, round(x.am_score, 9)) for x in n] for n in merged] == \
-        [[(x.tokens, round(x.am_score, 9)) for x in n] for n in hyps]
+    assert [[(x.tokens, round(x.am_score, 9)) for x in n] for n in merged] == [
+        [(x.tokens, round(x.am_score, 9)) for x in n] for n in hyps
+    ]
     for b, length in enumerate(lens.tolist()):
         exact = _exact_log_probs(decoder, h[b : b + 1], length)
         found = {tuple(x.tokens): x.am_score for x in hyps[b]}
@@ -97,16 +103,22 @@ def test_batch_and_padding_change_nothing(name):
     feats, lens = tiny.batch(seed=5)
     together = beam_search(model, feats, lens, BeamSearchOptions(beam=4, nbest=2))
     for b in range(len(lens)):
-        alone = beam_search(model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=4, nbest=2))[0]
+        alone = beam_search(
+            model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=4, nbest=2)
+        )[0]
         assert [x.tokens for x in alone] == [x.tokens for x in together[b]]
-        assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
+        assert [x.am_score for x in alone] == pytest.approx(
+            [x.am_score for x in together[b]], abs=1e-4
+        )
 
 
 def test_history_decoders_are_searched_frame_synchronously():
     """An autoregressive decoder's beam search returns valid hypotheses whose scores are
     probabilities of alignment sets (negative), best first."""
     decoder = AutoregressiveDecoder(D, V, embed_dim=3, hidden=4, emission_hidden=3).eval()
-    hyps = cb_beam_search(decoder, torch.randn(1, 6, D), torch.tensor([6]), BeamSearchOptions(beam=4, nbest=None))[0]
+    hyps = cb_beam_search(
+        decoder, torch.randn(1, 6, D), torch.tensor([6]), BeamSearchOptions(beam=4, nbest=None)
+    )[0]
     assert len({tuple(x.tokens) for x in hyps}) == len(hyps) == 4
     assert all(x.am_score < 0 for x in hyps) and hyps[0].score == max(x.score for x in hyps)
 
@@ -114,6 +126,8 @@ def test_history_decoders_are_searched_frame_synchronously():
 def test_bad_options_are_refused():
     decoder = PointwiseDecoder(D, V)
     with pytest.raises(ValueError, match="ilm_weight .* HAT models only"):
-        cb_beam_search(decoder, torch.randn(1, 3, D), torch.tensor([3]), BeamSearchOptions(ilm_weight=0.5))
+        cb_beam_search(
+            decoder, torch.randn(1, 3, D), torch.tensor([3]), BeamSearchOptions(ilm_weight=0.5)
+        )
     with pytest.raises(ValueError, match="beam must be >= 1"):
         BeamSearchOptions(beam=0)

@@ -14,7 +14,9 @@ def _exact_log_probs(log_probs: torch.Tensor, length: int) -> dict:
     seqs = label_sequences(log_probs.shape[-1] - 1, length)
     targets, target_lens = padded(seqs)
     B = len(seqs)
-    nll = ctc_nll(log_probs[:, :length].expand(B, -1, -1), targets, torch.full((B,), length), target_lens)
+    nll = ctc_nll(
+        log_probs[:, :length].expand(B, -1, -1), targets, torch.full((B,), length), target_lens
+    )
     return dict(zip(seqs, (-nll).tolist()))
 
 
@@ -29,8 +31,9 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(V, T, seed):
     # a beam as wide as the number of prefixes is exhaustive too, thanks to prefix merging
     prefixes = len(label_sequences(V - 1, T))
     merged = ctc_prefix_beam_search(log_probs, lens, BeamSearchOptions(beam=prefixes, nbest=None))
-    assert [[(x.tokens, round(x.am_score, 9)) for x in n] for n in merged] == \
-        [[(x.tokens, round(x.am_score, 9)) for x in n] for n in hyps]
+    assert [[(x.tokens, round(x.am_score, 9)) for x in n] for n in merged] == [
+        [(x.tokens, round(x.am_score, 9)) for x in n] for n in hyps
+    ]
     for b, length in enumerate(lens.tolist()):
         exact = _exact_log_probs(log_probs[b : b + 1], length)
         feasible = {y: v for y, v in exact.items() if v > float("-inf")}
@@ -44,7 +47,9 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(V, T, seed):
 def test_a_pruned_beam_never_exceeds_the_exact_score():
     g = torch.Generator().manual_seed(5)
     log_probs = (2.0 * torch.randn(1, 7, 3, generator=g, dtype=torch.float64)).log_softmax(-1)
-    hyps = ctc_prefix_beam_search(log_probs, torch.tensor([7]), BeamSearchOptions(beam=2, nbest=None))[0]
+    hyps = ctc_prefix_beam_search(
+        log_probs, torch.tensor([7]), BeamSearchOptions(beam=2, nbest=None)
+    )[0]
     exact = _exact_log_probs(log_probs, 7)
     gaps = [exact[tuple(x.tokens)] - x.am_score for x in hyps]
     assert min(gaps) > -1e-9 and max(gaps) > 1e-6
@@ -55,6 +60,10 @@ def test_batch_and_padding_change_nothing():
     feats, lens = tiny.batch(seed=4)
     together = beam_search(model, feats, lens, BeamSearchOptions(beam=4, nbest=3))
     for b in range(len(lens)):
-        alone = beam_search(model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=4, nbest=3))[0]
+        alone = beam_search(
+            model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=4, nbest=3)
+        )[0]
         assert [x.tokens for x in alone] == [x.tokens for x in together[b]]
-        assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
+        assert [x.am_score for x in alone] == pytest.approx(
+            [x.am_score for x in together[b]], abs=1e-4
+        )

@@ -8,12 +8,23 @@ import torch
 from cbasr.engines.checkpoint import save_checkpoint
 from cbasr.lm.arpa import read_arpa
 from cbasr.modules.language_model import LSTMLanguageModel
-from cbasr.search import ArpaLMScorer, BeamSearchOptions, NeuralLMScorer, beam_search, load_language_model
+from cbasr.search import (
+    ArpaLMScorer,
+    BeamSearchOptions,
+    NeuralLMScorer,
+    beam_search,
+    load_language_model,
+)
 from tests.search import tiny
 
 TOKENS = ["<blk>", "a", "b", "c", "d"]  # the tiny models' vocabulary (VOCAB = 5)
-FAMILIES = [("pointwise", "cb_marginal"), ("attention_emission", "cb_marginal"), ("pointwise", "ctc"),
-            ("transducer", "rnnt"), ("hat", "hat")]
+FAMILIES = [
+    ("pointwise", "cb_marginal"),
+    ("attention_emission", "cb_marginal"),
+    ("pointwise", "ctc"),
+    ("transducer", "rnnt"),
+    ("hat", "hat"),
+]
 
 # A bigram that strongly prefers "d" after anything and makes "a" rare.
 BIGRAM = """\\data\\
@@ -64,9 +75,12 @@ def test_weight_zero_is_no_lm(decoder, loss, arpa_scorer):
     feats, lens = tiny.batch(seed=3)
     plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3))
     for scorer in (_lstm_scorer(), arpa_scorer):
-        fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, lm_weight=0.0), scorer)
-        assert [[(x.tokens, x.score, x.am_score) for x in n] for n in fused] == \
-            [[(x.tokens, x.score, x.am_score) for x in n] for n in plain]
+        fused = beam_search(
+            model, feats, lens, BeamSearchOptions(beam=3, nbest=3, lm_weight=0.0), scorer
+        )
+        assert [[(x.tokens, x.score, x.am_score) for x in n] for n in fused] == [
+            [(x.tokens, x.score, x.am_score) for x in n] for n in plain
+        ]
 
 
 @pytest.mark.parametrize("decoder,loss", FAMILIES)
@@ -78,22 +92,33 @@ def test_fused_scores_add_the_lm_score_of_the_sequence(decoder, loss, kind, arpa
     model = _model(decoder, loss)
     scorer = _lstm_scorer() if kind == "lstm" else arpa_scorer
     feats, lens = tiny.batch(seed=3)
-    fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, lm_weight=0.7, label_bonus=0.3),
-                        scorer)
+    fused = beam_search(
+        model,
+        feats,
+        lens,
+        BeamSearchOptions(beam=3, nbest=3, lm_weight=0.7, label_bonus=0.3),
+        scorer,
+    )
     for x in (x for n in fused for x in n):
         assert x.lm_score == pytest.approx(scorer.sequence_log_prob(x.tokens), abs=1e-4)
-        assert x.score == pytest.approx(x.am_score + 0.7 * x.lm_score + 0.3 * len(x.tokens), abs=1e-4)
+        assert x.score == pytest.approx(
+            x.am_score + 0.7 * x.lm_score + 0.3 * len(x.tokens), abs=1e-4
+        )
     plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3))
     strong = beam_search(model, feats, lens, BeamSearchOptions(beam=3, lm_weight=5.0), scorer)
     changed = [(p[0], s[0]) for p, s in zip(plain, strong) if p[0].tokens != s[0].tokens]
     assert changed
-    assert all(scorer.sequence_log_prob(s.tokens) > scorer.sequence_log_prob(p.tokens) for p, s in changed)
+    assert all(
+        scorer.sequence_log_prob(s.tokens) > scorer.sequence_log_prob(p.tokens) for p, s in changed
+    )
 
 
 def test_length_normalisation_ranks_by_score_per_label():
     model = _model("pointwise", "cb_marginal")
     feats, lens = tiny.batch(seed=3)
-    for nbest in beam_search(model, feats, lens, BeamSearchOptions(beam=4, nbest=None, length_norm=True)):
+    for nbest in beam_search(
+        model, feats, lens, BeamSearchOptions(beam=4, nbest=None, length_norm=True)
+    ):
         for x in nbest:
             assert x.score == pytest.approx(x.am_score / max(len(x.tokens), 1))
         assert [x.score for x in nbest] == sorted((x.score for x in nbest), reverse=True)
@@ -115,14 +140,17 @@ def test_vocabularies_are_matched_by_token(tmp_path, arpa_scorer):
         NeuralLMScorer(lstm.model, ["<blk>", "a", "b", "d", "e"], TOKENS)
     # the ARPA file lists no "c": it scores as <unk>
     assert arpa_scorer.sequence_log_prob([3]) == pytest.approx(
-        arpa_scorer.arpa.sentence_log_prob(["<unk>"]))
+        arpa_scorer.arpa.sentence_log_prob(["<unk>"])
+    )
 
 
 def test_load_language_model_reads_checkpoints_and_arpa_files(tmp_path):
     lm = LSTMLanguageModel(len(TOKENS), embed_dim=4, hidden=6, num_layers=1)
     config = {"name": "lstm", "embed_dim": 4, "hidden": 6, "num_layers": 1, "dropout": 0.1}
-    save_checkpoint(tmp_path / "lm" / "checkpoints" / "best.pt",
-                    {"lm_config": config, "tokens": TOKENS, "model": lm.state_dict()})
+    save_checkpoint(
+        tmp_path / "lm" / "checkpoints" / "best.pt",
+        {"lm_config": config, "tokens": TOKENS, "model": lm.state_dict()},
+    )
     scorer = load_language_model(tmp_path / "lm", TOKENS)
     assert isinstance(scorer, NeuralLMScorer)
     with torch.no_grad():
@@ -148,4 +176,6 @@ def test_arpa_rows_follow_the_trigram_history(tmp_path):
         for label in seq:
             total += float(state["log_probs"][0, label - 1])
             state = scorer.advance(state, torch.tensor([True]), torch.tensor([label]))
-        assert total + float(state["eos"][0]) == pytest.approx(scorer.sequence_log_prob(seq), abs=1e-5)
+        assert total + float(state["eos"][0]) == pytest.approx(
+            scorer.sequence_log_prob(seq), abs=1e-5
+        )

@@ -19,10 +19,17 @@ from tests.search import tiny
 D, V, T = 4, 3, 5  # encoder width, vocabulary (blank + 2 labels), frames
 
 
-def _decoder(emission: str, seed: int, num_layers: int = 1, sharpen: float = 1.0) -> AutoregressiveDecoder:
+def _decoder(
+    emission: str, seed: int, num_layers: int = 1, sharpen: float = 1.0
+) -> AutoregressiveDecoder:
     torch.manual_seed(seed)
-    decoder = AutoregressiveDecoder(D, V, embed_dim=3, hidden=4, num_layers=num_layers, emission=emission,
-                                    emission_hidden=3).double().eval()
+    decoder = (
+        AutoregressiveDecoder(
+            D, V, embed_dim=3, hidden=4, num_layers=num_layers, emission=emission, emission_hidden=3
+        )
+        .double()
+        .eval()
+    )
     with torch.no_grad():  # emit about half the time, so that every length has real mass
         last = decoder.emission.net[-1] if emission == "encoder" else decoder.emission_out
         last.bias.add_(1.0 if sharpen == 1.0 else 0.0)
@@ -42,14 +49,22 @@ def _joint_log_probs(decoder: AutoregressiveDecoder, h: torch.Tensor, length: in
             times = tuple(t for t, bit in enumerate(pattern) if bit)
             for labels in itertools.product(range(1, V), repeat=len(times)):
                 zeros = h.new_zeros(decoder.num_layers, 1, decoder.hidden)
-                lstm, s, prev, total, i = (zeros, zeros), h.new_zeros(1, decoder.hidden), START, 0.0, 0
+                lstm, s, prev, total, i = (
+                    (zeros, zeros),
+                    h.new_zeros(1, decoder.hidden),
+                    START,
+                    0.0,
+                    0,
+                )
                 for u in range(length):
                     a = float(decoder.emission_step(h[u : u + 1], s))
                     if not pattern[u]:
                         total += F.logsigmoid(torch.tensor(-a, dtype=torch.float64)).item()
                         continue
                     total += F.logsigmoid(torch.tensor(a, dtype=torch.float64)).item()
-                    log_probs, s, lstm = decoder.label_step(h[u : u + 1], torch.tensor([prev]), lstm)
+                    log_probs, s, lstm = decoder.label_step(
+                        h[u : u + 1], torch.tensor([prev]), lstm
+                    )
                     total += float(log_probs[0, labels[i] - 1])
                     prev, i = labels[i], i + 1
                 out[(times, labels)] = total
@@ -60,7 +75,10 @@ def _marginals(joint: dict) -> dict:
     by_labels: dict[tuple, list[float]] = {}
     for (_, labels), value in joint.items():
         by_labels.setdefault(labels, []).append(value)
-    return {y: torch.logsumexp(torch.tensor(v, dtype=torch.float64), 0).item() for y, v in by_labels.items()}
+    return {
+        y: torch.logsumexp(torch.tensor(v, dtype=torch.float64), 0).item()
+        for y, v in by_labels.items()
+    }
 
 
 @pytest.mark.parametrize("emission", ["encoder", "decoder"])
@@ -77,7 +95,9 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(emission, se
     for b, length in enumerate(lens.tolist()):
         joint = _joint_log_probs(decoder, h[b], length)
         exact = _marginals(joint)
-        assert math.isclose(torch.logsumexp(torch.tensor(list(exact.values())), 0).item(), 0.0, abs_tol=1e-9)
+        assert math.isclose(
+            torch.logsumexp(torch.tensor(list(exact.values())), 0).item(), 0.0, abs_tol=1e-9
+        )
         found = {tuple(x.tokens): x.am_score for x in hyps[b]}
         assert set(found) == set(exact)
         for y, score in found.items():
@@ -91,7 +111,9 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(emission, se
             bits = torch.zeros(length, dtype=torch.bool)
             bits[list(times)] = True
             emissions = torch.where(bits, F.logsigmoid(a), F.logsigmoid(-a)).sum()
-            assert float((taught + emissions).detach()) == pytest.approx(joint[(times, labels)], abs=1e-9)
+            assert float((taught + emissions).detach()) == pytest.approx(
+                joint[(times, labels)], abs=1e-9
+            )
 
 
 def test_early_stopping_keeps_the_best_alignment():
@@ -100,13 +122,17 @@ def test_early_stopping_keeps_the_best_alignment():
     bound, so the label sequence of the best single alignment is found with at least that
     alignment's probability (and at most its own marginal). With Luo's emissions the bound is
     an estimate (the future emissions depend on future states), so no such claim is made."""
-    decoder = _decoder("encoder", seed=2, num_layers=2, sharpen=6.0)  # a confident model stops early
+    decoder = _decoder(
+        "encoder", seed=2, num_layers=2, sharpen=6.0
+    )  # a confident model stops early
     h = 2.0 * torch.randn(1, T, D, dtype=torch.float64)
     joint = _joint_log_probs(decoder, h[0], T)
     exact = _marginals(joint)
     (best_times, best_labels), best = max(joint.items(), key=lambda item: item[1])
     assert len(best_times) >= 2
-    hyps = cb_label_beam_search(decoder, h, torch.tensor([T]), BeamSearchOptions(beam=len(joint), nbest=None))[0]
+    hyps = cb_label_beam_search(
+        decoder, h, torch.tensor([T]), BeamSearchOptions(beam=len(joint), nbest=None)
+    )[0]
     found = {tuple(x.tokens): x.am_score for x in hyps}
     assert best - 1e-9 <= found[best_labels] <= exact[best_labels] + 1e-9
     # it did stop early: some alignments were never completed (run to the end unpruned, the
@@ -119,7 +145,9 @@ def test_a_pruned_beam_collects_part_of_the_mass(emission):
     decoder = _decoder(emission, seed=3)
     h = 2.0 * torch.randn(1, 7, D, dtype=torch.float64)
     exact = _marginals(_joint_log_probs(decoder, h[0], 7))
-    hyps = cb_label_beam_search(decoder, h, torch.tensor([7]), BeamSearchOptions(beam=3, nbest=None))[0]
+    hyps = cb_label_beam_search(
+        decoder, h, torch.tensor([7]), BeamSearchOptions(beam=3, nbest=None)
+    )[0]
     gaps = [exact[tuple(x.tokens)] - x.am_score for x in hyps]
     assert min(gaps) > -1e-9 and max(gaps) > 1e-6
     assert [x.score for x in hyps] == sorted((x.score for x in hyps), reverse=True)
@@ -135,7 +163,9 @@ def test_batch_and_padding_change_nothing(name):
     for b in range(len(lens)):
         alone = beam_search(model, feats[b : b + 1, : lens[b]], lens[b : b + 1], options)[0]
         assert [x.tokens for x in alone] == [x.tokens for x in together[b]]
-        assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
+        assert [x.am_score for x in alone] == pytest.approx(
+            [x.am_score for x in together[b]], abs=1e-4
+        )
 
 
 def test_the_label_synchronous_search_is_chosen_by_option():
@@ -148,14 +178,18 @@ def test_the_label_synchronous_search_is_chosen_by_option():
     options = BeamSearchOptions(beam=3, nbest=3)
     chosen = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, cb_search="label"))
     label = cb_label_beam_search(model.decoder, h, enc_lens, options)
-    assert [[(x.tokens, x.am_score) for x in n] for n in chosen] == \
-        [[(x.tokens, x.am_score) for x in n] for n in label]
+    assert [[(x.tokens, x.am_score) for x in n] for n in chosen] == [
+        [(x.tokens, x.am_score) for x in n] for n in label
+    ]
     auto = beam_search(model, feats, lens, options)
     frame = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, cb_search="frame"))
-    assert [[(x.tokens, x.am_score) for x in n] for n in auto] == [[(x.tokens, x.am_score) for x in n] for n in frame]
+    assert [[(x.tokens, x.am_score) for x in n] for n in auto] == [
+        [(x.tokens, x.am_score) for x in n] for n in frame
+    ]
     # a different search: the same words may win, but from different sets of alignments
-    assert [[(x.tokens, round(x.am_score, 4)) for x in n] for n in frame] != \
-        [[(x.tokens, round(x.am_score, 4)) for x in n] for n in label]
+    assert [[(x.tokens, round(x.am_score, 4)) for x in n] for n in frame] != [
+        [(x.tokens, round(x.am_score, 4)) for x in n] for n in label
+    ]
     with pytest.raises(ValueError, match="needs an autoregressive decoder"):
         beam_search(tiny.build("pointwise"), feats, lens, BeamSearchOptions(cb_search="label"))
     with pytest.raises(ValueError, match="CB models only"):
@@ -163,4 +197,6 @@ def test_the_label_synchronous_search_is_chosen_by_option():
     with pytest.raises(ValueError, match="cb_search must be one of"):
         BeamSearchOptions(cb_search="time")
     with pytest.raises(TypeError, match="needs an autoregressive decoder"):
-        cb_label_beam_search(PointwiseDecoder(D, V), torch.randn(1, 3, D), torch.tensor([3]), options)
+        cb_label_beam_search(
+            PointwiseDecoder(D, V), torch.randn(1, 3, D), torch.tensor([3]), options
+        )

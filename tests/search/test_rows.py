@@ -23,16 +23,28 @@ def test_per_utterance_entries_are_never_changed_by_the_search(name):
     with torch.no_grad():
         fast = search(model.decoder, h, h_lens, options)
         full = search(model.decoder, h, h_lens, options, per_utterance=())
-    assert [[(x.tokens, x.score) for x in n] for n in fast] == [[(x.tokens, x.score) for x in n] for n in full]
+    assert [[(x.tokens, x.score) for x in n] for n in fast] == [
+        [(x.tokens, x.score) for x in n] for n in full
+    ]
 
 
 def test_row_helpers_gather_every_kind_of_entry():
-    state = {"x": torch.arange(6).view(3, 2), "lstm": (torch.arange(6).view(2, 3), torch.arange(6).view(2, 3) + 10),
-             "history": [("a",), ("b",), ("c",)], "none": None}
+    state = {
+        "x": torch.arange(6).view(3, 2),
+        "lstm": (torch.arange(6).view(2, 3), torch.arange(6).view(2, 3) + 10),
+        "history": [("a",), ("b",), ("c",)],
+        "none": None,
+    }
     index = torch.tensor([2, 2, 0])
     out = reorder_rows(state, index)
     assert out["x"].tolist() == [[4, 5], [4, 5], [0, 1]]
-    assert out["lstm"][0].tolist() == [[2, 2, 0], [5, 5, 3]] and out["lstm"][1][0].tolist() == [12, 12, 10]
+    assert out["lstm"][0].tolist() == [[2, 2, 0], [5, 5, 3]] and out["lstm"][1][0].tolist() == [
+        12,
+        12,
+        10,
+    ]
     assert out["history"] == [("c",), ("c",), ("a",)] and out["none"] is None
     both = cat_rows([state, out])
-    assert both["x"].shape == (6, 2) and both["lstm"][0].shape == (2, 6) and len(both["history"]) == 6
+    assert (
+        both["x"].shape == (6, 2) and both["lstm"][0].shape == (2, 6) and len(both["history"]) == 6
+    )

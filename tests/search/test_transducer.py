@@ -7,9 +7,19 @@ import torch.nn.functional as F
 
 from cbasr.losses import hat_nll, rnnt_nll
 from cbasr.modules.decoders import TransducerDecoder
-from cbasr.search import BeamSearchOptions, beam_search, hat_internal_lm_step, transducer_beam_search
-from tests.reference.search_enumeration import (argmax_unique, capped_transducer_log_prob, label_sequences, padded,
-                                                reference_transducer_search)
+from cbasr.search import (
+    BeamSearchOptions,
+    beam_search,
+    hat_internal_lm_step,
+    transducer_beam_search,
+)
+from tests.reference.search_enumeration import (
+    argmax_unique,
+    capped_transducer_log_prob,
+    label_sequences,
+    padded,
+    reference_transducer_search,
+)
 from tests.search import tiny
 
 D, V = 4, 3
@@ -19,22 +29,41 @@ def _decoder(joint: str, seed: int = 0) -> TransducerDecoder:
     """``joint``: ``"rnnt"``, ``"hat"`` (blank unit of the joint) or ``"hat_linear"`` (eq. 5)."""
     torch.manual_seed(seed)
     blank_joint = "linear" if joint == "hat_linear" else "tanh"
-    return TransducerDecoder(D, V, joint=joint.removesuffix("_linear"), embed_dim=3, hidden=4, joint_dim=4,
-                             blank_joint=blank_joint).double().eval()
+    return (
+        TransducerDecoder(
+            D,
+            V,
+            joint=joint.removesuffix("_linear"),
+            embed_dim=3,
+            hidden=4,
+            joint_dim=4,
+            blank_joint=blank_joint,
+        )
+        .double()
+        .eval()
+    )
 
 
-def _lattice(decoder: TransducerDecoder, h: torch.Tensor, y: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+def _lattice(
+    decoder: TransducerDecoder, h: torch.Tensor, y: tuple
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Blank ``(T, U + 1)`` and label ``(T, U)`` edge log weights of ``y``'s lattice."""
     targets, _ = padded([y])
     targets = targets[:, : len(y)]
     with torch.no_grad():
         if decoder.joint == "rnnt":
-            log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)[0].log_softmax(-1)  # (T, U + 1, V)
+            log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)[0].log_softmax(
+                -1
+            )  # (T, U + 1, V)
             blank, labels = log_probs[..., 0], log_probs[..., 1:]
         else:
             b, log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)
             blank, labels = F.logsigmoid(b[0]), F.logsigmoid(-b[0]).unsqueeze(-1) + log_probs[0]
-    label = torch.stack([labels[:, u, v - 1] for u, v in enumerate(y)], dim=1) if y else labels[:, :0, 0]
+    label = (
+        torch.stack([labels[:, u, v - 1] for u, v in enumerate(y)], dim=1)
+        if y
+        else labels[:, :0, 0]
+    )
     return blank, label
 
 
@@ -45,7 +74,9 @@ def _nll(decoder: TransducerDecoder, h: torch.Tensor, seqs: list) -> list[float]
     lens = torch.full((B,), T)
     with torch.no_grad():
         if decoder.joint == "rnnt":
-            return rnnt_nll(decoder(h.expand(B, -1, -1), lens, targets).float(), targets, lens, target_lens).tolist()
+            return rnnt_nll(
+                decoder(h.expand(B, -1, -1), lens, targets).float(), targets, lens, target_lens
+            ).tolist()
         blank, log_probs = decoder(h.expand(B, -1, -1), lens, targets)
         return hat_nll(blank, log_probs, targets - 1, lens, target_lens).tolist()
 
@@ -58,8 +89,9 @@ def test_exhaustive_search_sums_the_capped_lattice_exactly(joint):
     T, cap = 3, 2
     decoder = _decoder(joint)
     h = torch.randn(1, T, D, dtype=torch.float64)
-    hyps = transducer_beam_search(decoder, h, torch.tensor([T]),
-                                  BeamSearchOptions(beam=None, nbest=None, max_symbols=cap))[0]
+    hyps = transducer_beam_search(
+        decoder, h, torch.tensor([T]), BeamSearchOptions(beam=None, nbest=None, max_symbols=cap)
+    )[0]
     found = {tuple(x.tokens): x.am_score for x in hyps}
     assert set(found) == set(label_sequences(V - 1, T * cap))
     capped = {y: capped_transducer_log_prob(*_lattice(decoder, h, y), cap) for y in found}
@@ -71,7 +103,9 @@ def test_exhaustive_search_sums_the_capped_lattice_exactly(joint):
         assert found[y] == pytest.approx(-nll, abs=tol)
     assert tuple(hyps[0].tokens) == argmax_unique(capped)
     # a small beam finds the same best hypothesis here, with part of its probability mass
-    small = transducer_beam_search(decoder, h, torch.tensor([T]), BeamSearchOptions(beam=4, max_symbols=cap))[0][0]
+    small = transducer_beam_search(
+        decoder, h, torch.tensor([T]), BeamSearchOptions(beam=4, max_symbols=cap)
+    )[0][0]
     assert small.tokens == hyps[0].tokens and small.am_score <= capped[tuple(small.tokens)] + 1e-9
 
 
@@ -85,7 +119,9 @@ def test_a_pruned_beam_equals_the_plain_reference_search(joint, cap, beam):
     decoder = _decoder(joint, seed=3)
     h = torch.randn(2, T, D, dtype=torch.float64)
     lens = torch.tensor([T, T - 1])
-    found = transducer_beam_search(decoder, h, lens, BeamSearchOptions(beam=beam, nbest=None, max_symbols=cap))
+    found = transducer_beam_search(
+        decoder, h, lens, BeamSearchOptions(beam=beam, nbest=None, max_symbols=cap)
+    )
 
     def step(b):
         def scores(prefix, t):
@@ -95,6 +131,7 @@ def test_a_pruned_beam_equals_the_plain_reference_search(joint, cap, beam):
                     state = decoder.commit(state, torch.tensor([True]), torch.tensor([v]))
                 blank, labels = decoder.frame_scores(state, t)
             return float(blank[0]), labels[0].tolist()
+
         return scores
 
     for b in range(2):
@@ -110,11 +147,15 @@ def test_on_one_frame_every_beam_score_is_the_exact_probability(joint):
     are exact: log P(y | x) of the training loss."""
     decoder = _decoder(joint, seed=1)
     h = torch.randn(1, 1, D, dtype=torch.float64)
-    hyps = transducer_beam_search(decoder, h, torch.tensor([1]), BeamSearchOptions(beam=2, nbest=None, max_symbols=3))[0]
+    hyps = transducer_beam_search(
+        decoder, h, torch.tensor([1]), BeamSearchOptions(beam=2, nbest=None, max_symbols=3)
+    )[0]
     seqs = [tuple(x.tokens) for x in hyps]
     assert len(seqs) == 2 and any(seqs)
     tol = 1e-5 if joint == "rnnt" else 1e-9
-    assert [x.am_score for x in hyps] == pytest.approx([-n for n in _nll(decoder, h, seqs)], abs=tol)
+    assert [x.am_score for x in hyps] == pytest.approx(
+        [-n for n in _nll(decoder, h, seqs)], abs=tol
+    )
 
 
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
@@ -135,9 +176,13 @@ def test_batch_and_padding_change_nothing():
     feats, lens = tiny.batch(seed=5)
     together = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=2))
     for b in range(len(lens)):
-        alone = beam_search(model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=3, nbest=2))[0]
+        alone = beam_search(
+            model, feats[b : b + 1, : lens[b]], lens[b : b + 1], BeamSearchOptions(beam=3, nbest=2)
+        )[0]
         assert [x.tokens for x in alone] == [x.tokens for x in together[b]]
-        assert [x.am_score for x in alone] == pytest.approx([x.am_score for x in together[b]], abs=1e-4)
+        assert [x.am_score for x in alone] == pytest.approx(
+            [x.am_score for x in together[b]], abs=1e-4
+        )
 
 
 def test_the_internal_lm_step_equals_the_teacher_forced_internal_lm():
@@ -158,9 +203,15 @@ def test_hat_eq9_weights_the_model_and_subtracts_the_internal_lm():
     model = tiny.build("hat", seed=6, shift=1.5)
     feats, lens = tiny.batch(seed=7)
     plain = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3))
-    zero = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=1.0, ilm_weight=0.0))
-    assert [[(x.tokens, x.score) for x in n] for n in zero] == [[(x.tokens, x.score) for x in n] for n in plain]
-    fused = beam_search(model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=2.0, ilm_weight=0.7))
+    zero = beam_search(
+        model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=1.0, ilm_weight=0.0)
+    )
+    assert [[(x.tokens, x.score) for x in n] for n in zero] == [
+        [(x.tokens, x.score) for x in n] for n in plain
+    ]
+    fused = beam_search(
+        model, feats, lens, BeamSearchOptions(beam=3, nbest=3, am_weight=2.0, ilm_weight=0.7)
+    )
     hyps = [x for n in fused for x in n]
     targets, target_lens = padded([tuple(x.tokens) for x in hyps])
     ilm = model.internal_lm_score(targets, target_lens).tolist()
@@ -173,8 +224,14 @@ def test_hat_eq9_weights_the_model_and_subtracts_the_internal_lm():
 def test_the_internal_lm_needs_the_hat_joint():
     decoder = _decoder("rnnt")
     with pytest.raises(ValueError, match="needs the HAT joint"):
-        transducer_beam_search(decoder, torch.randn(1, 2, D, dtype=torch.float64), torch.tensor([2]),
-                               BeamSearchOptions(ilm_weight=0.5, max_symbols=2))
+        transducer_beam_search(
+            decoder,
+            torch.randn(1, 2, D, dtype=torch.float64),
+            torch.tensor([2]),
+            BeamSearchOptions(ilm_weight=0.5, max_symbols=2),
+        )
     model = tiny.build("transducer")
-    with pytest.raises(ValueError, match="--ilm-weight .* needs a HAT model; this is a transducer model \\(rnnt\\)"):
+    with pytest.raises(
+        ValueError, match="--ilm-weight .* needs a HAT model; this is a transducer model \\(rnnt\\)"
+    ):
         beam_search(model, *tiny.batch(), BeamSearchOptions(ilm_weight=0.5))

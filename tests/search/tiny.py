@@ -12,32 +12,89 @@ ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2,
 DECODERS = {
     "pointwise": {"name": "pointwise"},
     "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
-    "autoregressive_luo": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4,
-                           "emission": "decoder"},
-    "monotonic": {"name": "monotonic", "window": 3, "attention_dim": 4, "embed_dim": 4, "hidden": 8, "joint_dim": 8},
-    "monotonic_variable": {"name": "monotonic", "window": 4, "variable": True, "attention_dim": 4, "embed_dim": 4,
-                           "hidden": 8, "joint_dim": 8},
-    "attention_emission": {"name": "attention_emission", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "autoregressive_luo": {
+        "name": "autoregressive",
+        "embed_dim": 4,
+        "hidden": 8,
+        "emission_hidden": 4,
+        "emission": "decoder",
+    },
+    "monotonic": {
+        "name": "monotonic",
+        "window": 3,
+        "attention_dim": 4,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "monotonic_variable": {
+        "name": "monotonic",
+        "window": 4,
+        "variable": True,
+        "attention_dim": 4,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "attention_emission": {
+        "name": "attention_emission",
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
-    "hat_context1": {"name": "transducer", "joint": "hat", "context": 1, "embed_dim": 4, "hidden": 8, "joint_dim": 8},
-    "hat_linear": {"name": "transducer", "joint": "hat", "blank_joint": "linear", "embed_dim": 4, "hidden": 8,
-                   "joint_dim": 8},
+    "hat_context1": {
+        "name": "transducer",
+        "joint": "hat",
+        "context": 1,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "hat_linear": {
+        "name": "transducer",
+        "joint": "hat",
+        "blank_joint": "linear",
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
 }
 # decoder preset -> the loss that trains it here
-LOSS = {"pointwise": "cb_marginal", "autoregressive": "cb_reinforce", "autoregressive_luo": "forced_suffix",
-        "monotonic": "cb_marginal", "monotonic_variable": "cb_marginal", "attention_emission": "cb_marginal",
-        "transducer": "rnnt", "hat": "hat", "hat_context1": "hat", "hat_linear": "hat"}
-CB = ["pointwise", "autoregressive", "autoregressive_luo", "monotonic", "monotonic_variable", "attention_emission"]
+LOSS = {
+    "pointwise": "cb_marginal",
+    "autoregressive": "cb_reinforce",
+    "autoregressive_luo": "forced_suffix",
+    "monotonic": "cb_marginal",
+    "monotonic_variable": "cb_marginal",
+    "attention_emission": "cb_marginal",
+    "transducer": "rnnt",
+    "hat": "hat",
+    "hat_context1": "hat",
+    "hat_linear": "hat",
+}
+CB = [
+    "pointwise",
+    "autoregressive",
+    "autoregressive_luo",
+    "monotonic",
+    "monotonic_variable",
+    "attention_emission",
+]
 TRANSDUCERS = ["transducer", "hat", "hat_context1", "hat_linear"]
 FEATS, VOCAB = 6, 5
 
 
-def build(decoder: str, loss: str | None = None, seed: int = 0, shift: float = 1.5, dtype=torch.float32):
+def build(
+    decoder: str, loss: str | None = None, seed: int = 0, shift: float = 1.5, dtype=torch.float32
+):
     """A random model in eval mode; ``shift`` moves CB emissions up, HAT blanks down and RNN-T
     blanks up."""
     torch.manual_seed(seed)
-    model = builder.build_model(ENCODER, DECODERS[decoder], {"name": loss or LOSS[decoder]}, FEATS, VOCAB)
+    model = builder.build_model(
+        ENCODER, DECODERS[decoder], {"name": loss or LOSS[decoder]}, FEATS, VOCAB
+    )
     d = model.decoder
     with torch.no_grad():
         if hasattr(d, "emission"):

@@ -36,16 +36,29 @@ import multiprocessing
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cbasr.corpora.synth.phones import FULL_PHONES, MERGED_PHONES
 from cbasr.corpora.synth.speakers import SPLITS, Speaker, draw_speakers
-from cbasr.corpora.synth.synthesis import SkippedUtterance, SpeakerJob, UtterancePlan, synthesize_speaker
+from cbasr.corpora.synth.synthesis import (
+    SkippedUtterance,
+    SpeakerJob,
+    UtterancePlan,
+    synthesize_speaker,
+)
 from cbasr.corpora.synth.text import SentenceGenerator
 
-__all__ = ["FORMAT_VERSION", "MARKER", "SIZES", "CorpusConfig", "CorpusSummary", "make_corpus", "plan_corpus"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MARKER",
+    "SIZES",
+    "CorpusConfig",
+    "CorpusSummary",
+    "make_corpus",
+    "plan_corpus",
+]
 
 FORMAT_VERSION = 1
 MARKER = ".done"
@@ -142,8 +155,11 @@ def make_corpus(
     params = _parameters(config)
     summary = _complete_summary(out_dir, params)
     if summary is not None:
-        _LOG.info("synth corpus in %s is complete for these parameters, nothing to do: %s",
-                  out_dir, _describe(summary))
+        _LOG.info(
+            "synth corpus in %s is complete for these parameters, nothing to do: %s",
+            out_dir,
+            _describe(summary),
+        )
         return summary
     start = time.monotonic()
     _clear(out_dir)
@@ -155,12 +171,18 @@ def make_corpus(
     _write_outputs(out_dir, entries, speakers)
     summary = CorpusSummary(
         utterances={split: len(entries[split]) for split in SPLITS},
-        hours={split: round(sum(e["duration"] for e in entries[split]) / 3600, 4) for split in SPLITS},
+        hours={
+            split: round(sum(e["duration"] for e in entries[split]) / 3600, 4) for split in SPLITS
+        },
         skipped=len(skipped),
         seconds=round(time.monotonic() - start, 2),
         generated=True,
     )
-    contents = {"utterances": summary.utterances, "hours": summary.hours, "skipped": summary.skipped}
+    contents = {
+        "utterances": summary.utterances,
+        "hours": summary.hours,
+        "skipped": summary.skipped,
+    }
     _write_atomic(out_dir / MARKER, json.dumps({"params": params, **contents}, indent=1) + "\n")
     _LOG.info("synth corpus: %s", _describe(summary))
     return summary
@@ -180,7 +202,9 @@ def _complete_summary(out_dir: Path, params: dict) -> CorpusSummary | None:
         marker = json.loads((out_dir / MARKER).read_text())
         if marker["params"] != params or not _files_complete(out_dir, marker["utterances"]):
             return None
-        return CorpusSummary(marker["utterances"], marker["hours"], marker["skipped"], 0.0, generated=False)
+        return CorpusSummary(
+            marker["utterances"], marker["hours"], marker["skipped"], 0.0, generated=False
+        )
     except (OSError, ValueError, KeyError, TypeError):  # missing or damaged files
         return None
 
@@ -193,14 +217,20 @@ def _files_complete(out_dir: Path, utterances: dict[str, int]) -> bool:
             return False
         if not all((out_dir / json.loads(line)["audio"]).is_file() for line in lines):
             return False
-    return all((out_dir / name).is_file() for name in ("speakers.json", "phones.txt", "phones_full.txt"))
+    return all(
+        (out_dir / name).is_file() for name in ("speakers.json", "phones.txt", "phones_full.txt")
+    )
 
 
 def _clear(out_dir: Path) -> None:
     """Remove the marker first, then every file a previous run may have left."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER).unlink(missing_ok=True)
-    for name in [f"{split}.jsonl" for split in SPLITS] + ["speakers.json", "phones.txt", "phones_full.txt"]:
+    for name in [f"{split}.jsonl" for split in SPLITS] + [
+        "speakers.json",
+        "phones.txt",
+        "phones_full.txt",
+    ]:
         (out_dir / name).unlink(missing_ok=True)
     for partial in out_dir.glob("*.partial"):
         partial.unlink()
@@ -254,7 +284,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _describe(summary: CorpusSummary) -> str:
     splits = ", ".join(
-        f"{split} {summary.utterances[split]} utterances ({summary.hours[split]:.2f} h)" for split in SPLITS
+        f"{split} {summary.utterances[split]} utterances ({summary.hours[split]:.2f} h)"
+        for split in SPLITS
     )
     hours = f"{sum(summary.hours.values()):.2f} h of audio"
     if summary.generated:

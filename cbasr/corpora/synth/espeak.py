@@ -181,17 +181,25 @@ class EspeakEngine:
 
         They persist across voice changes, so callers set all three for every speaker.
         """
-        for parameter, value in ((_PARAM_RATE, rate), (_PARAM_PITCH, pitch), (_PARAM_RANGE, pitch_range)):
+        for parameter, value in (
+            (_PARAM_RATE, rate),
+            (_PARAM_PITCH, pitch),
+            (_PARAM_RANGE, pitch_range),
+        ):
             status = self._lib.espeak_SetParameter(parameter, int(value), 0)
             if status != _EE_OK:
-                raise EspeakError(f"espeak_SetParameter({parameter}, {value}) failed with status {status}")
+                raise EspeakError(
+                    f"espeak_SetParameter({parameter}, {value}) failed with status {status}"
+                )
 
     def synthesize(self, text: str, seed: int = 0) -> Synthesis:
         """Synthesize ``text`` with the current voice; ``seed`` fixes eSpeak's noise generator."""
         self._chunks, self._events = [], []
         self._lib.espeak_ng_SetRandSeed(seed)
         data = text.encode("utf-8") + b"\0"
-        status = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+        status = self._lib.espeak_Synth(
+            data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None
+        )
         if status != _EE_OK:
             raise EspeakError(f"espeak_Synth failed with status {status} for {text!r}")
         audio = np.concatenate(self._chunks) if self._chunks else np.zeros(0, dtype=np.int16)

@@ -16,7 +16,16 @@ The draw is deterministic given the seed.
 import random
 from dataclasses import dataclass
 
-__all__ = ["PITCH", "PITCH_RANGE", "RATE_WPM", "SPLITS", "Speaker", "VARIANTS", "VOICES", "draw_speakers"]
+__all__ = [
+    "PITCH",
+    "PITCH_RANGE",
+    "RATE_WPM",
+    "SPLITS",
+    "Speaker",
+    "VARIANTS",
+    "VOICES",
+    "draw_speakers",
+]
 
 SPLITS = ("train", "dev", "test")
 
@@ -70,7 +79,9 @@ def draw_speakers(counts: dict[str, int], seed: int) -> list[Speaker]:
     """
     total = sum(counts.get(split, 0) for split in SPLITS)
     if total > len(VOICES) * len(VARIANTS):
-        raise ValueError(f"{total} speakers asked for; at most {len(VOICES) * len(VARIANTS)} are distinct")
+        raise ValueError(
+            f"{total} speakers asked for; at most {len(VOICES) * len(VARIANTS)} are distinct"
+        )
     rng = random.Random(seed)
     unused = {voice: list(VARIANTS) for voice in VOICES}
     speakers = []

@@ -36,9 +36,19 @@ _NOUNS = """
 """.split()
 
 _IRREGULAR_PLURALS = {
-    "man": "men", "woman": "women", "child": "children", "mouse": "mice", "sheep": "sheep",
-    "fish": "fish", "wolf": "wolves", "leaf": "leaves", "knife": "knives",
-    "potato": "potatoes", "baby": "babies", "city": "cities", "story": "stories",
+    "man": "men",
+    "woman": "women",
+    "child": "children",
+    "mouse": "mice",
+    "sheep": "sheep",
+    "fish": "fish",
+    "wolf": "wolves",
+    "leaf": "leaves",
+    "knife": "knives",
+    "potato": "potatoes",
+    "baby": "babies",
+    "city": "cities",
+    "story": "stories",
 }
 
 _ADJECTIVES = """
@@ -52,35 +62,82 @@ _ADJECTIVES = """
 
 # Verbs taking an object: (base, third person singular, past).
 _TRANSITIVE_VERBS = [
-    ("see", "sees", "saw"), ("find", "finds", "found"), ("take", "takes", "took"),
-    ("bring", "brings", "brought"), ("carry", "carries", "carried"), ("open", "opens", "opened"),
-    ("close", "closes", "closed"), ("paint", "paints", "painted"), ("clean", "cleans", "cleaned"),
-    ("wash", "washes", "washed"), ("buy", "buys", "bought"), ("sell", "sells", "sold"),
-    ("build", "builds", "built"), ("break", "breaks", "broke"), ("fix", "fixes", "fixed"),
-    ("watch", "watches", "watched"), ("follow", "follows", "followed"), ("push", "pushes", "pushed"),
-    ("pull", "pulls", "pulled"), ("hold", "holds", "held"), ("throw", "throws", "threw"),
-    ("catch", "catches", "caught"), ("drop", "drops", "dropped"), ("keep", "keeps", "kept"),
-    ("leave", "leaves", "left"), ("meet", "meets", "met"), ("need", "needs", "needed"),
-    ("want", "wants", "wanted"), ("like", "likes", "liked"), ("love", "loves", "loved"),
-    ("hate", "hates", "hated"), ("help", "helps", "helped"), ("call", "calls", "called"),
-    ("visit", "visits", "visited"), ("draw", "draws", "drew"), ("cook", "cooks", "cooked"),
-    ("eat", "eats", "ate"), ("make", "makes", "made"), ("move", "moves", "moved"),
-    ("hide", "hides", "hid"), ("lose", "loses", "lost"), ("send", "sends", "sent"),
-    ("show", "shows", "showed"), ("touch", "touches", "touched"), ("check", "checks", "checked"),
-    ("borrow", "borrows", "borrowed"), ("choose", "chooses", "chose"),
+    ("see", "sees", "saw"),
+    ("find", "finds", "found"),
+    ("take", "takes", "took"),
+    ("bring", "brings", "brought"),
+    ("carry", "carries", "carried"),
+    ("open", "opens", "opened"),
+    ("close", "closes", "closed"),
+    ("paint", "paints", "painted"),
+    ("clean", "cleans", "cleaned"),
+    ("wash", "washes", "washed"),
+    ("buy", "buys", "bought"),
+    ("sell", "sells", "sold"),
+    ("build", "builds", "built"),
+    ("break", "breaks", "broke"),
+    ("fix", "fixes", "fixed"),
+    ("watch", "watches", "watched"),
+    ("follow", "follows", "followed"),
+    ("push", "pushes", "pushed"),
+    ("pull", "pulls", "pulled"),
+    ("hold", "holds", "held"),
+    ("throw", "throws", "threw"),
+    ("catch", "catches", "caught"),
+    ("drop", "drops", "dropped"),
+    ("keep", "keeps", "kept"),
+    ("leave", "leaves", "left"),
+    ("meet", "meets", "met"),
+    ("need", "needs", "needed"),
+    ("want", "wants", "wanted"),
+    ("like", "likes", "liked"),
+    ("love", "loves", "loved"),
+    ("hate", "hates", "hated"),
+    ("help", "helps", "helped"),
+    ("call", "calls", "called"),
+    ("visit", "visits", "visited"),
+    ("draw", "draws", "drew"),
+    ("cook", "cooks", "cooked"),
+    ("eat", "eats", "ate"),
+    ("make", "makes", "made"),
+    ("move", "moves", "moved"),
+    ("hide", "hides", "hid"),
+    ("lose", "loses", "lost"),
+    ("send", "sends", "sent"),
+    ("show", "shows", "showed"),
+    ("touch", "touches", "touched"),
+    ("check", "checks", "checked"),
+    ("borrow", "borrows", "borrowed"),
+    ("choose", "chooses", "chose"),
     ("remember", "remembers", "remembered"),
 ]
 
 # Verbs without an object: (base, third person singular, past).
 _INTRANSITIVE_VERBS = [
-    ("sleep", "sleeps", "slept"), ("run", "runs", "ran"), ("walk", "walks", "walked"),
-    ("sing", "sings", "sang"), ("dance", "dances", "danced"), ("laugh", "laughs", "laughed"),
-    ("smile", "smiles", "smiled"), ("wait", "waits", "waited"), ("work", "works", "worked"),
-    ("play", "plays", "played"), ("swim", "swims", "swam"), ("jump", "jumps", "jumped"),
-    ("sit", "sits", "sat"), ("stand", "stands", "stood"), ("fall", "falls", "fell"),
-    ("arrive", "arrives", "arrived"), ("travel", "travels", "travelled"), ("rest", "rests", "rested"),
-    ("shout", "shouts", "shouted"), ("listen", "listens", "listened"), ("climb", "climbs", "climbed"),
-    ("stay", "stays", "stayed"), ("cry", "cries", "cried"), ("fly", "flies", "flew"),
+    ("sleep", "sleeps", "slept"),
+    ("run", "runs", "ran"),
+    ("walk", "walks", "walked"),
+    ("sing", "sings", "sang"),
+    ("dance", "dances", "danced"),
+    ("laugh", "laughs", "laughed"),
+    ("smile", "smiles", "smiled"),
+    ("wait", "waits", "waited"),
+    ("work", "works", "worked"),
+    ("play", "plays", "played"),
+    ("swim", "swims", "swam"),
+    ("jump", "jumps", "jumped"),
+    ("sit", "sits", "sat"),
+    ("stand", "stands", "stood"),
+    ("fall", "falls", "fell"),
+    ("arrive", "arrives", "arrived"),
+    ("travel", "travels", "travelled"),
+    ("rest", "rests", "rested"),
+    ("shout", "shouts", "shouted"),
+    ("listen", "listens", "listened"),
+    ("climb", "climbs", "climbed"),
+    ("stay", "stays", "stayed"),
+    ("cry", "cries", "cried"),
+    ("fly", "flies", "flew"),
 ]
 
 _ADVERBS = """
@@ -94,10 +151,29 @@ _PREPOSITIONS = """
 """.split()
 
 _TIME_PHRASES = [
-    "in the morning", "in the evening", "at night", "every day", "last week", "next year",
-    "on monday", "on tuesday", "on wednesday", "on thursday", "on friday", "on saturday",
-    "on sunday", "in january", "in april", "in june", "in september", "in december",
-    "after lunch", "before dinner", "at noon", "in the summer", "in the winter",
+    "in the morning",
+    "in the evening",
+    "at night",
+    "every day",
+    "last week",
+    "next year",
+    "on monday",
+    "on tuesday",
+    "on wednesday",
+    "on thursday",
+    "on friday",
+    "on saturday",
+    "on sunday",
+    "in january",
+    "in april",
+    "in june",
+    "in september",
+    "in december",
+    "after lunch",
+    "before dinner",
+    "at noon",
+    "in the summer",
+    "in the winter",
 ]
 
 _NAMES = """
@@ -110,9 +186,28 @@ _NUMBERS = """
     forty fifty sixty
 """.split()
 
-_DETERMINERS_SINGULAR = ["the", "a", "this", "that", "every", "my", "your", "his", "her", "our", "their"]
+_DETERMINERS_SINGULAR = [
+    "the",
+    "a",
+    "this",
+    "that",
+    "every",
+    "my",
+    "your",
+    "his",
+    "her",
+    "our",
+    "their",
+]
 _DETERMINERS_PLURAL = ["the", "these", "those", "some", "many", "few", "my", "your", "our", "their"]
-_PRONOUNS = [("i", False), ("you", True), ("he", False), ("she", False), ("we", True), ("they", True)]
+_PRONOUNS = [
+    ("i", False),
+    ("you", True),
+    ("he", False),
+    ("she", False),
+    ("we", True),
+    ("they", True),
+]
 _CONJUNCTIONS = ["and", "but", "because", "while", "so", "although", "when", "before", "after"]
 _INTENSIFIERS = ["very", "quite", "rather", "really", "too"]
 _QUESTION_WORDS = ["where", "when", "why", "how"]
@@ -152,8 +247,19 @@ def vocabulary() -> frozenset[str]:
     """Every word form the generator can produce."""
     words = set(_NOUNS) | {_plural(n) for n in _NOUNS} | set(_ADJECTIVES) | set(_ADVERBS)
     words |= {form for verb in _TRANSITIVE_VERBS + _INTRANSITIVE_VERBS for form in verb}
-    for group in (_PREPOSITIONS, _NAMES, _NUMBERS, _DETERMINERS_SINGULAR, _DETERMINERS_PLURAL,
-                  _CONJUNCTIONS, _INTENSIFIERS, _QUESTION_WORDS, _MODALS, _TIME_PHRASES, _OPENERS):
+    for group in (
+        _PREPOSITIONS,
+        _NAMES,
+        _NUMBERS,
+        _DETERMINERS_SINGULAR,
+        _DETERMINERS_PLURAL,
+        _CONJUNCTIONS,
+        _INTENSIFIERS,
+        _QUESTION_WORDS,
+        _MODALS,
+        _TIME_PHRASES,
+        _OPENERS,
+    ):
         words |= {w for phrase in group for w in phrase.split()}
     words |= {p for p, _ in _PRONOUNS}
     words |= {"an", "is", "are", "was", "were", "there", "please", "do", "does", "did", "not"}
@@ -168,8 +274,16 @@ class SentenceGenerator:
 
     def sentence(self) -> Sentence:
         """The next sentence; templates that come out too long or too short are redrawn."""
-        templates = (self._transitive, self._intransitive, self._copula, self._there_are,
-                     self._question, self._imperative, self._compound, self._reported)
+        templates = (
+            self._transitive,
+            self._intransitive,
+            self._copula,
+            self._there_are,
+            self._question,
+            self._imperative,
+            self._compound,
+            self._reported,
+        )
         weights = (5, 4, 2, 1, 2, 1, 2, 1)
         while True:
             template = self._rng.choices(templates, weights)[0]
@@ -191,7 +305,9 @@ class SentenceGenerator:
         head = [rng.choice(_ADJECTIVES)] if self._maybe(0.45) else []
         if plural:
             head.append(_plural(noun))
-            determiner = rng.choice(_NUMBERS) if self._maybe(0.25) else rng.choice(_DETERMINERS_PLURAL)
+            determiner = (
+                rng.choice(_NUMBERS) if self._maybe(0.25) else rng.choice(_DETERMINERS_PLURAL)
+            )
         else:
             head.append(noun)
             determiner = _article(rng.choice(_DETERMINERS_SINGULAR), head[0])
@@ -203,7 +319,9 @@ class SentenceGenerator:
             return [pronoun], plural
         return self._noun_phrase()
 
-    def _verb(self, verbs: list[tuple[str, str, str]], plural: bool, subject: list[str]) -> list[str]:
+    def _verb(
+        self, verbs: list[tuple[str, str, str]], plural: bool, subject: list[str]
+    ) -> list[str]:
         base, third, past = self._rng.choice(verbs)
         if self._maybe(0.5):
             return [past]
@@ -249,13 +367,17 @@ class SentenceGenerator:
         rng = self._rng
         head = [rng.choice(_NUMBERS)] + ([rng.choice(_ADJECTIVES)] if self._maybe(0.5) else [])
         place = [rng.choice(_PREPOSITIONS)] + self._noun_phrase()[0]
-        return ["there", rng.choice(["are", "were"])] + head + [_plural(rng.choice(_NOUNS))] + place, False
+        return ["there", rng.choice(["are", "were"])] + head + [
+            _plural(rng.choice(_NOUNS))
+        ] + place, False
 
     def _question(self) -> tuple[list[str], bool]:
         rng = self._rng
         subject, plural = self._subject()
         base = rng.choice(_TRANSITIVE_VERBS)[0]
-        auxiliary = rng.choice(["did", "do" if plural or subject in (["i"], ["you"]) else "does"] + _MODALS)
+        auxiliary = rng.choice(
+            ["did", "do" if plural or subject in (["i"], ["you"]) else "does"] + _MODALS
+        )
         opener = [rng.choice(_QUESTION_WORDS)] if self._maybe(0.6) else []
         return opener + [auxiliary] + subject + [base] + self._noun_phrase()[0], True
 

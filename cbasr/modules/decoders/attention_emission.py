@@ -34,11 +34,22 @@ class AttentionEmissionDecoder(CBDecoder):
 
     order = "memoryless"
 
-    def __init__(self, input_dim: int, vocab_size: int, embed_dim: int = 128, hidden: int = 256,
-                 num_layers: int = 1, context: int = -1, joint_dim: int = 256, emission_hidden: int = 0,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        input_dim: int,
+        vocab_size: int,
+        embed_dim: int = 128,
+        hidden: int = 256,
+        num_layers: int = 1,
+        context: int = -1,
+        joint_dim: int = 256,
+        emission_hidden: int = 0,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        self.label_context = LabelContext(vocab_size, embed_dim, hidden, num_layers, context, dropout)
+        self.label_context = LabelContext(
+            vocab_size, embed_dim, hidden, num_layers, context, dropout
+        )
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.encoder_proj = nn.Linear(input_dim, joint_dim)
         self.label_proj = nn.Linear(hidden, joint_dim, bias=False)
@@ -54,14 +65,22 @@ class AttentionEmissionDecoder(CBDecoder):
         g = self.label_context(targets)[:, :L]  # (B, L + 1, H) -> (B, L, H): g_l reads y_<l
         enc = self.encoder_proj(h).unsqueeze(2)  # (B, T, J) -> (B, T, 1, J)
         lab = self.label_proj(g).unsqueeze(1)  # (B, L, J) -> (B, 1, L, J)
-        return self.emission(h), gather_targets(self._joint(enc, lab), targets)  # (B, T, L, V-1) -> (B, T, L)
+        return self.emission(h), gather_targets(
+            self._joint(enc, lab), targets
+        )  # (B, T, L, V-1) -> (B, T, L)
 
     def begin(self, h, lens):
         B = h.shape[0]
         state = self.label_context.initial_state(B, h.device)
-        g, state = self.label_context.step(torch.full((B,), START, dtype=torch.long, device=h.device), state)
-        return {"emit_logits": self.emission(h), "enc": self.encoder_proj(h), "lab": self.label_proj(g),
-                "context": state}
+        g, state = self.label_context.step(
+            torch.full((B,), START, dtype=torch.long, device=h.device), state
+        )
+        return {
+            "emit_logits": self.emission(h),
+            "enc": self.encoder_proj(h),
+            "lab": self.label_proj(g),
+            "context": state,
+        }
 
     def candidates(self, state, t):
         return state["emit_logits"][:, t], self._joint(state["enc"][:, t], state["lab"])

@@ -42,9 +42,17 @@ class AutoregressiveDecoder(CBDecoder):
 
     order = "history"
 
-    def __init__(self, input_dim: int, vocab_size: int, embed_dim: int = 128, hidden: int = 256,
-                 num_layers: int = 1, emission: str = "encoder", emission_hidden: int = 128,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        input_dim: int,
+        vocab_size: int,
+        embed_dim: int = 128,
+        hidden: int = 256,
+        num_layers: int = 1,
+        emission: str = "encoder",
+        emission_hidden: int = 128,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if emission not in ("encoder", "decoder"):
             raise ValueError(f"emission must be 'encoder' or 'decoder', got {emission!r}")
@@ -68,32 +76,42 @@ class AutoregressiveDecoder(CBDecoder):
     def emission_logits(self, h: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` emission logits from the encoder (``emission="encoder"`` only)."""
         if self.autoregressive_emissions:
-            raise TypeError("with emission='decoder' the emission logits depend on the decoder state: "
-                            "use emission_step")
+            raise TypeError(
+                "with emission='decoder' the emission logits depend on the decoder state: "
+                "use emission_step"
+            )
         return self.emission(h)
 
     def emission_step(self, h_t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """Luo et al.'s emission logit: ``h_t (N, D)``, top-layer state ``s (N, H)`` -> ``(N,)``."""
         if not self.autoregressive_emissions:
             return self.emission(h_t)
-        return self.emission_out(torch.tanh(self.emission_encoder(h_t) + self.emission_state(s))).squeeze(-1)
+        return self.emission_out(
+            torch.tanh(self.emission_encoder(h_t) + self.emission_state(s))
+        ).squeeze(-1)
 
     def label_step(self, h_t: torch.Tensor, prev_labels: torch.Tensor, state):
         """One label step: ``h_t (N, D)``, ``prev_labels (N,)`` ids (START first) ->
         ``(log P(. | ...) (N, V - 1), top state s (N, H), LSTM state)``."""
-        x = torch.cat([h_t, self.dropout(self.embedding(prev_labels))], dim=-1).unsqueeze(1)  # (N, 1, D + E)
+        x = torch.cat([h_t, self.dropout(self.embedding(prev_labels))], dim=-1).unsqueeze(
+            1
+        )  # (N, 1, D + E)
         s, state = self.rnn(x, state)
         s = s.squeeze(1)  # (N, 1, H) -> (N, H)
         return self.out(s).log_softmax(dim=-1), s, state
 
-    def label_log_probs(self, h: torch.Tensor, targets: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+    def label_log_probs(
+        self, h: torch.Tensor, targets: torch.Tensor, times: torch.Tensor
+    ) -> torch.Tensor:
         """``log P(y_l | t_{<=l}, y_<l)`` for emission times ``times (M, B, L)`` -> ``(M, B, L)``.
 
         Teacher-forced over the labels, batched over the ``M`` samples.
         """
         M, B, L = times.shape
         picked = gather_frames(h, times)  # (M, B, L, D)
-        prev = torch.cat([targets.new_full((B, 1), START), targets[:, :-1]], dim=1)  # (B, L): y_{l-1}
+        prev = torch.cat(
+            [targets.new_full((B, 1), START), targets[:, :-1]], dim=1
+        )  # (B, L): y_{l-1}
         emb = self.dropout(self.embedding(prev)).unsqueeze(0).expand(M, -1, -1, -1)  # (M, B, L, E)
         x = torch.cat([picked, emb], dim=-1).flatten(0, 1)  # (M, B, L, D + E) -> (M B, L, D + E)
         s, _ = self.rnn(x)  # (M B, L, H)
@@ -108,8 +126,12 @@ class AutoregressiveDecoder(CBDecoder):
     def begin(self, h, lens):
         B = h.shape[0]
         zeros = h.new_zeros(self.num_layers, B, self.hidden)
-        state = {"h": h, "lstm": (zeros, zeros.clone()), "s": h.new_zeros(B, self.hidden),
-                 "prev": torch.full((B,), START, dtype=torch.long, device=h.device)}
+        state = {
+            "h": h,
+            "lstm": (zeros, zeros.clone()),
+            "s": h.new_zeros(B, self.hidden),
+            "prev": torch.full((B,), START, dtype=torch.long, device=h.device),
+        }
         if not self.autoregressive_emissions:
             state["emit_logits"] = self.emission(h)
         return state
@@ -125,7 +147,10 @@ class AutoregressiveDecoder(CBDecoder):
     def commit(self, state, t, emitted, labels):
         s, (hx, cx) = state["pending_s"], state["pending_lstm"]
         keep = emitted.view(1, -1, 1)
-        state["lstm"] = (torch.where(keep, hx, state["lstm"][0]), torch.where(keep, cx, state["lstm"][1]))
+        state["lstm"] = (
+            torch.where(keep, hx, state["lstm"][0]),
+            torch.where(keep, cx, state["lstm"][1]),
+        )
         state["s"] = torch.where(emitted.unsqueeze(1), s, state["s"])
         state["prev"] = torch.where(emitted, labels, state["prev"])
         return state

@@ -29,7 +29,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["CBDecoder", "EmissionHead", "gather_targets", "gather_frames", "reorder_state", "ORDERS"]
+__all__ = [
+    "CBDecoder",
+    "EmissionHead",
+    "gather_targets",
+    "gather_frames",
+    "reorder_state",
+    "ORDERS",
+]
 
 ORDERS = ("memoryless", "second_order", "history")
 
@@ -85,7 +92,9 @@ def gather_frames(h: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
         ``(M, B, L, D)``.
     """
     M, B, L = times.shape
-    index = times.clamp(0, h.shape[1] - 1).permute(1, 0, 2).reshape(B, M * L)  # (M, B, L) -> (B, M L)
+    index = (
+        times.clamp(0, h.shape[1] - 1).permute(1, 0, 2).reshape(B, M * L)
+    )  # (M, B, L) -> (B, M L)
     picked = h.gather(1, index.unsqueeze(-1).expand(B, M * L, h.shape[-1]))  # (B, M L, D)
     return picked.view(B, M, L, -1).transpose(0, 1)  # (B, M, L, D) -> (M, B, L, D)
 
@@ -113,18 +122,22 @@ class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
 
     order: str = "memoryless"
 
-    def cb_terms(self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor,
-                 target_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def cb_terms(
+        self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor, target_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(emit_logits (B, T), label terms)`` for the exact marginal.
 
         Label terms are ``(B, T, L)`` for a memoryless decoder and ``(B, T, W, L)`` for a
         second-order one (see :func:`cbasr.losses.cb_marginal_nll_windowed`).
         """
-        raise TypeError(f"{type(self).__name__} depends on every earlier emission time: "
-                        "no exact marginal; train it with a sampling estimator")
+        raise TypeError(
+            f"{type(self).__name__} depends on every earlier emission time: "
+            "no exact marginal; train it with a sampling estimator"
+        )
 
-    def reward_fn(self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor,
-                  target_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | RewardFn]:
+    def reward_fn(
+        self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor, target_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | RewardFn]:
         """``(emit_logits (B, T), rewards)`` for the sampling estimators.
 
         ``rewards`` is the ``(B, T, L)`` tensor of memoryless label terms, or a function from

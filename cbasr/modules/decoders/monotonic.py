@@ -69,15 +69,29 @@ class MonotonicAttentionDecoder(CBDecoder):
         dropout: on label embeddings and before the output layer.
     """
 
-    def __init__(self, input_dim: int, vocab_size: int, window: int = 4, variable: bool = False,
-                 attention_dim: int = 64, embed_dim: int = 128, hidden: int = 256, num_layers: int = 1,
-                 context: int = -1, joint_dim: int = 256, emission_hidden: int = 0, dropout: float = 0.0):
+    def __init__(
+        self,
+        input_dim: int,
+        vocab_size: int,
+        window: int = 4,
+        variable: bool = False,
+        attention_dim: int = 64,
+        embed_dim: int = 128,
+        hidden: int = 256,
+        num_layers: int = 1,
+        context: int = -1,
+        joint_dim: int = 256,
+        emission_hidden: int = 0,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if window < 1:
             raise ValueError(f"window must be >= 1 frame, got {window}")
         self.window, self.variable = window, variable
         self.order = "second_order" if variable else "memoryless"
-        self.label_context = LabelContext(vocab_size, embed_dim, hidden, num_layers, context, dropout)
+        self.label_context = LabelContext(
+            vocab_size, embed_dim, hidden, num_layers, context, dropout
+        )
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.key = nn.Linear(input_dim, attention_dim, bias=False)
         self.value = nn.Linear(input_dim, attention_dim, bias=False)
@@ -143,8 +157,12 @@ class MonotonicAttentionDecoder(CBDecoder):
         folded = self.context_proj.weight @ self.value.weight  # (J, A) @ (A, D) -> (J, D)
         projected = nn.functional.pad(h @ folded.t(), (0, 0, 0, span - T))  # (B, span, J)
         # Window entry j is frame t - j (j = 0 .. W - 1); frames before 0 get -inf energy.
-        energies = torch.stack([_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1)  # (B, span, L, W_j)
-        frames = torch.stack([_shifted(projected, j, 0.0) for j in range(W)], dim=2)  # (B, span, W_j, J)
+        energies = torch.stack(
+            [_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1
+        )  # (B, span, L, W_j)
+        frames = torch.stack(
+            [_shifted(projected, j, 0.0) for j in range(W)], dim=2
+        )  # (B, span, W_j, J)
         outside = ~torch.ones(W, W, dtype=torch.bool, device=h.device).tril()  # [d, j]: j > d
         bias = (self.context_proj.bias + self.label_proj(g)).unsqueeze(2)  # (B, L, 1, J)
         ids = (targets - 1).clamp(min=0).view(B, L, 1, 1).expand(B, L, W, 1)
@@ -152,11 +170,17 @@ class MonotonicAttentionDecoder(CBDecoder):
         band = []
         for k in range(K):
             # (t = l + k, l) for every l: the diagonal of rows k .. k + L - 1.
-            e = energies[:, k : k + L].diagonal(dim1=1, dim2=2).transpose(1, 2)  # (B, W_j, L) -> (B, L, W_j)
+            e = (
+                energies[:, k : k + L].diagonal(dim1=1, dim2=2).transpose(1, 2)
+            )  # (B, W_j, L) -> (B, L, W_j)
             # Weights of the window of gap d + 1 (entries j <= d): a masked softmax per row d;
             # every row holds frame t itself (j = 0), so none is all -inf.
-            weights = e.unsqueeze(2).masked_fill(outside, _NEG_INF).softmax(dim=-1)  # (B, L, W_d, W_j)
-            x = torch.tanh(weights @ frames[:, k : k + L] + bias)  # (B, L, W_d, W_j) @ (B, L, W_j, J)
+            weights = (
+                e.unsqueeze(2).masked_fill(outside, _NEG_INF).softmax(dim=-1)
+            )  # (B, L, W_d, W_j)
+            x = torch.tanh(
+                weights @ frames[:, k : k + L] + bias
+            )  # (B, L, W_d, W_j) @ (B, L, W_j, J)
             if self.training and self.dropout > 0:  # one mask per (t, l), shared by its windows
                 x = x * (torch.bernoulli(x.new_full((B, L, 1, x.shape[-1]), keep)) / keep)
             log_probs = self.out[-1](x).log_softmax(dim=-1)  # (B, L, W_d, V - 1)
@@ -196,24 +220,38 @@ class MonotonicAttentionDecoder(CBDecoder):
     def begin(self, h, lens):
         B = h.shape[0]
         state = self.label_context.initial_state(B, h.device)
-        g, state = self.label_context.step(torch.full((B,), START, dtype=torch.long, device=h.device), state)
-        return {"emit_logits": self.emission(h), "keys": self.key(h), "values": self.value(h), "g": g,
-                "context": state, "last": torch.full((B,), -1, dtype=torch.long, device=h.device)}
+        g, state = self.label_context.step(
+            torch.full((B,), START, dtype=torch.long, device=h.device), state
+        )
+        return {
+            "emit_logits": self.emission(h),
+            "keys": self.key(h),
+            "values": self.value(h),
+            "g": g,
+            "context": state,
+            "last": torch.full((B,), -1, dtype=torch.long, device=h.device),
+        }
 
     def candidates(self, state, t):
         keys, values = state["keys"], state["values"]
         first = max(0, t - self.window + 1)
         frames = torch.arange(first, t + 1, device=keys.device)  # (w,)
-        energy = torch.einsum("bwa,ba->bw", keys[:, first : t + 1], self.query(state["g"])) * self.scale
+        energy = (
+            torch.einsum("bwa,ba->bw", keys[:, first : t + 1], self.query(state["g"])) * self.scale
+        )
         inside = torch.ones_like(energy, dtype=torch.bool)
         if self.variable:
-            inside = frames.unsqueeze(0) > state["last"].unsqueeze(1)  # (B, w): after the previous emission
+            inside = frames.unsqueeze(0) > state["last"].unsqueeze(
+                1
+            )  # (B, w): after the previous emission
         weights = energy.masked_fill(~inside, _NEG_INF).softmax(dim=-1)  # (B, w)
         weights = torch.nan_to_num(weights, nan=0.0)  # a gap beyond the window: no frame in it
         context = torch.einsum("bw,bwa->ba", weights, values[:, first : t + 1])
         log_probs = self._output(context, self.label_proj(state["g"]))  # (B, V - 1)
         if self.variable:  # a gap beyond W has probability 0
-            log_probs = log_probs.masked_fill((t - state["last"] > self.window).unsqueeze(1), _NEG_INF)
+            log_probs = log_probs.masked_fill(
+                (t - state["last"] > self.window).unsqueeze(1), _NEG_INF
+            )
         return state["emit_logits"][:, t], log_probs
 
     def commit(self, state, t, emitted, labels):

@@ -50,9 +50,19 @@ class TransducerDecoder(nn.Module):
             ``"linear"`` (eq. 5 read literally); see the module docstring.
     """
 
-    def __init__(self, input_dim: int, vocab_size: int, joint: str = "rnnt", embed_dim: int = 128,
-                 hidden: int = 256, num_layers: int = 1, context: int = -1, joint_dim: int = 256,
-                 dropout: float = 0.0, blank_joint: str = "tanh"):
+    def __init__(
+        self,
+        input_dim: int,
+        vocab_size: int,
+        joint: str = "rnnt",
+        embed_dim: int = 128,
+        hidden: int = 256,
+        num_layers: int = 1,
+        context: int = -1,
+        joint_dim: int = 256,
+        dropout: float = 0.0,
+        blank_joint: str = "tanh",
+    ):
         super().__init__()
         if joint not in JOINTS:
             raise ValueError(f"joint must be one of {JOINTS}, got {joint!r}")
@@ -89,7 +99,9 @@ class TransducerDecoder(nn.Module):
         if self.joint == "rnnt":
             return scores
         if self.linear_blank:
-            blank = self.blank_encoder(h) + self.blank_label(g).transpose(1, 2)  # (B, T, 1) + (B, 1, U + 1)
+            blank = self.blank_encoder(h) + self.blank_label(g).transpose(
+                1, 2
+            )  # (B, T, 1) + (B, 1, U + 1)
             return blank, scores.log_softmax(dim=-1)
         return scores[..., 0], scores[..., 1:].log_softmax(dim=-1)  # blank unit, label units
 
@@ -109,7 +121,9 @@ class TransducerDecoder(nn.Module):
     def begin(self, h: torch.Tensor, lens: torch.Tensor) -> dict:
         B = h.shape[0]
         state = self.prediction.initial_state(B, h.device)
-        g, state = self.prediction.step(torch.full((B,), START, dtype=torch.long, device=h.device), state)
+        g, state = self.prediction.step(
+            torch.full((B,), START, dtype=torch.long, device=h.device), state
+        )
         out = {"enc": self.encoder_proj(h), "g": g, "context": state}
         if self.linear_blank:
             out["blank_enc"] = self.blank_encoder(h).squeeze(-1)  # (B, T)
@@ -125,7 +139,9 @@ class TransducerDecoder(nn.Module):
             blank = state["blank_enc"][:, t] + self.blank_label(state["g"]).squeeze(-1)  # (B,)
         else:
             blank, scores = scores[:, 0], scores[:, 1:]  # blank unit, label units
-        labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + scores.log_softmax(dim=-1)  # eq. (4)
+        labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + scores.log_softmax(
+            dim=-1
+        )  # eq. (4)
         return nn.functional.logsigmoid(blank), labels
 
     def commit(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
