@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo test test-slow clean-demo
+.PHONY: help install demo test test-slow lint format clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -27,6 +27,14 @@ test: $(STAMP)  ## the fast test suite (a few minutes on 2 CPU cores)
 
 test-slow: $(STAMP)  ## the slow tests as well
 	$(BIN)/python -m pytest -q -m "not gpu"
+
+lint: $(STAMP)  ## ruff: the formatter's check and the linter (pyproject.toml's [tool.ruff])
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: $(STAMP)  ## ruff: format the code and apply the linter's safe fixes
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 clean-demo:  ## delete the demo's data, experiments and logs
 	rm -rf recipes/synth/data recipes/synth/exp recipes/synth/log

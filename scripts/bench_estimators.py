@@ -40,8 +40,8 @@ def _cases(M: int):
         "expected reward (eq. 19)": lambda x, r, k, n, g: -cb_expected_reward(x, k, r, n),
         **{
             f"cb_reinforce {e}": (
-                lambda e: lambda x, r, k, n, g: cb_reinforce(x, k, r, n, e, M, "loo", g).loss
-            )(e)
+                lambda x, r, k, n, g, e=e: cb_reinforce(x, k, r, n, e, M, "loo", g).loss
+            )
             for e in ("global", "idb", "bb", "mbb")
         },
         "forced_suffix_reinforce": lambda x, r, k, n, g: (

@@ -228,8 +228,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for B, T, U, V in sizes:
 
-        def ratio(num, den, key):
-            a, b = results.get((num, B, T, U, V), {}), results.get((den, B, T, U, V), {})
+        def ratio(num, den, key, shape=(B, T, U, V)):
+            a, b = results.get((num, *shape), {}), results.get((den, *shape), {})
             if key not in a or key not in b or b[key] == 0:
                 return "n/a"
             return f"{a[key] / b[key]:.2f}"

@@ -17,7 +17,7 @@ import torch
 from cbasr.cli.common import setup_logging
 from cbasr.engines.alignment import align_split
 from cbasr.engines.decode import Experiment
-from cbasr.engines.trainer import select_device
+from cbasr.engines.training_options import select_device
 
 log = logging.getLogger("cbasr-align")
 

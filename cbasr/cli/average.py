@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cbasr.cli.common import setup_logging
 from cbasr.engines.averaging import METRICS, average_checkpoints, read_history, select_epochs
-from cbasr.engines.checkpoint import CheckpointDir
+from cbasr.storage.checkpoint import CheckpointDir
 
 log = logging.getLogger("cbasr-average")
 

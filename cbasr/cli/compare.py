@@ -24,7 +24,7 @@ from cbasr.engines.compare import (
     markdown_table,
     paired_comparison,
 )
-from cbasr.fileio import write_text
+from cbasr.storage.files import write_text
 
 
 def _pairs(systems, first: str, second: str):

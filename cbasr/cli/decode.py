@@ -17,9 +17,14 @@ from pathlib import Path
 import torch
 
 from cbasr.cli.common import setup_logging
-from cbasr.cli.score import decode_dir_name
-from cbasr.engines.decode import Experiment, decode_settings, decode_split, is_decoded
-from cbasr.engines.trainer import select_device
+from cbasr.engines.decode import (
+    Experiment,
+    decode_dir_name,
+    decode_settings,
+    decode_split,
+    is_decoded,
+)
+from cbasr.engines.training_options import select_device
 from cbasr.search import CB_SEARCHES, BeamSearchOptions, check_options, load_language_model
 
 log = logging.getLogger("cbasr-decode")

@@ -8,7 +8,7 @@ from pathlib import Path
 from cbasr.cli.common import setup_logging
 from cbasr.data.features import FbankOptions, extract_split, write_cmvn
 from cbasr.data.source_tokens import SOURCE_VOCAB, extract_source_tokens, source_vocabulary
-from cbasr.fileio import write_text
+from cbasr.storage.files import write_text
 
 log = logging.getLogger("cbasr-features")
 

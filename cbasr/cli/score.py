@@ -9,14 +9,10 @@ import logging
 from pathlib import Path
 
 from cbasr.cli.common import setup_logging
+from cbasr.engines.decode import decode_dir_name
 from cbasr.engines.scoring import score_decode_dir
 
 log = logging.getLogger("cbasr-score")
-
-
-def decode_dir_name(split: str, tag: str | None) -> str:
-    """``<split>`` or ``<split>_<tag>``: where cbasr-decode writes a split's decoding."""
-    return f"{split}_{tag}" if tag else split
 
 
 def main(argv: list[str] | None = None) -> None:

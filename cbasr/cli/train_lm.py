@@ -29,8 +29,8 @@ log = logging.getLogger("cbasr-train-lm")
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train_lm")
 def main(cfg: DictConfig) -> None:
-    from cbasr.engines.trainer import select_device  # after Hydra has set up logging
-    from cbasr.lm.training import train_lm
+    from cbasr.engines.lm_training import train_lm
+    from cbasr.engines.training_options import select_device  # after Hydra has set up logging
 
     container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     if container["trainer"]["num_threads"] > 0:

@@ -153,7 +153,8 @@ class CBReinforceLossConfig:
     """REINFORCE with exact CB samples, CB paper section 2.2."""
 
     name: str = "cb_reinforce"
-    estimator: str = "auto"  # global (eq. 21) | idb (eq. 23) | bb (eq. 28) | mbb (eq. 29) | auto: mbb if memoryless, else idb
+    # global (eq. 21) | idb (eq. 23) | bb (eq. 28) | mbb (eq. 29) | auto: mbb if memoryless, else idb
+    estimator: str = "auto"
     num_samples: int = 4  # samples per utterance
     baseline: str = "loo"  # none | loo (leave one out) | running_mean
 

@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from cbasr.fileio import write_json, write_jsonl, write_text
+from cbasr.storage.files import write_json, write_jsonl, write_text
 
 __all__ = ["CorpusError", "corpus_error", "PreparedCorpus"]
 

@@ -24,7 +24,7 @@ import torchaudio
 
 from cbasr.data.audio import AudioError, read_audio
 from cbasr.data.manifest import audio_path, read_manifest
-from cbasr.fileio import write_json, write_text
+from cbasr.storage.files import write_json, write_text
 
 __all__ = [
     "FbankOptions",

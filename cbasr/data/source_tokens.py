@@ -24,7 +24,7 @@ import torch
 from cbasr.data.features import FeatureStore
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
-from cbasr.fileio import write_json, write_text
+from cbasr.storage.files import write_json, write_text
 
 __all__ = [
     "PAD",

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from cbasr.fileio import write_text
+from cbasr.storage.files import write_text
 
 __all__ = [
     "BLANK",

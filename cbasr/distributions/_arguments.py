@@ -90,17 +90,6 @@ def value_rows(
     return rows, row_index, full
 
 
-def check_lengths(lengths: torch.Tensor, num_frames: int) -> None:
-    """Raise ValueError unless ``0 <= lengths <= T``."""
-    bad = (lengths < 0) | (lengths > num_frames)
-    if bool(bad.any()):
-        index = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"lengths must lie in [0, T={num_frames}]; got lengths={int(lengths[index])} "
-            f"at (flattened) batch index {index}"
-        )
-
-
 def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
     """Raise ValueError unless ``0 <= total <= lengths`` (room for every high)."""
     bad = (total < 0) | (total > lengths)

@@ -9,9 +9,9 @@ import torch
 from torch.distributions import Distribution, constraints
 from torch.distributions.utils import lazy_property
 
+from cbasr.checks import check_range
 from cbasr.distributions._arguments import (
     broadcast_arguments,
-    check_lengths,
     check_total,
     frame_mask,
     value_rows,
@@ -101,7 +101,7 @@ class ConditionalBernoulli(Distribution):
         self.sampler = sampler
         super().__init__(args.batch_shape, torch.Size((T,)), validate_args=validate_args)
         if self._validate_args:
-            check_lengths(args.lengths, T)
+            check_range("lengths", args.lengths, 0, T)
             check_total(args.total, args.lengths)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)

@@ -7,12 +7,8 @@ of the number of highs in eq. (18), and the normaliser that turns eq. (6) into e
 import torch
 from torch.distributions import Distribution, constraints
 
-from cbasr.distributions._arguments import (
-    broadcast_arguments,
-    check_lengths,
-    frame_mask,
-    value_rows,
-)
+from cbasr.checks import check_range
+from cbasr.distributions._arguments import broadcast_arguments, frame_mask, value_rows
 from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
 
 __all__ = ["PoissonBinomial"]
@@ -45,7 +41,7 @@ class PoissonBinomial(Distribution):
         self.lengths = args.lengths.reshape(args.batch_shape)
         super().__init__(args.batch_shape, validate_args=validate_args)
         if self._validate_args:
-            check_lengths(args.lengths, T)
+            check_range("lengths", args.lengths, 0, T)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):

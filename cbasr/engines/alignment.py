@@ -28,9 +28,9 @@ from cbasr.data.features import FeatureStore
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
 from cbasr.engines.decode import Experiment, frame_shift_seconds
-from cbasr.fileio import write_json, write_text
 from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
+from cbasr.storage.files import write_json, write_text
 
 __all__ = [
     "subsampling_stride",

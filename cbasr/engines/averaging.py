@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
+from cbasr.storage.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
 
 __all__ = ["average_state_dicts", "select_epochs", "average_checkpoints", "read_history", "METRICS"]
 

@@ -107,7 +107,7 @@ def _parameters(exp_dir: Path, info: dict) -> int | None:
     ckpt = exp_dir / "checkpoints" / f"{info.get('checkpoint', 'best')}.pt"
     if not ckpt.is_file():
         return None
-    from cbasr.engines.checkpoint import load_checkpoint
+    from cbasr.storage.checkpoint import load_checkpoint
 
     return sum(v.numel() for v in load_checkpoint(ckpt)["model"].values())
 

@@ -19,14 +19,26 @@ from cbasr.data.batching import BucketBatchSampler
 from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
-from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.scoring import write_trn
-from cbasr.fileio import write_json, write_text
 from cbasr.search import BeamSearchOptions, LabelScorer, beam_search, check_options, search_family
+from cbasr.storage.checkpoint import load_checkpoint
+from cbasr.storage.files import write_json, write_text
 
-__all__ = ["Experiment", "decode_split", "is_decoded", "decode_settings", "frame_shift_seconds"]
+__all__ = [
+    "Experiment",
+    "decode_split",
+    "decode_dir_name",
+    "is_decoded",
+    "decode_settings",
+    "frame_shift_seconds",
+]
 
 log = logging.getLogger(__name__)
+
+
+def decode_dir_name(split: str, tag: str | None) -> str:
+    """``<split>`` or ``<split>_<tag>``: where cbasr-decode writes a split's decoding."""
+    return f"{split}_{tag}" if tag else split
 
 
 class Experiment:

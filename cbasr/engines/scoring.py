@@ -23,7 +23,7 @@ import numpy as np
 
 from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
 from cbasr.engines.rouge import rouge_f1
-from cbasr.fileio import write_json, write_text
+from cbasr.storage.files import write_json, write_text
 
 __all__ = [
     "error_counts",

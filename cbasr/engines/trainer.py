@@ -29,8 +29,7 @@ from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
-from cbasr.engines import distributed, faults
-from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, rng_state, set_rng_state
+from cbasr.engines import distributed
 from cbasr.engines.progress import ProgressMeter, plot_history
 from cbasr.engines.schedules import LearningRateSchedule
 from cbasr.engines.scoring import error_counts
@@ -44,17 +43,11 @@ from cbasr.engines.training_options import (
     select_device,
 )
 from cbasr.engines.weight_noise import noisy_parameters, weight_noise
-from cbasr.fileio import write_json
+from cbasr.storage import faults
+from cbasr.storage.checkpoint import CheckpointDir, load_checkpoint, rng_state, set_rng_state
+from cbasr.storage.files import write_json
 
-__all__ = [
-    "train",
-    "Trainer",
-    "TrainState",
-    "StepResult",
-    "select_device",
-    "MODEL_KEYS",
-    "BATCH_KEYS",
-]
+__all__ = ["train", "Trainer", "TrainState", "StepResult", "MODEL_KEYS", "BATCH_KEYS"]
 
 log = logging.getLogger(__name__)
 

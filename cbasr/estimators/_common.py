@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from cbasr.losses._checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_shape
 
 __all__: list[str] = []  # package-internal
 

@@ -2,7 +2,8 @@
 
 - :mod:`cbasr.lm.arpa`: read ARPA files, back-off probabilities.
 - :mod:`cbasr.lm.corpus`: sentences from manifests or text files.
-- :mod:`cbasr.lm.training`: ``cbasr-train-lm``'s loop, checkpoints and perplexity.
+- :mod:`cbasr.lm.neural`: the LSTM token LM's checkpoints, batches and perplexity (its training
+  loop is :mod:`cbasr.engines.lm_training`).
 """
 
 from cbasr.lm.arpa import ArpaError, ArpaModel, read_arpa

@@ -1,6 +1,7 @@
 """Exact Conditional Bernoulli marginal likelihood, posteriors and Viterbi alignment.
 
-CB paper (``papers/conditional_bernoulli_2020.txt``) section 2.4. With independent emission
+CB paper (Robertson 2020, "The Conditional Bernoulli and its Application to Speech
+Recognition"; README's references) section 2.4. With independent emission
 Bernoullis ``B_t ~ Bernoulli(sigmoid(a_t))`` and a label model that depends on the emission
 times only through the current one, ``P(y_l | t_l, y_<l)``, eq. (38) is a first-order HMM over
 states ``(t, l)`` = (frames read, labels emitted). Because ``P(L) P(b | L) = P(b)`` (section
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from cbasr.losses._checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_shape
 
 __all__ = ["cb_marginal_nll", "cb_posteriors", "cb_viterbi"]
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from cbasr.losses._checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_shape
 from cbasr.losses.conditional_bernoulli import _apply_impossible_policy, _cb_weights
 
 __all__ = ["cb_marginal_nll_windowed", "cb_viterbi_windowed", "cb_posteriors_windowed"]
@@ -148,7 +148,8 @@ def _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_l
 
 
 def _reversed_window(emit: torch.Tensor) -> torch.Tensor:
-    """``(B, T, W, L)`` -> ``(T + W, W, B, L)`` with ``[t, k] = emit[:, t, d = W - 1 - k]``, ``-inf`` rows after ``T``."""
+    """``(B, T, W, L)`` -> ``(T + W, W, B, L)`` with ``[t, k] = emit[:, t, d = W - 1 - k]``;
+    ``-inf`` rows after ``T``."""
     B, T, W, L = emit.shape
     emit_rev = emit.new_full((T + W, W, B, L), _NEG_INF)
     emit_rev[:T] = emit.flip(2).permute(1, 2, 0, 3)  # (B, T, W, L) -> (T, W, B, L), d reversed

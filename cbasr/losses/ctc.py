@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from cbasr.losses._checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
 
 __all__ = ["ctc_nll"]
 

@@ -1,6 +1,7 @@
 """Hybrid Autoregressive Transducer loss and internal language model score.
 
-HAT paper (``papers/hat.txt``) section 3. HAT keeps the RNN-T lattice (section 3.1; the
+HAT paper (Variani et al. 2020, "Hybrid Autoregressive Transducer (HAT)", arXiv:2003.07705)
+section 3. HAT keeps the RNN-T lattice (section 3.1; the
 convention is documented in :mod:`cbasr.losses.transducer`) and splits each edge posterior,
 eq. (4): a blank Bernoulli ``b_{t,u} = sigmoid(blank_logits[t, u])`` (eq. 5) for the
 horizontal edge, and ``(1 - b_{t,u}) P_{t,u}(y_{u+1} | X, y_{0:u})`` for the vertical one,
@@ -13,7 +14,7 @@ loses everything when ``b`` is close to 1.
 import torch
 import torch.nn.functional as F
 
-from cbasr.losses._checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
 from cbasr.losses.transducer import transducer_lattice_nll
 
 __all__ = ["hat_nll", "hat_internal_lm_score"]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import torchaudio.functional as AF
 from torch.autograd.function import once_differentiable
 
-from cbasr.losses._checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
 
 __all__ = ["rnnt_nll", "transducer_lattice_nll"]
 

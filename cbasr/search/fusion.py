@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from cbasr.lm.arpa import ArpaModel, read_arpa
+from cbasr.lm.neural import load_lm_checkpoint
 from cbasr.modules.language_model import BOUNDARY, LSTMLanguageModel
 from cbasr.search.rows import reorder_rows
 
@@ -191,8 +192,6 @@ def load_language_model(
     Args:
         tokens: the recogniser's vocabulary, id 0 the blank.
     """
-    from cbasr.lm.training import load_lm_checkpoint
-
     path = Path(path)
     if path.is_dir():
         path = path / "checkpoints" / "best.pt"

@@ -4,7 +4,8 @@ A sweep file (JSON, e.g. ``recipes/toy/conf/sweep.json``) names a base :class:`T
 the methods, the seeds, one-at-a-time variations of ``T``, ``N``, ``M`` and ``sigma`` around
 the base, methods run at the base only, and the shared-parameter variance comparison. Unknown
 keys are errors when the file is read. Each run writes
-``<out>/runs/<variant>/<method>/seed<k>.json`` atomically, and a run whose file exists is skipped, so an interrupted sweep resumes.
+``<out>/runs/<variant>/<method>/seed<k>.json`` atomically, and a run whose file exists is
+skipped, so an interrupted sweep resumes.
 """
 
 import dataclasses

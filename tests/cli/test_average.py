@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from cbasr.cli import average, decode
-from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.trainer import train
+from cbasr.storage.checkpoint import load_checkpoint
 from tests.engines.test_trainer import make_cfg
 
 

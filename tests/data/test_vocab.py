@@ -53,11 +53,10 @@ def test_sentencepiece_units_round_trip_to_words(tmp_path):
     again = train_sentencepiece(texts, tmp_path / "sp2", vocab_size=40)
     import sentencepiece
 
-    pieces_of = lambda path: [
-        p.id_to_piece(i)
-        for p in [sentencepiece.SentencePieceProcessor(model_file=str(path))]
-        for i in range(p.get_piece_size())
-    ]
+    def pieces_of(path):
+        p = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        return [p.id_to_piece(i) for i in range(p.get_piece_size())]
+
     assert pieces_of(again) == pieces_of(model)  # deterministic
     with pytest.raises(FileNotFoundError, match="sentencepiece model .*nope.model not found"):
         tokens_of(record, f"sp:{tmp_path / 'nope.model'}")

@@ -90,7 +90,7 @@ def test_count_recursion_gradgradcheck():
 
     for suffix in (False, True):
 
-        def finite_table(a, c):
+        def finite_table(a, c, suffix=suffix):
             table = count_table(a, c, 3, suffix=suffix)
             return torch.where(torch.isfinite(table), table, 0.0)
 

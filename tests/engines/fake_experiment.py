@@ -8,7 +8,7 @@ import torch
 
 from cbasr import builder
 from cbasr.data.vocab import Vocabulary
-from cbasr.engines.checkpoint import save_checkpoint
+from cbasr.storage.checkpoint import save_checkpoint
 
 ENCODER = {
     "name": "rnn",

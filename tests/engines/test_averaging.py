@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cbasr.engines.averaging import average_checkpoints, average_state_dicts, select_epochs
-from cbasr.engines.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
+from cbasr.storage.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
 
 
 def test_average_of_known_tensors():

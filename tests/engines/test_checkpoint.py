@@ -1,14 +1,14 @@
 import pytest
 import torch
 
-from cbasr.engines.checkpoint import (
+from cbasr.storage.checkpoint import (
     CheckpointDir,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from cbasr.fileio import atomic_write
+from cbasr.storage.files import atomic_write
 
 
 def test_interrupted_write_keeps_the_previous_file(tmp_path):

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from cbasr.data.batching import BucketBatchSampler, shard
-from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.distributed import DistContext, from_environment, replica_digest
 from cbasr.engines.trainer import train
+from cbasr.storage.checkpoint import load_checkpoint
 from tests.engines.test_trainer import BIN, make_cfg, run_cli
 
 TORCHRUN = (str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2")

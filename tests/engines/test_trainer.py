@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cbasr.cli.train import CONF_DIR
-from cbasr.engines.checkpoint import load_checkpoint
 from cbasr.engines.trainer import Trainer, train
 from cbasr.models import CTCModel, LossOutput
+from cbasr.storage.checkpoint import load_checkpoint
 
 
 def make_cfg(data, exp_dir, *overrides):

@@ -257,17 +257,12 @@ def test_learned_baseline_trains_on_its_squared_error():
 
 def test_bad_inputs_name_the_argument():
     logits, rewards, total, lengths = ragged_batch(21)
-    run = lambda **kw: cb_reinforce(
-        **{
-            "emit_logits": logits,
-            "total": total,
-            "rewards": rewards,
-            "input_lengths": lengths,
-            "estimator": "idb",
-            "num_samples": 2,
-            **kw,
-        }
-    )
+
+    def run(**kw):
+        base = {"emit_logits": logits, "total": total, "rewards": rewards}
+        base |= {"input_lengths": lengths, "estimator": "idb", "num_samples": 2}
+        return cb_reinforce(**(base | kw))
+
     with pytest.raises(ValueError, match="estimator must be one of"):
         run(estimator="luo")
     with pytest.raises(ValueError, match="estimator='mbb'.*callable"):

@@ -44,7 +44,7 @@ def _expected_bound(logits, rewards, total, length, M) -> torch.Tensor:
 
 def _expected_estimate(logits, rewards, total, length, M):
     """``sum over M-tuples of P(tuple) * (value, gradient estimate)``: the estimator's exact mean."""
-    T, L = logits.shape[1], rewards.shape[2]
+    L = rewards.shape[2]
     support, log_probs = cb_ref.cb_log_probs(logits[0].detach(), int(total), int(length))
     times = torch.tensor([list(ref.times_of(b)) + [-1] * (L - int(total)) for b in support])
     value, grads = torch.zeros((), dtype=F64), [torch.zeros_like(logits), torch.zeros_like(rewards)]

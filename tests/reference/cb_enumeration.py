@@ -145,8 +145,8 @@ def id_checking_steps(logits, total, length, b) -> torch.Tensor:
         if t >= length:
             steps.append(torch.tensor(0.0 if b[t] == 0 else _NEG_INF, dtype=torch.float64))
             continue
-        upto = _log_mass(cb, lambda s: s[: t + 1] == tuple(b[: t + 1]))
-        before = _log_mass(cb, lambda s: s[:t] == tuple(b[:t]))
+        upto = _log_mass(cb, lambda s, t=t: s[: t + 1] == tuple(b[: t + 1]))
+        before = _log_mass(cb, lambda s, t=t: s[:t] == tuple(b[:t]))
         steps.append(upto - before)
     return torch.stack(steps)
 
@@ -161,8 +161,8 @@ def bounded_steps(logits, total, length, times) -> torch.Tensor:
     cb = cb_log_probs(logits, total, length)
     steps = []
     for l in range(total):
-        upto = _log_mass(cb, lambda s: _highs(s)[: l + 1] == tuple(times[: l + 1]))
-        before = _log_mass(cb, lambda s: _highs(s)[:l] == tuple(times[:l]))
+        upto = _log_mass(cb, lambda s, l=l: _highs(s)[: l + 1] == tuple(times[: l + 1]))
+        before = _log_mass(cb, lambda s, l=l: _highs(s)[:l] == tuple(times[:l]))
         steps.append(upto - before)
     return torch.stack(steps) if steps else torch.zeros(0, dtype=torch.float64)
 

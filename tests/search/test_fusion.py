@@ -5,7 +5,6 @@ vocabularies are matched by token."""
 import pytest
 import torch
 
-from cbasr.engines.checkpoint import save_checkpoint
 from cbasr.lm.arpa import read_arpa
 from cbasr.modules.language_model import LSTMLanguageModel
 from cbasr.search import (
@@ -15,6 +14,7 @@ from cbasr.search import (
     beam_search,
     load_language_model,
 )
+from cbasr.storage.checkpoint import save_checkpoint
 from tests.search import tiny
 
 TOKENS = ["<blk>", "a", "b", "c", "d"]  # the tiny models' vocabulary (VOCAB = 5)

@@ -40,7 +40,7 @@ _PARAM_PITCH = 3
 _PARAM_RANGE = 4
 _EE_OK = 0
 
-_unload_library = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary")
+_unload_library = getattr(_ctypes, "dlclose", None) or _ctypes.FreeLibrary
 
 
 class _EventId(ctypes.Union):

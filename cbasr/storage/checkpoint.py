@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cbasr.engines import faults
-from cbasr.fileio import atomic_write
+from cbasr.storage import faults
+from cbasr.storage.files import atomic_write
 
 __all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "CheckpointDir"]
 

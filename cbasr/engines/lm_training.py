@@ -2,99 +2,26 @@
 
 Layout of an LM experiment directory: ``config.json`` (the resolved config), ``vocab.txt``,
 ``checkpoints/{last,best}.pt`` (atomic), ``history.json`` (per epoch: train and validation
-perplexity), ``skipped.tsv`` (sentences with unknown tokens). Rerunning the same command resumes
-after the last finished epoch; a different model config or vocabulary in the same directory
-is refused.
-
-Perplexity is ``exp`` of the mean negative log probability per predicted token, the end of
-sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
+perplexity, :func:`cbasr.lm.neural.perplexity`), ``skipped.tsv`` (sentences with unknown
+tokens). Rerunning the same command resumes after the last finished epoch; a different model
+config or vocabulary in the same directory is refused.
 """
 
 import logging
 import math
-import random
 from pathlib import Path
 
 import torch
 
 from cbasr.data.vocab import Vocabulary
-from cbasr.engines.checkpoint import load_checkpoint, save_checkpoint
-from cbasr.fileio import write_json, write_text
 from cbasr.lm.corpus import read_sentences
-from cbasr.modules.language_model import LSTMLanguageModel
+from cbasr.lm.neural import build_lm, pad_sentences, perplexity, token_batches
+from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
+from cbasr.storage.files import write_json, write_text
 
-__all__ = ["train_lm", "load_lm_checkpoint", "perplexity", "token_batches", "build_lm"]
+__all__ = ["train_lm"]
 
 log = logging.getLogger(__name__)
-
-LM_MODELS = {"lstm": LSTMLanguageModel}
-
-
-def build_lm(lm: dict, vocab_size: int) -> LSTMLanguageModel:
-    """The LM of an ``lm`` config group (its ``name`` picks the class)."""
-    options = dict(lm)
-    name = options.pop("name")
-    if name not in LM_MODELS:
-        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
-    return LM_MODELS[name](vocab_size=vocab_size, **options)
-
-
-def token_batches(
-    sentences: list[list[int]], max_tokens: int, seed: int | None = None
-) -> list[list[int]]:
-    """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
-    (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    batches, batch, longest = [], [], 0
-    for i in order:
-        longest_if_added = max(longest, len(sentences[i]) + 1)
-        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-            batches.append(batch)
-            batch, longest_if_added = [], len(sentences[i]) + 1
-        batch.append(i)
-        longest = longest_if_added
-    if batch:
-        batches.append(batch)
-    if seed is not None:
-        random.Random(seed).shuffle(batches)
-    return batches
-
-
-def _pad(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
-    lens = torch.tensor([len(s) for s in sentences], device=device)
-    targets = torch.ones(len(sentences), int(lens.max()), dtype=torch.long, device=device)
-    for i, s in enumerate(sentences):
-        targets[i, : len(s)] = torch.tensor(s, device=device)
-    return targets, lens
-
-
-@torch.no_grad()
-def perplexity(
-    model: LSTMLanguageModel,
-    sentences: list[list[int]],
-    max_tokens: int = 4000,
-    device: str | torch.device = "cpu",
-) -> float:
-    """Perplexity of ``model`` on ``sentences`` (module docstring), in eval mode."""
-    model.eval()
-    total, count = 0.0, 0
-    for batch in token_batches(sentences, max_tokens):
-        targets, lens = _pad([sentences[i] for i in batch], device)
-        total -= float(model.sequence_log_probs(targets, lens).sum())
-        count += int(lens.sum()) + len(batch)
-    return math.exp(total / max(count, 1))
-
-
-def load_lm_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[LSTMLanguageModel, list[str]]:
-    """``(model in eval mode, vocabulary tokens)`` from a ``cbasr-train-lm`` checkpoint."""
-    ckpt = load_checkpoint(path, device)
-    if "tokens" not in ckpt or "lm_config" not in ckpt:
-        raise ValueError(f"{path} is not a language-model checkpoint of cbasr-train-lm")
-    model = build_lm(ckpt["lm_config"], len(ckpt["tokens"]))
-    model.load_state_dict(ckpt["model"])
-    return model.to(device).eval(), ckpt["tokens"]
 
 
 def _resume(exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer) -> tuple[int, list]:
@@ -162,7 +89,7 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
         for batch in token_batches(
             train_set, data["max_tokens"], seed=trainer["seed"] * 1000 + epoch
         ):
-            targets, lens = _pad([train_set[i] for i in batch], device)
+            targets, lens = pad_sentences([train_set[i] for i in batch], device)
             log_prob = model.sequence_log_probs(targets, lens)  # (B,)
             predicted = int(lens.sum()) + len(batch)
             loss = -log_prob.sum() / predicted

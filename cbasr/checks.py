@@ -1,14 +1,14 @@
-"""Argument checks shared by the losses: every message names the offending argument.
+"""Argument checks shared by the distributions, losses and estimators.
 
-Each check that reads tensor values (lengths, label ids) synchronises with the device once;
-the losses call them once per batch.
+Every message names the offending argument. Each check that reads tensor values (lengths, label
+ids) synchronises with the device once; callers run them once per batch.
 """
 
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_shape", "check_lengths", "check_label_ids", "check_floating"]
+__all__ = ["check_shape", "check_range", "check_lengths", "check_label_ids", "check_floating"]
 
 
 def check_floating(name: str, x: torch.Tensor) -> None:
@@ -51,12 +51,22 @@ def check_lengths(
     check_shape(name, lengths, "(B,)", (batch,))
     if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise ValueError(f"{name} must hold integers; got dtype {lengths.dtype}")
-    bad = ((lengths < min_len) | (lengths > max_len)).nonzero().flatten().tolist()
+    check_range(name, lengths, min_len, max_len)
+
+
+def check_range(name: str, values: torch.Tensor, low: int, high: int) -> None:
+    """Raise ``ValueError`` unless every entry of ``values`` (any shape) lies in ``[low, high]``.
+
+    The message gives the first offending (flattened) index and up to ten of them.
+    """
+    flat = values.reshape(-1)
+    bad = ((flat < low) | (flat > high)).nonzero().flatten().tolist()
     if bad:
         i = bad[0]
+        where = f"{name}[{i}]" if values.dim() == 1 else f"{name} (flattened index {i})"
         raise ValueError(
-            f"{name}[{i}] = {int(lengths[i])} is outside [{min_len}, {max_len}] "
-            f"(batch indices out of range: {bad[:10]})"
+            f"{where} = {int(flat[i])} is outside [{low}, {high}] "
+            f"(indices out of range: {bad[:10]})"
         )
 
 

@@ -1,0 +1,94 @@
+"""The toolkit's neural token LM as the search and the LM trainer use it: building one from its
+config group, loading a ``cbasr-train-lm`` checkpoint, batching sentences, perplexity.
+
+Perplexity is ``exp`` of the mean negative log probability per predicted token, the end of
+sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
+"""
+
+import math
+import random
+from pathlib import Path
+
+import torch
+
+from cbasr.modules.language_model import LSTMLanguageModel
+from cbasr.storage.checkpoint import load_checkpoint
+
+__all__ = [
+    "LM_MODELS",
+    "build_lm",
+    "load_lm_checkpoint",
+    "perplexity",
+    "token_batches",
+    "pad_sentences",
+]
+
+LM_MODELS = {"lstm": LSTMLanguageModel}
+
+
+def build_lm(lm: dict, vocab_size: int) -> LSTMLanguageModel:
+    """The LM of an ``lm`` config group (its ``name`` picks the class)."""
+    options = dict(lm)
+    name = options.pop("name")
+    if name not in LM_MODELS:
+        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
+    return LM_MODELS[name](vocab_size=vocab_size, **options)
+
+
+def token_batches(
+    sentences: list[list[int]], max_tokens: int, seed: int | None = None
+) -> list[list[int]]:
+    """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
+    (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    batches, batch, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, len(sentences[i]) + 1)
+        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            batches.append(batch)
+            batch, longest_if_added = [], len(sentences[i]) + 1
+        batch.append(i)
+        longest = longest_if_added
+    if batch:
+        batches.append(batch)
+    if seed is not None:
+        random.Random(seed).shuffle(batches)
+    return batches
+
+
+def pad_sentences(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(targets (B, U) padded with 1, lengths (B,))`` of token-id sentences on ``device``."""
+    lens = torch.tensor([len(s) for s in sentences], device=device)
+    targets = torch.ones(len(sentences), int(lens.max()), dtype=torch.long, device=device)
+    for i, s in enumerate(sentences):
+        targets[i, : len(s)] = torch.tensor(s, device=device)
+    return targets, lens
+
+
+@torch.no_grad()
+def perplexity(
+    model: LSTMLanguageModel,
+    sentences: list[list[int]],
+    max_tokens: int = 4000,
+    device: str | torch.device = "cpu",
+) -> float:
+    """Perplexity of ``model`` on ``sentences`` (module docstring), in eval mode."""
+    model.eval()
+    total, count = 0.0, 0
+    for batch in token_batches(sentences, max_tokens):
+        targets, lens = pad_sentences([sentences[i] for i in batch], device)
+        total -= float(model.sequence_log_probs(targets, lens).sum())
+        count += int(lens.sum()) + len(batch)
+    return math.exp(total / max(count, 1))
+
+
+def load_lm_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[LSTMLanguageModel, list[str]]:
+    """``(model in eval mode, vocabulary tokens)`` from a ``cbasr-train-lm`` checkpoint."""
+    ckpt = load_checkpoint(path, device)
+    if "tokens" not in ckpt or "lm_config" not in ckpt:
+        raise ValueError(f"{path} is not a language-model checkpoint of cbasr-train-lm")
+    model = build_lm(ckpt["lm_config"], len(ckpt["tokens"]))
+    model.load_state_dict(ckpt["model"])
+    return model.to(device).eval(), ckpt["tokens"]
