@@ -36,7 +36,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbasr.cli.train import CONF_DIR
+from cbasr.config import CONF_DIR
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
 from cbasr.engines.trainer import Trainer

@@ -5,7 +5,9 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RELATIVE = re.compile(r"(?<![\w.])(?:\.\./)+[\w.-]+")  # ../x, ../../x: must stay inside the repository
+RELATIVE = re.compile(
+    r"(?<![\w.])(?:\.\./)+[\w.-]+"
+)  # ../x, ../../x: must stay inside the repository
 PAPERS = re.compile(r"papers/[\w.-]+\.txt")  # the papers are cited, not shipped
 
 

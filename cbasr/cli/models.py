@@ -8,15 +8,13 @@ Both read the presets in ``conf/`` through Hydra, so they answer for exactly wha
 """
 
 import argparse
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cbasr import builder
+from cbasr.config import CONF_DIR
 from cbasr.config.schema import register_configs
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def compose_model_config(overrides: list[str]) -> dict:

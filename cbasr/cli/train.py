@@ -10,18 +10,12 @@ command runs on several processes (GPUs, or CPU processes with gloo) under ``tor
 
 import logging
 import os
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from cbasr.config import CONF_DIR
 from cbasr.config.schema import register_configs
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-if not CONF_DIR.is_dir():
-    raise RuntimeError(
-        f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)"
-    )
 
 register_configs()
 log = logging.getLogger("cbasr-train")

@@ -9,19 +9,13 @@ Use the result with ``cbasr-decode --beam N --lm exp/lm --lm-weight W``.
 """
 
 import logging
-from pathlib import Path
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cbasr.config import CONF_DIR
 from cbasr.config.lm_schema import register_lm_configs
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-if not CONF_DIR.is_dir():
-    raise RuntimeError(
-        f"{CONF_DIR} not found: install cbasr from its source tree (pip install -e .)"
-    )
 
 register_lm_configs()
 log = logging.getLogger("cbasr-train-lm")

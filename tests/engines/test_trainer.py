@@ -12,7 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbasr.cli.train import CONF_DIR
+from cbasr.config import CONF_DIR
 from cbasr.engines.trainer import Trainer, train
 from cbasr.models import CTCModel, LossOutput
 from cbasr.storage.checkpoint import load_checkpoint

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cbasr.builder import build_model
-from cbasr.cli.train import CONF_DIR
+from cbasr.config import CONF_DIR
 from cbasr.config.schema import register_configs
 
 RECIPE_CONF = Path(__file__).resolve().parents[2] / "recipes/synth/conf"
