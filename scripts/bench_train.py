@@ -34,9 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from cbasr.config import CONF_DIR
+from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
 from cbasr.engines.trainer import Trainer
@@ -120,7 +119,7 @@ def make_config(preset: str, data: Path, exp_dir: Path, args, device: str) -> di
                 "trainer.progress_bar=false",
             ],
         )
-    return OmegaConf.to_container(cfg, resolve=True)
+    return to_plain(cfg)
 
 
 def _sync(device: torch.device) -> None:

@@ -10,10 +10,9 @@ Both read the presets in ``conf/`` through Hydra, so they answer for exactly wha
 import argparse
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from cbasr import builder
-from cbasr.config import CONF_DIR
+from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 
 
@@ -22,7 +21,7 @@ def compose_model_config(overrides: list[str]) -> dict:
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["exp_dir=unused", *overrides])
-    return {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("encoder", "decoder", "loss")}
+    return {k: to_plain(cfg[k]) for k in ("encoder", "decoder", "loss")}
 
 
 def presets(group: str) -> list[str]:

@@ -12,9 +12,9 @@ import logging
 import os
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from cbasr.config import CONF_DIR
+from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 
 register_configs()
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
     from cbasr.engines.trainer import train  # after Hydra has set up logging
 
     _quiet_other_ranks()
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    container = to_plain(cfg)
     log.info("experiment %s", cfg.exp_dir)
     train(container, cfg.exp_dir)
 

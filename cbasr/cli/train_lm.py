@@ -12,9 +12,9 @@ import logging
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from cbasr.config import CONF_DIR
+from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.lm_schema import register_lm_configs
 
 register_lm_configs()
@@ -26,7 +26,7 @@ def main(cfg: DictConfig) -> None:
     from cbasr.engines.lm_training import train_lm
     from cbasr.engines.training_options import select_device  # after Hydra has set up logging
 
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    container = to_plain(cfg)
     if container["trainer"]["num_threads"] > 0:
         torch.set_num_threads(container["trainer"]["num_threads"])
     log.info("language model %s", cfg.exp_dir)

@@ -9,6 +9,14 @@ directory per config group (``encoder/``, ``decoder/``, ``loss/``, ...).
 
 from pathlib import Path
 
-__all__ = ["CONF_DIR"]
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["CONF_DIR", "to_plain"]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """A composed config as plain containers: interpolations resolved, a missing value an error,
+    each choice (``Enum``) as its string value."""
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True)

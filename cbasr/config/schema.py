@@ -1,16 +1,19 @@
 """Structured configs: every YAML file in ``conf/`` is a preset of one of these dataclasses.
 
-Hydra checks overrides against them when the config is composed, so a misspelt key or a
-value of the wrong type fails at start, not an hour into training. Only entry points
-import this module; modules take plain keyword arguments.
+Hydra checks overrides against them when the config is composed, so a misspelt key, a value
+of the wrong type or a choice outside its set (an ``Enum`` field: ``loss.estimator=idbb`` fails
+naming ``auto, global, idb, bb, mbb``) fails at start, not an hour into training. The entry
+points hand the composed config on with each choice as its plain string value.
 """
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING
 
 __all__ = [
+    "choice",
     "RNNEncoderConfig",
     "ConformerEncoderConfig",
     "PointwiseDecoderConfig",
@@ -33,6 +36,26 @@ __all__ = [
 ]
 
 
+def choice(name: str, *values: str) -> type[Enum]:
+    """An ``Enum`` whose member names are its values: OmegaConf matches an override by name, so
+    ``optim.name=adamw`` selects ``adamw`` and anything else fails with the list of names."""
+    return Enum(name, [(value, value) for value in values], module=__name__, qualname=name)
+
+
+RnnType = choice("RnnType", "lstm", "gru")
+Subsampling = choice("Subsampling", "none", "stack", "conv", "embed")
+Emission = choice("Emission", "encoder", "decoder")
+Joint = choice("Joint", "rnnt", "hat")
+BlankJoint = choice("BlankJoint", "tanh", "linear")
+Estimator = choice("Estimator", "auto", "global", "idb", "bb", "mbb")
+Baseline = choice("Baseline", "none", "loo", "running_mean")
+Features = choice("Features", "cached", "on_the_fly")
+Optimizer = choice("Optimizer", "adam", "adamw", "sgd")
+Scheduler = choice("Scheduler", "constant", "cosine", "linear", "noam")
+Precision = choice("Precision", "fp32", "bf16", "fp16")
+Metric = choice("Metric", "valid_error_rate", "valid_loss")
+
+
 @dataclass
 class RNNEncoderConfig:
     """:class:`cbasr.modules.encoders.RNNEncoder`."""
@@ -41,9 +64,9 @@ class RNNEncoderConfig:
     hidden: int = 128
     num_layers: int = 2
     bidirectional: bool = True  # false: a unidirectional (online) encoder
-    rnn_type: str = "lstm"  # lstm | gru
+    rnn_type: RnnType = RnnType.lstm
     dropout: float = 0.1
-    subsampling: str = "stack"  # none | stack | conv | embed (token ids: text input)
+    subsampling: Subsampling = Subsampling.stack  # embed: token ids (text input)
     stack: int = 3
     stride: int = 3
     embedding_dim: int = 256  # subsampling=embed only
@@ -60,7 +83,7 @@ class ConformerEncoderConfig:
     num_layers: int = 4
     kernel_size: int = 15
     dropout: float = 0.1
-    subsampling: str = "conv"  # none | stack | conv | embed
+    subsampling: Subsampling = Subsampling.conv
     stack: int = 3
     stride: int = 3
     embedding_dim: int = 256
@@ -114,7 +137,7 @@ class AutoregressiveDecoderConfig:
     embed_dim: int = 64
     hidden: int = 128
     num_layers: int = 1
-    emission: str = "encoder"  # encoder | decoder (Luo et al.'s autoregressive emissions)
+    emission: Emission = Emission.encoder  # decoder: Luo et al.'s autoregressive emissions
     emission_hidden: int = 64
     dropout: float = 0.1
 
@@ -124,16 +147,15 @@ class TransducerDecoderConfig:
     """:class:`cbasr.modules.decoders.TransducerDecoder` (RNN-T or HAT joint)."""
 
     name: str = "transducer"
-    joint: str = "rnnt"  # rnnt | hat
+    joint: Joint = Joint.rnnt
     embed_dim: int = 64
     hidden: int = 128
     num_layers: int = 1
     context: int = -1  # prediction network: -1 LSTM, or the last N labels (HAT Table 2)
     joint_dim: int = 128
     dropout: float = 0.1
-    blank_joint: str = (
-        "tanh"  # HAT blank logit: tanh (a unit of the joint) | linear (eq. 5 literally)
-    )
+    # HAT's blank logit: tanh (one more unit of the joint) | linear (eq. 5 read literally)
+    blank_joint: BlankJoint = BlankJoint.tanh
 
 
 @dataclass
@@ -154,9 +176,9 @@ class CBReinforceLossConfig:
 
     name: str = "cb_reinforce"
     # global (eq. 21) | idb (eq. 23) | bb (eq. 28) | mbb (eq. 29) | auto: mbb if memoryless, else idb
-    estimator: str = "auto"
+    estimator: Estimator = Estimator.auto
     num_samples: int = 4  # samples per utterance
-    baseline: str = "loo"  # none | loo (leave one out) | running_mean
+    baseline: Baseline = Baseline.loo  # loo: leave one out
 
 
 @dataclass
@@ -173,7 +195,7 @@ class ForcedSuffixLossConfig:
 
     name: str = "forced_suffix"
     num_samples: int = 4
-    baseline: str = "loo"  # none | loo | running_mean
+    baseline: Baseline = Baseline.loo
     entropy_weight: float = 0.0  # bonus on the emission entropy
 
 
@@ -209,19 +231,19 @@ class DataConfig:
     max_frames: int = 6000  # padded input frames per (global, all ranks together) batch
     max_utts: int = 0  # utterances per batch (0: no limit)
     num_workers: int = 0  # data loader worker processes
-    features: str = "cached"  # cached (feature_dir) | on_the_fly (fbank from the audio)
+    features: Features = Features.cached  # cached: feature_dir; on_the_fly: fbank from the audio
     speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
 
 @dataclass
 class OptimConfig:
-    name: str = "adam"  # adam | adamw | sgd
+    name: Optimizer = Optimizer.adam
     lr: float = 1e-3  # peak learning rate (reached at the end of warmup)
     momentum: float = 0.9  # sgd only
     weight_decay: float = 0.0
     grad_clip: float = 5.0  # max gradient norm (0: no clipping)
-    scheduler: str = "cosine"  # decay after warmup: constant | cosine | linear | noam
+    scheduler: Scheduler = Scheduler.cosine  # the decay after warmup
     warmup_steps: int = 0
     final_lr_scale: float = 0.02  # cosine and linear decay to lr * final_lr_scale
     plateau_factor: float = 1.0  # reduce-on-plateau: multiply the lr by this (1: off) ...
@@ -237,18 +259,14 @@ class TrainerConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: cuda:LOCAL_RANK)
     num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16: CUDA only, with a gradient scaler)
+    precision: Precision = Precision.fp32  # fp16: CUDA only, with a gradient scaler
     checkpoint_minutes: float = 5.0  # also checkpoint mid-epoch this often
     checkpoint_every_steps: int = 0  # and every this many optimizer steps (0: never)
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
-    best_metric: str = (
-        "valid_error_rate"  # valid_error_rate | valid_loss: best.pt, plateau, early stop
-    )
+    best_metric: Metric = Metric.valid_error_rate  # picks best.pt, the plateau, the early stop
     early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
     max_bad_steps: int = 20  # non-finite steps in a row that stop the run
-    find_unused_parameters: bool = (
-        False  # DistributedDataParallel: for models with unused parameters
-    )
+    find_unused_parameters: bool = False  # DistributedDataParallel: models with unused parameters
     log_every: int = 50  # steps between progress log lines
     progress_bar: bool = True  # tqdm bar when stderr is a terminal
 

@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from cbasr.config.schema import ConformerEncoderConfig, RNNEncoderConfig
+
 __all__ = [
     "FrameStacking",
     "Conv2dSubsampling",
@@ -127,15 +129,15 @@ class RNNEncoder(nn.Module):
     def __init__(
         self,
         input_dim: int,
-        hidden: int = 256,
-        num_layers: int = 3,
-        bidirectional: bool = True,
-        rnn_type: str = "lstm",
-        dropout: float = 0.0,
-        subsampling: str = "stack",
-        stack: int = 3,
-        stride: int = 3,
-        embedding_dim: int = 256,
+        hidden: int = RNNEncoderConfig.hidden,
+        num_layers: int = RNNEncoderConfig.num_layers,
+        bidirectional: bool = RNNEncoderConfig.bidirectional,
+        rnn_type: str = RNNEncoderConfig.rnn_type.value,
+        dropout: float = RNNEncoderConfig.dropout,
+        subsampling: str = RNNEncoderConfig.subsampling.value,
+        stack: int = RNNEncoderConfig.stack,
+        stride: int = RNNEncoderConfig.stride,
+        embedding_dim: int = RNNEncoderConfig.embedding_dim,
     ):
         super().__init__()
         self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
@@ -204,16 +206,16 @@ class ConformerEncoder(nn.Module):
     def __init__(
         self,
         input_dim: int,
-        d_model: int = 144,
-        num_heads: int = 4,
-        ffn_dim: int = 576,
-        num_layers: int = 4,
-        kernel_size: int = 15,
-        dropout: float = 0.1,
-        subsampling: str = "conv",
-        stack: int = 3,
-        stride: int = 3,
-        embedding_dim: int = 256,
+        d_model: int = ConformerEncoderConfig.d_model,
+        num_heads: int = ConformerEncoderConfig.num_heads,
+        ffn_dim: int = ConformerEncoderConfig.ffn_dim,
+        num_layers: int = ConformerEncoderConfig.num_layers,
+        kernel_size: int = ConformerEncoderConfig.kernel_size,
+        dropout: float = ConformerEncoderConfig.dropout,
+        subsampling: str = ConformerEncoderConfig.subsampling.value,
+        stack: int = ConformerEncoderConfig.stack,
+        stride: int = ConformerEncoderConfig.stride,
+        embedding_dim: int = ConformerEncoderConfig.embedding_dim,
     ):
         super().__init__()
         from torchaudio.models import Conformer

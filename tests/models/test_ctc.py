@@ -7,7 +7,14 @@ from cbasr.models import CTCModel
 
 def _model(stride=3):
     return build_model(
-        {"name": "rnn", "hidden": 4, "num_layers": 1, "stride": stride, "stack": stride},
+        {
+            "name": "rnn",
+            "hidden": 4,
+            "num_layers": 1,
+            "stride": stride,
+            "stack": stride,
+            "dropout": 0.0,
+        },
         {"name": "pointwise"},
         {"name": "ctc"},
         input_dim=4,

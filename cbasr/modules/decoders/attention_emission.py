@@ -14,6 +14,7 @@ the transducer's shape ``(B, T, L, V - 1)``.
 import torch
 from torch import nn
 
+from cbasr.config.schema import AttentionEmissionDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_targets
 from cbasr.modules.label_context import START, LabelContext
 
@@ -38,13 +39,13 @@ class AttentionEmissionDecoder(CBDecoder):
         self,
         input_dim: int,
         vocab_size: int,
-        embed_dim: int = 128,
-        hidden: int = 256,
-        num_layers: int = 1,
-        context: int = -1,
-        joint_dim: int = 256,
-        emission_hidden: int = 0,
-        dropout: float = 0.0,
+        embed_dim: int = AttentionEmissionDecoderConfig.embed_dim,
+        hidden: int = AttentionEmissionDecoderConfig.hidden,
+        num_layers: int = AttentionEmissionDecoderConfig.num_layers,
+        context: int = AttentionEmissionDecoderConfig.context,
+        joint_dim: int = AttentionEmissionDecoderConfig.joint_dim,
+        emission_hidden: int = AttentionEmissionDecoderConfig.emission_hidden,
+        dropout: float = AttentionEmissionDecoderConfig.dropout,
     ):
         super().__init__()
         self.label_context = LabelContext(

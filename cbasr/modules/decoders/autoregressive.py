@@ -20,6 +20,7 @@ suffix (sampled step by step through :meth:`AutoregressiveDecoder.emission_step`
 import torch
 from torch import nn
 
+from cbasr.config.schema import AutoregressiveDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_frames, gather_targets
 from cbasr.modules.label_context import START
 
@@ -46,12 +47,12 @@ class AutoregressiveDecoder(CBDecoder):
         self,
         input_dim: int,
         vocab_size: int,
-        embed_dim: int = 128,
-        hidden: int = 256,
-        num_layers: int = 1,
-        emission: str = "encoder",
-        emission_hidden: int = 128,
-        dropout: float = 0.0,
+        embed_dim: int = AutoregressiveDecoderConfig.embed_dim,
+        hidden: int = AutoregressiveDecoderConfig.hidden,
+        num_layers: int = AutoregressiveDecoderConfig.num_layers,
+        emission: str = AutoregressiveDecoderConfig.emission.value,
+        emission_hidden: int = AutoregressiveDecoderConfig.emission_hidden,
+        dropout: float = AutoregressiveDecoderConfig.dropout,
     ):
         super().__init__()
         if emission not in ("encoder", "decoder"):

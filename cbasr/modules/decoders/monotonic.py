@@ -38,6 +38,7 @@ import math
 import torch
 from torch import nn
 
+from cbasr.config.schema import MonotonicDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_targets
 from cbasr.modules.label_context import START, LabelContext
 
@@ -73,16 +74,16 @@ class MonotonicAttentionDecoder(CBDecoder):
         self,
         input_dim: int,
         vocab_size: int,
-        window: int = 4,
-        variable: bool = False,
-        attention_dim: int = 64,
-        embed_dim: int = 128,
-        hidden: int = 256,
-        num_layers: int = 1,
-        context: int = -1,
-        joint_dim: int = 256,
-        emission_hidden: int = 0,
-        dropout: float = 0.0,
+        window: int = MonotonicDecoderConfig.window,
+        variable: bool = MonotonicDecoderConfig.variable,
+        attention_dim: int = MonotonicDecoderConfig.attention_dim,
+        embed_dim: int = MonotonicDecoderConfig.embed_dim,
+        hidden: int = MonotonicDecoderConfig.hidden,
+        num_layers: int = MonotonicDecoderConfig.num_layers,
+        context: int = MonotonicDecoderConfig.context,
+        joint_dim: int = MonotonicDecoderConfig.joint_dim,
+        emission_hidden: int = MonotonicDecoderConfig.emission_hidden,
+        dropout: float = MonotonicDecoderConfig.dropout,
     ):
         super().__init__()
         if window < 1:

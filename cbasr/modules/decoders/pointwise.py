@@ -11,6 +11,7 @@ One output layer of ``V`` units serves both families (CB paper section 5.2, deco
 import torch
 from torch import nn
 
+from cbasr.config.schema import PointwiseDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, gather_targets
 
 __all__ = ["PointwiseDecoder"]
@@ -28,7 +29,13 @@ class PointwiseDecoder(CBDecoder):
 
     order = "memoryless"
 
-    def __init__(self, input_dim: int, vocab_size: int, hidden: int = 0, dropout: float = 0.0):
+    def __init__(
+        self,
+        input_dim: int,
+        vocab_size: int,
+        hidden: int = PointwiseDecoderConfig.hidden,
+        dropout: float = PointwiseDecoderConfig.dropout,
+    ):
         super().__init__()
         layers: list[nn.Module] = []
         if hidden > 0:

@@ -26,6 +26,7 @@ encoder states ``f_{1:T}`` (HAT paper section 2, RNNT):
 import torch
 from torch import nn
 
+from cbasr.config.schema import TransducerDecoderConfig
 from cbasr.modules.decoders.base import reorder_state
 from cbasr.modules.label_context import START, LabelContext
 
@@ -54,14 +55,14 @@ class TransducerDecoder(nn.Module):
         self,
         input_dim: int,
         vocab_size: int,
-        joint: str = "rnnt",
-        embed_dim: int = 128,
-        hidden: int = 256,
-        num_layers: int = 1,
-        context: int = -1,
-        joint_dim: int = 256,
-        dropout: float = 0.0,
-        blank_joint: str = "tanh",
+        joint: str = TransducerDecoderConfig.joint.value,
+        embed_dim: int = TransducerDecoderConfig.embed_dim,
+        hidden: int = TransducerDecoderConfig.hidden,
+        num_layers: int = TransducerDecoderConfig.num_layers,
+        context: int = TransducerDecoderConfig.context,
+        joint_dim: int = TransducerDecoderConfig.joint_dim,
+        dropout: float = TransducerDecoderConfig.dropout,
+        blank_joint: str = TransducerDecoderConfig.blank_joint.value,
     ):
         super().__init__()
         if joint not in JOINTS:
