@@ -30,6 +30,7 @@ from cbasr.data.vocab import tokens_of
 from cbasr.engines.decode import Experiment, frame_shift_seconds
 from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
+from cbasr.modules.decoders import LabelOrder
 from cbasr.storage.files import write_json, write_text
 
 __all__ = [
@@ -83,14 +84,14 @@ def cb_alignment(
     Returns:
         ``(alignments, posteriors (B, T', L), encoder lengths (B,))``.
     """
-    if model.decoder.order == "history":
+    if model.decoder.order is LabelOrder.HISTORY:
         raise ValueError(
             f"CB Viterbi alignment needs label terms that read the current (and previous) emission "
             f"time only; {type(model.decoder).__name__} depends on every earlier one"
         )
     y, y_lens = _pad_targets(targets, feats.device)
     emit_logits, terms, lens = model.terms(feats, feat_lens, y, y_lens)
-    if model.decoder.order == "second_order":
+    if model.decoder.order is LabelOrder.SECOND_ORDER:
         times, _ = cb_viterbi_windowed(emit_logits, terms, lens, y_lens)
         post = cb_posteriors_windowed(emit_logits, terms, lens, y_lens)
     else:

@@ -42,7 +42,7 @@ from cbasr.estimators import (
 )
 from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
 from cbasr.models.base import AsrModel, LossOutput
-from cbasr.modules.decoders import CBDecoder
+from cbasr.modules.decoders import CBDecoder, LabelOrder
 from cbasr.modules.label_context import START
 
 __all__ = ["CBModel", "default_estimator", "emission_rate_stats", "CRITERIA", "BASELINES"]
@@ -68,7 +68,8 @@ def default_estimator(decoder) -> str:
     Both with the leave-one-out baseline: the lowest-variance pairs measured at shared
     parameters in ``recipes/toy`` (mbb 0.047-0.059, idb 0.049-0.092, global 0.047-0.11,
     without a baseline 0.19-2.98)."""
-    return "mbb" if getattr(decoder, "order", None) == "memoryless" else "idb"
+    memoryless = isinstance(decoder, CBDecoder) and decoder.order is LabelOrder.MEMORYLESS
+    return "mbb" if memoryless else "idb"
 
 
 class CBModel(AsrModel):
@@ -125,17 +126,17 @@ class CBModel(AsrModel):
             return f"criterion must be one of {CRITERIA}, got {criterion!r}"
         if not isinstance(decoder, CBDecoder):
             return "the CB losses need a decoder with an emission head (a CB decoder)"
-        if criterion == "cb_marginal" and decoder.order == "history":
+        if criterion == "cb_marginal" and decoder.order is LabelOrder.HISTORY:
             return (
                 "the label terms depend on every earlier emission time, so there is no exact "
                 "marginal; use a sampling estimator"
             )
-        if getattr(decoder, "autoregressive_emissions", False) and criterion != "forced_suffix":
+        if decoder.autoregressive_emissions and criterion != "forced_suffix":
             return (
                 "emissions that read the decoder state are not independent Bernoullis: only "
                 "forced-suffix REINFORCE (sampled frame by frame) applies"
             )
-        if criterion != "cb_marginal" and decoder.order == "second_order":
+        if criterion != "cb_marginal" and decoder.order is LabelOrder.SECOND_ORDER:
             return (
                 "a bounded-window decoder gives gaps beyond its window probability 0, and samples "
                 "of P(b | L) do not respect the window: train it with the exact cb_marginal"
@@ -145,7 +146,7 @@ class CBModel(AsrModel):
                 estimator = default_estimator(decoder)
             if estimator not in ESTIMATORS:
                 return f"estimator must be one of {ESTIMATORS}, got {estimator!r}"
-            if estimator == "mbb" and decoder.order != "memoryless":
+            if estimator == "mbb" and decoder.order is not LabelOrder.MEMORYLESS:
                 return (
                     "the marginal bounded estimator (eq. 29) is unbiased for memoryless label terms only: "
                     "use loss.estimator=idb or auto"
@@ -159,13 +160,16 @@ class CBModel(AsrModel):
         return emit_logits, label_terms, lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
-        exact_available = self.decoder.order != "history" and not getattr(
-            self.decoder, "autoregressive_emissions", False
+        exact_available = (
+            self.decoder.order is not LabelOrder.HISTORY
+            and not self.decoder.autoregressive_emissions
         )
         if self.criterion == "cb_marginal" or (exact_available and not self.training):
             emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
             marginal = (
-                cb_marginal_nll if self.decoder.order == "memoryless" else cb_marginal_nll_windowed
+                cb_marginal_nll
+                if self.decoder.order is LabelOrder.MEMORYLESS
+                else cb_marginal_nll_windowed
             )
             nll = marginal(emit_logits, label_terms, lens, target_lens)
             return LossOutput(
@@ -173,7 +177,7 @@ class CBModel(AsrModel):
             )
         h, lens = self.encoder(feats, feat_lens)
         baseline = None if self.baseline == "none" else self.baseline
-        if getattr(self.decoder, "autoregressive_emissions", False):
+        if self.decoder.autoregressive_emissions:
             return self._autoregressive_forced_suffix(h, lens, targets, target_lens, baseline)
         emit_logits, rewards = self.decoder.reward_fn(h, lens, targets, target_lens)
         if self.criterion == "cb_reinforce":

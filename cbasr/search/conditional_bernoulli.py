@@ -32,7 +32,7 @@ for every decoder.
 import torch
 import torch.nn.functional as F
 
-from cbasr.modules.decoders import CBDecoder
+from cbasr.modules.decoders import CBDecoder, LabelOrder
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
 from cbasr.search.prefix import (
@@ -119,7 +119,7 @@ def cb_beam_search(
     if B == 0:
         return []
     device = h.device
-    second_order = decoder.order == "second_order"
+    second_order = decoder.order is LabelOrder.SECOND_ORDER
     rows = DecoderRows(decoder, decoder.begin(h, lens), B, 1, per_utterance, device)
     width = 1
     scores = PrefixScores(B, torch.promote_types(h.dtype, torch.float32), device)

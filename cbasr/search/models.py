@@ -5,6 +5,7 @@ import dataclasses
 import torch
 
 from cbasr.models import CBModel, CTCModel, TransducerModel
+from cbasr.modules.decoders import LabelOrder
 from cbasr.search.conditional_bernoulli import cb_beam_search
 from cbasr.search.ctc import ctc_prefix_beam_search
 from cbasr.search.fusion import LabelScorer
@@ -42,11 +43,11 @@ def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> 
     if (
         family == "cb"
         and cb_search_kind(model, options) == "label"
-        and model.decoder.order != "history"
+        and model.decoder.order is not LabelOrder.HISTORY
     ):
         raise ValueError(
             "--cb-search label needs an autoregressive decoder; the frame-synchronous search is "
-            f"exact for this one ({type(model.decoder).__name__}, order {model.decoder.order})"
+            f"exact for this one ({type(model.decoder).__name__}, order {model.decoder.order.value})"
         )
     if options.ilm_weight != 0 and not (family == "transducer" and model.criterion == "hat"):
         raise ValueError(

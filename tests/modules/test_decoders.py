@@ -10,6 +10,7 @@ from cbasr.losses import cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
     AutoregressiveDecoder,
+    LabelOrder,
     MonotonicAttentionDecoder,
     PointwiseDecoder,
     TransducerDecoder,
@@ -81,7 +82,7 @@ def test_step_by_step_equals_teacher_forced(name):
     times = [_times(T, L, gap, seed=b) for b in range(B)]
     emit, labels = _stepwise(decoder, h, lens, targets, times)
     idx = torch.tensor(times)  # (B, L)
-    if decoder.order == "history":
+    if decoder.order is LabelOrder.HISTORY:
         expected = decoder.label_log_probs(h, targets, idx.unsqueeze(0))[0]
         if not decoder.autoregressive_emissions:
             emit_logits, rewards = decoder.reward_fn(h, lens, targets, torch.tensor([L, L]))
@@ -91,7 +92,7 @@ def test_step_by_step_equals_teacher_forced(name):
         emit_logits, terms = decoder.cb_terms(h, lens, targets, torch.tensor([L, L]))
         torch.testing.assert_close(emit, emit_logits)
         rows = torch.arange(B).unsqueeze(1)
-        if decoder.order == "memoryless":
+        if decoder.order is LabelOrder.MEMORYLESS:
             expected = terms[rows, idx, torch.arange(L)]  # (B, L)
         else:
             gaps = idx - torch.cat([torch.full((B, 1), -1), idx[:, :-1]], dim=1)  # t_l - t_{l-1}

@@ -8,6 +8,7 @@ from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
     AutoregressiveDecoder,
+    LabelOrder,
     MonotonicAttentionDecoder,
     PointwiseDecoder,
 )
@@ -39,7 +40,9 @@ def _exact_log_probs(decoder, h: torch.Tensor, length: int) -> dict:
     lens = torch.full((B,), length)
     with torch.no_grad():
         emit, terms = decoder.cb_terms(h[:, :length].expand(B, -1, -1), lens, targets, target_lens)
-        marginal = cb_marginal_nll if decoder.order == "memoryless" else cb_marginal_nll_windowed
+        marginal = (
+            cb_marginal_nll if decoder.order is LabelOrder.MEMORYLESS else cb_marginal_nll_windowed
+        )
         return dict(zip(seqs, (-marginal(emit, terms, lens, target_lens)).tolist()))
 
 
@@ -57,7 +60,7 @@ def test_exhaustive_search_is_the_exact_argmax_with_exact_marginals(name, seed):
     # A beam as wide as the number of distinct states (prefix; and the last emission frame for
     # second order) is exhaustive too, but only if alignments reaching a state are merged:
     # there are 3^5 = 243 alignments, 63 prefixes and 115 (prefix, last frame) states.
-    states = 115 if decoder.order == "second_order" else 63
+    states = 115 if decoder.order is LabelOrder.SECOND_ORDER else 63
     merged = cb_beam_search(decoder, h, lens, BeamSearchOptions(beam=states, nbest=None))
     assert [[(x.tokens, round(x.am_score, 9)) for x in n] for n in merged] == [
         [(x.tokens, round(x.am_score, 9)) for x in n] for n in hyps

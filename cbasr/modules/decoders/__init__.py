@@ -13,7 +13,7 @@ The CB decoders share the interface of :class:`CBDecoder`.
 
 from cbasr.modules.decoders.attention_emission import AttentionEmissionDecoder
 from cbasr.modules.decoders.autoregressive import AutoregressiveDecoder
-from cbasr.modules.decoders.base import ORDERS, CBDecoder, EmissionHead
+from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder
 from cbasr.modules.decoders.monotonic import MonotonicAttentionDecoder
 from cbasr.modules.decoders.pointwise import PointwiseDecoder
 from cbasr.modules.decoders.transducer import JOINTS, TransducerDecoder
@@ -21,7 +21,7 @@ from cbasr.modules.decoders.transducer import JOINTS, TransducerDecoder
 __all__ = [
     "CBDecoder",
     "EmissionHead",
-    "ORDERS",
+    "LabelOrder",
     "PointwiseDecoder",
     "AutoregressiveDecoder",
     "MonotonicAttentionDecoder",

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import AttentionEmissionDecoderConfig
-from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_targets
+from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["AttentionEmissionDecoder"]
@@ -33,7 +33,7 @@ class AttentionEmissionDecoder(CBDecoder):
         dropout: on the label embeddings and the joint.
     """
 
-    order = "memoryless"
+    order = LabelOrder.MEMORYLESS
 
     def __init__(
         self,

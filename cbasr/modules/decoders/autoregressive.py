@@ -21,7 +21,13 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import AutoregressiveDecoderConfig
-from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_frames, gather_targets
+from cbasr.modules.decoders.base import (
+    CBDecoder,
+    EmissionHead,
+    LabelOrder,
+    gather_frames,
+    gather_targets,
+)
 from cbasr.modules.label_context import START
 
 __all__ = ["AutoregressiveDecoder"]
@@ -41,7 +47,7 @@ class AutoregressiveDecoder(CBDecoder):
         dropout: on the label embeddings and before the output layer.
     """
 
-    order = "history"
+    order = LabelOrder.HISTORY
 
     def __init__(
         self,

@@ -5,14 +5,17 @@ A CB decoder turns encoder states ``h (B, T, D)`` into the two factors of CB pap
 - the emission logits ``a_t`` of ``P(B_t = 1)`` (:class:`EmissionHead`, from the encoder only,
   so that ``B`` is a product of independent Bernoullis and ``P(L)`` is Poisson-Binomial);
 - the label terms ``log P(y_l | t_l = t, ...)``, whose dependence on the emission times is the
-  decoder's :attr:`CBDecoder.order`:
+  decoder's :attr:`CBDecoder.order`, a :class:`LabelOrder`:
 
-  ``"memoryless"``: on the current emission time only, ``(B, T, L)``: the exact marginal
+  ``MEMORYLESS``: on the current emission time only, ``(B, T, L)``: the exact marginal
   (eq. 38), Viterbi, every REINFORCE estimator including MBB (eq. 29);
-  ``"second_order"``: on the current time and the gap to the previous one, ``(B, T, W, L)``: the
+  ``SECOND_ORDER``: on the current time and the gap to the previous one, ``(B, T, W, L)``: the
   windowed second-order marginal (the extension after eq. 40);
-  ``"history"``: on every earlier emission time: sampling estimators only, through
+  ``HISTORY``: on every earlier emission time: sampling estimators only, through
   :meth:`CBDecoder.reward_fn`.
+
+A decoder whose emission logits also read the decoder state (Luo et al.'s) says so with
+:attr:`CBDecoder.autoregressive_emissions`: only forced-suffix sampling trains it.
 
 Labels are vocabulary ids ``1 .. V-1`` (0 is the blank, which CB models do not use); label
 distributions have ``V - 1`` entries, entry ``i`` for id ``i + 1``.
@@ -24,6 +27,7 @@ the utterances that emitted. Step-wise scores equal the teacher-forced ones (tes
 """
 
 import abc
+import enum
 from collections.abc import Callable
 
 import torch
@@ -35,10 +39,16 @@ __all__ = [
     "gather_targets",
     "gather_frames",
     "reorder_state",
-    "ORDERS",
+    "LabelOrder",
 ]
 
-ORDERS = ("memoryless", "second_order", "history")
+
+class LabelOrder(enum.Enum):
+    """How a CB decoder's label terms depend on the emission times (module docstring)."""
+
+    MEMORYLESS = "memoryless"
+    SECOND_ORDER = "second_order"
+    HISTORY = "history"
 
 
 class EmissionHead(nn.Module):
@@ -118,9 +128,11 @@ def reorder_state(state: dict, index: torch.Tensor) -> dict:
 
 
 class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
-    """Interface of the CB decoders (see the module docstring); subclasses set :attr:`order`."""
+    """Interface of the CB decoders (see the module docstring); subclasses set :attr:`order`
+    and, where the emissions read the decoder state, :attr:`autoregressive_emissions`."""
 
-    order: str = "memoryless"
+    order: LabelOrder = LabelOrder.MEMORYLESS
+    autoregressive_emissions: bool = False
 
     def cb_terms(
         self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor, target_lens: torch.Tensor

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import MonotonicDecoderConfig
-from cbasr.modules.decoders.base import CBDecoder, EmissionHead, gather_targets
+from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["MonotonicAttentionDecoder"]
@@ -89,7 +89,7 @@ class MonotonicAttentionDecoder(CBDecoder):
         if window < 1:
             raise ValueError(f"window must be >= 1 frame, got {window}")
         self.window, self.variable = window, variable
-        self.order = "second_order" if variable else "memoryless"
+        self.order = LabelOrder.SECOND_ORDER if variable else LabelOrder.MEMORYLESS
         self.label_context = LabelContext(
             vocab_size, embed_dim, hidden, num_layers, context, dropout
         )

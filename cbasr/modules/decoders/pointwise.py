@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import PointwiseDecoderConfig
-from cbasr.modules.decoders.base import CBDecoder, gather_targets
+from cbasr.modules.decoders.base import CBDecoder, LabelOrder, gather_targets
 
 __all__ = ["PointwiseDecoder"]
 
@@ -27,7 +27,7 @@ class PointwiseDecoder(CBDecoder):
         dropout: after the hidden layer.
     """
 
-    order = "memoryless"
+    order = LabelOrder.MEMORYLESS
 
     def __init__(
         self,
