@@ -32,8 +32,11 @@ class TransducerModel(AsrModel):
     def supports(cls, decoder, criterion: str = "rnnt", **loss_options):
         if not isinstance(decoder, TransducerDecoder):
             return f"the {criterion} loss needs a transducer decoder (prediction network + joint)"
-        if decoder.joint != criterion:
-            return f"the {criterion} loss needs joint={criterion!r}; this decoder has joint={decoder.joint!r}"
+        if decoder.joint.name != criterion:
+            return (
+                f"the {criterion} loss needs joint={criterion!r}; "
+                f"this decoder has joint={decoder.joint.name!r}"
+            )
         return None
 
     def check_utterance(self, num_frames: int, targets: list[int]) -> str | None:

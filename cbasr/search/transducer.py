@@ -161,7 +161,7 @@ def transducer_beam_search(
     if options.max_symbols is None:
         raise ValueError("transducer search needs options.max_symbols (labels per frame)")
     use_ilm = options.ilm_weight != 0
-    if use_ilm and decoder.joint != "hat":
+    if use_ilm and decoder.joint.name != "hat":
         raise ValueError(
             "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
             "internal language model of that form"

@@ -228,14 +228,14 @@ def test_hat_internal_lm_drops_the_encoder(blank_joint):
     ).eval()
     targets = torch.randint(1, V, (2, 3))
     ilm = decoder.internal_lm_log_probs(targets)  # (B, U + 1, V - 1)
-    g2 = decoder.label_proj(decoder.prediction(targets))
-    label_units = decoder.out(g2)[..., -(V - 1) :]  # the tanh blank is unit 0, not a label
+    g2 = decoder.joint.label_proj(decoder.prediction(targets))
+    label_units = decoder.joint.out(g2)[..., -(V - 1) :]  # the tanh blank is unit 0, not a label
     torch.testing.assert_close(ilm, label_units.log_softmax(-1))
     # the label units are the ones the joint's label distribution uses with the encoder side
     h = torch.zeros(2, 1, D)
     with torch.no_grad():
-        decoder.encoder_proj.weight.zero_()
-        decoder.encoder_proj.bias.zero_()
+        decoder.joint.encoder_proj.weight.zero_()
+        decoder.joint.encoder_proj.bias.zero_()
     torch.testing.assert_close(decoder(h, torch.tensor([1, 1]), targets)[1][:, 0], ilm)
     torch.testing.assert_close(ilm.exp().sum(-1), torch.ones(2, 4))
     with pytest.raises(TypeError, match="HAT joint only"):
@@ -353,3 +353,22 @@ def test_variable_window_gradients_are_finite_with_padding_and_a_wide_band():
     nll.sum().backward()
     assert torch.isfinite(h.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in decoder.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize(
+    "joint,blank_joint", [("rnnt", "tanh"), ("hat", "tanh"), ("hat", "linear")]
+)
+def test_a_checkpoint_from_before_the_joint_classes_loads(joint, blank_joint):
+    """The joint's parameters once lived on the decoder (``out.2.weight``, ``blank_encoder.bias``);
+    such a state dict loads strictly into ``joint.*`` and gives the same outputs."""
+    torch.manual_seed(0)
+    new = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, blank_joint=blank_joint)
+    old_layout = {k.removeprefix("joint."): v for k, v in new.state_dict().items()}
+    assert "out.2.weight" in old_layout
+    again = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, blank_joint=blank_joint)
+    again.load_state_dict(old_layout)
+    h, targets = torch.randn(2, 3, D), torch.randint(1, V, (2, 2))
+    for a, b in zip(
+        new.eval()(h, torch.tensor([3, 3]), targets), again.eval()(h, torch.tensor([3, 3]), targets)
+    ):
+        torch.testing.assert_close(a, b)

@@ -51,7 +51,7 @@ def _lattice(
     targets, _ = padded([y])
     targets = targets[:, : len(y)]
     with torch.no_grad():
-        if decoder.joint == "rnnt":
+        if decoder.joint.name == "rnnt":
             log_probs = decoder(h, torch.tensor([h.shape[1]]), targets)[0].log_softmax(
                 -1
             )  # (T, U + 1, V)
@@ -73,7 +73,7 @@ def _nll(decoder: TransducerDecoder, h: torch.Tensor, seqs: list) -> list[float]
     B, T = len(seqs), h.shape[1]
     lens = torch.full((B,), T)
     with torch.no_grad():
-        if decoder.joint == "rnnt":
+        if decoder.joint.name == "rnnt":
             return rnnt_nll(
                 decoder(h.expand(B, -1, -1), lens, targets).float(), targets, lens, target_lens
             ).tolist()

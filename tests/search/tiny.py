@@ -7,6 +7,7 @@ emission (or blank) bias so that searches face real choices between staying and 
 import torch
 
 from cbasr import builder
+from cbasr.modules.decoders import TransducerDecoder
 
 ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
 DECODERS = {
@@ -101,17 +102,19 @@ def build(
             d.emission.net[-1].bias.add_(shift)
         elif hasattr(d, "emission_out"):
             d.emission_out.bias.add_(shift)
-        elif hasattr(d, "blank_encoder"):  # HAT, linear blank: a sharper blank, less likely
-            d.blank_encoder.weight.mul_(5.0)
-            d.blank_label.weight.mul_(5.0)
-            d.blank_encoder.bias.sub_(shift)
-        elif getattr(d, "joint", None) == "hat":  # HAT, blank unit of the joint: frame-dependent
-            d.encoder_proj.weight.mul_(8.0)
-            d.out[-1].weight[0].mul_(5.0)
-            d.out[-1].bias[0].sub_(shift - 0.5)
-        elif hasattr(d, "prediction"):  # RNN-T: sharper outputs, the blank up a little
-            d.out[-1].weight.mul_(6.0)
-            d.out[-1].bias[0].add_(shift / 2)
+        elif isinstance(d, TransducerDecoder) and d.joint.name == "hat":
+            j = d.joint
+            if j.linear_blank:  # HAT, linear blank: a sharper blank, less likely
+                j.blank_encoder.weight.mul_(5.0)
+                j.blank_label.weight.mul_(5.0)
+                j.blank_encoder.bias.sub_(shift)
+            else:  # HAT, blank unit of the joint: frame-dependent
+                j.encoder_proj.weight.mul_(8.0)
+                j.out[-1].weight[0].mul_(5.0)
+                j.out[-1].bias[0].sub_(shift - 0.5)
+        elif isinstance(d, TransducerDecoder):  # RNN-T: sharper outputs, the blank up a little
+            d.joint.out[-1].weight.mul_(6.0)
+            d.joint.out[-1].bias[0].add_(shift / 2)
         elif (loss or LOSS[decoder]) != "ctc":  # pointwise CB: unit 0 is the emission logit
             d.net[-1].bias[0].add_(shift)
     return model.to(dtype).eval()

@@ -4,10 +4,13 @@ The prediction network is a :class:`~cbasr.modules.label_context.LabelContext` (
 finite label context as an embedding lookup: HAT paper Table 2), giving ``g_{0:U}``. With
 encoder states ``f_{1:T}`` (HAT paper section 2, RNNT):
 
-- ``joint="rnnt"``: ``S = J(f_t + g_u)`` over the ``V`` classes, blank included, with
+Each joint is a small class behind one interface (:class:`Joint`: the whole lattice for the
+loss, one frame for the search):
+
+- ``joint="rnnt"`` (:class:`RnntJoint`): ``S = J(f_t + g_u)`` over the ``V`` classes, blank included, with
   ``J(x) = W_o tanh(x)`` after projecting both sides to ``joint_dim``; trained with
   :func:`cbasr.losses.rnnt_nll`.
-- ``joint="hat"`` (HAT paper section 3.1): a blank Bernoulli ``b_{t,u} = sigmoid(logit)``
+- ``joint="hat"`` (:class:`HatJoint`, HAT paper section 3.1): a blank Bernoulli ``b_{t,u} = sigmoid(logit)``
   and the label distribution ``P_{t,u}(y) = softmax(J(f2_t + g2_u))`` over the ``V - 1`` labels
   (eqs. 6-7); trained with :func:`cbasr.losses.hat_nll`. The internal LM drops the encoder
   side, ``softmax(J(g2_u))`` over the label units (section 3.2; eq. 8 sums its log
@@ -23,6 +26,8 @@ encoder states ``f_{1:T}`` (HAT paper section 2, RNNT):
     ablation; on the synthetic corpus it trains far worse (``recipes/synth/RESULTS.md``).
 """
 
+import abc
+
 import torch
 from torch import nn
 
@@ -30,10 +35,130 @@ from cbasr.config.schema import TransducerDecoderConfig
 from cbasr.modules.decoders.base import reorder_state
 from cbasr.modules.label_context import START, LabelContext
 
-__all__ = ["TransducerDecoder", "JOINTS", "BLANK_JOINTS"]
+__all__ = ["TransducerDecoder", "Joint", "RnntJoint", "HatJoint", "JOINTS", "BLANK_JOINTS"]
 
-JOINTS = ("rnnt", "hat")
 BLANK_JOINTS = ("tanh", "linear")
+
+
+class Joint(nn.Module, metaclass=abc.ABCMeta):
+    """``J(f_t + g_u)`` with ``J(x) = W_o tanh(x)``: both sides projected to ``joint_dim``.
+
+    Subclasses say what the output units mean: :meth:`lattice` for the loss (every ``(t, u)``),
+    :meth:`frame` for the search (one frame, the current prefixes).
+    """
+
+    name: str
+
+    def __init__(self, input_dim: int, hidden: int, joint_dim: int, outputs: int, dropout: float):
+        super().__init__()
+        self.encoder_proj = nn.Linear(input_dim, joint_dim)  # f (RNN-T) or f2 (HAT)
+        self.label_proj = nn.Linear(hidden, joint_dim, bias=False)  # g or g2
+        self.out = nn.Sequential(nn.Tanh(), nn.Dropout(dropout), nn.Linear(joint_dim, outputs))
+
+    def scores(self, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The output units at every ``(t, u)``: ``h (B, T, D)``, ``g (B, U + 1, H)`` ->
+        ``(B, T, U + 1, outputs)``."""
+        return self.out(self.encoder_proj(h).unsqueeze(2) + self.label_proj(g).unsqueeze(1))
+
+    def prepare(self, h: torch.Tensor) -> dict:
+        """The encoder side of the search state, computed once per utterance."""
+        return {"enc": self.encoder_proj(h)}
+
+    def frame_units(self, state: dict, t: int, g: torch.Tensor) -> torch.Tensor:
+        """The output units at frame ``t`` for prefixes with prediction outputs ``g (B, H)``."""
+        return self.out(state["enc"][:, t] + self.label_proj(g))
+
+    @abc.abstractmethod
+    def lattice(self, h: torch.Tensor, g: torch.Tensor):
+        """What the loss reads over the whole lattice (see :meth:`TransducerDecoder.forward`)."""
+
+    @abc.abstractmethod
+    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t``."""
+
+
+class RnntJoint(Joint):
+    """RNN-T: one softmax over the ``V`` classes, blank (unit 0) included."""
+
+    name = "rnnt"
+
+    def __init__(
+        self, input_dim: int, hidden: int, vocab_size: int, joint_dim: int, dropout: float
+    ):
+        super().__init__(input_dim, hidden, joint_dim, vocab_size, dropout)
+
+    def lattice(self, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return self.scores(h, g)  # (B, T, U + 1, V) logits
+
+    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_probs = self.frame_units(state, t, g).log_softmax(dim=-1)
+        return log_probs[:, 0], log_probs[:, 1:]
+
+
+class HatJoint(Joint):
+    """HAT: a blank Bernoulli and a label softmax (eqs. 4-7); ``blank_joint`` is the module
+    docstring's ``"tanh"`` (unit 0 of the joint) or ``"linear"`` (eq. 5 read literally)."""
+
+    name = "hat"
+
+    def __init__(
+        self,
+        input_dim: int,
+        hidden: int,
+        vocab_size: int,
+        joint_dim: int,
+        dropout: float,
+        blank_joint: str = TransducerDecoderConfig.blank_joint.value,
+    ):
+        if blank_joint not in BLANK_JOINTS:
+            raise ValueError(f"blank_joint must be one of {BLANK_JOINTS}, got {blank_joint!r}")
+        self.linear_blank = blank_joint == "linear"
+        # tanh: blank logit + V - 1 labels; linear: the labels only.
+        outputs = vocab_size - 1 if self.linear_blank else vocab_size
+        super().__init__(input_dim, hidden, joint_dim, outputs, dropout)
+        if self.linear_blank:
+            self.blank_encoder = nn.Linear(input_dim, 1)  # w . f1_t + b, eq. (5)
+            self.blank_label = nn.Linear(hidden, 1, bias=False)  # w . g1_u
+
+    def _split(self, units: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(blank logit or None (linear blank), label units)`` of the joint's output units."""
+        return (None, units) if self.linear_blank else (units[..., 0], units[..., 1:])
+
+    def lattice(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blank, labels = self._split(self.scores(h, g))
+        if self.linear_blank:
+            blank = self.blank_encoder(h) + self.blank_label(g).transpose(1, 2)  # (B, T, U + 1)
+        return blank, labels.log_softmax(dim=-1)
+
+    def prepare(self, h: torch.Tensor) -> dict:
+        state = super().prepare(h)
+        if self.linear_blank:
+            state["blank_enc"] = self.blank_encoder(h).squeeze(-1)  # (B, T)
+        return state
+
+    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blank, labels = self._split(self.frame_units(state, t, g))
+        if self.linear_blank:
+            blank = state["blank_enc"][:, t] + self.blank_label(g).squeeze(-1)  # (B,)
+        labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + labels.log_softmax(dim=-1)
+        return nn.functional.logsigmoid(blank), labels  # eq. (4)
+
+    def internal_lm(self, g: torch.Tensor) -> torch.Tensor:
+        """``log softmax(J(g2))`` over the label units (section 3.2): ``g (..., H)`` ->
+        ``(..., V - 1)``; the blank unit, if any, is not a label."""
+        return self._split(self.out(self.label_proj(g)))[1].log_softmax(dim=-1)
+
+
+JOINTS = {"rnnt": RnntJoint, "hat": HatJoint}
+# Parameters that lived on the decoder before the joints were classes of their own: a
+# checkpoint written then loads into ``joint.<name>``.
+_JOINT_PARAMETERS = ("encoder_proj.", "label_proj.", "out.", "blank_encoder.", "blank_label.")
+
+
+def _upgrade_joint_keys(module, state_dict, prefix, *args) -> None:
+    for key in list(state_dict):
+        if key.startswith(prefix) and key[len(prefix) :].startswith(_JOINT_PARAMETERS):
+            state_dict[prefix + "joint." + key[len(prefix) :]] = state_dict.pop(key)
 
 
 class TransducerDecoder(nn.Module):
@@ -42,7 +167,7 @@ class TransducerDecoder(nn.Module):
     Args:
         input_dim: encoder width D.
         vocab_size: V, blank included (id 0, also the start symbol ``<S>``).
-        joint: ``"rnnt"`` or ``"hat"``.
+        joint: ``"rnnt"`` (:class:`RnntJoint`) or ``"hat"`` (:class:`HatJoint`).
         embed_dim, hidden, num_layers, context: the prediction network (``context = -1``: an
             LSTM over the whole history; 0, 1, 2, 4, ...: that many previous labels).
         joint_dim: width of ``f2 + g2`` (and of ``f + g`` for RNN-T).
@@ -66,22 +191,13 @@ class TransducerDecoder(nn.Module):
     ):
         super().__init__()
         if joint not in JOINTS:
-            raise ValueError(f"joint must be one of {JOINTS}, got {joint!r}")
+            raise ValueError(f"joint must be one of {tuple(JOINTS)}, got {joint!r}")
         if blank_joint not in BLANK_JOINTS:
             raise ValueError(f"blank_joint must be one of {BLANK_JOINTS}, got {blank_joint!r}")
-        self.joint = joint
-        # Which unit of ``out`` holds the blank logit: unit 0 for RNN-T and the tanh HAT blank;
-        # none for the linear HAT blank, whose logit comes from its own projections.
-        self.linear_blank = joint == "hat" and blank_joint == "linear"
         self.prediction = LabelContext(vocab_size, embed_dim, hidden, num_layers, context, dropout)
-        self.encoder_proj = nn.Linear(input_dim, joint_dim)  # f (RNN-T) or f2 (HAT)
-        self.label_proj = nn.Linear(hidden, joint_dim, bias=False)  # g or g2
-        # RNN-T: blank + V - 1 labels; HAT tanh: blank logit + V - 1 labels; HAT linear: labels.
-        outputs = vocab_size - 1 if self.linear_blank else vocab_size
-        self.out = nn.Sequential(nn.Tanh(), nn.Dropout(dropout), nn.Linear(joint_dim, outputs))
-        if self.linear_blank:
-            self.blank_encoder = nn.Linear(input_dim, 1)  # w . f1_t + b, eq. (5)
-            self.blank_label = nn.Linear(hidden, 1, bias=False)  # w . g1_u
+        options = {"blank_joint": blank_joint} if joint == "hat" else {}
+        self.joint = JOINTS[joint](input_dim, hidden, vocab_size, joint_dim, dropout, **options)
+        self.register_load_state_dict_pre_hook(_upgrade_joint_keys)
 
     def forward(self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor):
         """Teacher-forced joint over the whole lattice.
@@ -93,30 +209,17 @@ class TransducerDecoder(nn.Module):
             RNN-T: logits ``(B, T, U + 1, V)``.
             HAT: ``(blank_logits (B, T, U + 1), label_log_probs (B, T, U + 1, V - 1))``.
         """
-        g = self.prediction(targets)  # (B, U + 1, H)
-        enc = self.encoder_proj(h).unsqueeze(2)  # (B, T, J) -> (B, T, 1, J)
-        lab = self.label_proj(g).unsqueeze(1)  # (B, U + 1, J) -> (B, 1, U + 1, J)
-        scores = self.out(enc + lab)  # (B, T, U + 1, V or V - 1)
-        if self.joint == "rnnt":
-            return scores
-        if self.linear_blank:
-            blank = self.blank_encoder(h) + self.blank_label(g).transpose(
-                1, 2
-            )  # (B, T, 1) + (B, 1, U + 1)
-            return blank, scores.log_softmax(dim=-1)
-        return scores[..., 0], scores[..., 1:].log_softmax(dim=-1)  # blank unit, label units
+        return self.joint.lattice(h, self.prediction(targets))
 
     def internal_lm_log_probs(self, targets: torch.Tensor) -> torch.Tensor:
         """HAT internal LM: ``log softmax(J(g2_u))``, ``(B, U + 1, V - 1)`` (section 3.2)."""
         return self.internal_lm_step(self.prediction(targets))
 
     def internal_lm_step(self, g: torch.Tensor) -> torch.Tensor:
-        """HAT internal LM from prediction-network outputs ``g (..., H)``: ``log softmax`` over
-        the label units of ``J(g2)`` (the blank unit, if any, is not a label), ``(..., V - 1)``."""
-        if self.joint != "hat":
+        """HAT internal LM from prediction-network outputs ``g (..., H)``: ``(..., V - 1)``."""
+        if not isinstance(self.joint, HatJoint):
             raise TypeError("the internal language model is defined for the HAT joint only")
-        scores = self.out(self.label_proj(g))
-        return (scores if self.linear_blank else scores[..., 1:]).log_softmax(dim=-1)
+        return self.joint.internal_lm(g)
 
     # --- decoding --------------------------------------------------------------------------
     def begin(self, h: torch.Tensor, lens: torch.Tensor) -> dict:
@@ -125,25 +228,11 @@ class TransducerDecoder(nn.Module):
         g, state = self.prediction.step(
             torch.full((B,), START, dtype=torch.long, device=h.device), state
         )
-        out = {"enc": self.encoder_proj(h), "g": g, "context": state}
-        if self.linear_blank:
-            out["blank_enc"] = self.blank_encoder(h).squeeze(-1)  # (B, T)
-        return out
+        return {"g": g, "context": state, **self.joint.prepare(h)}
 
     def frame_scores(self, state: dict, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t``, current prefix."""
-        scores = self.out(state["enc"][:, t] + self.label_proj(state["g"]))  # (B, V or V - 1)
-        if self.joint == "rnnt":
-            log_probs = scores.log_softmax(dim=-1)
-            return log_probs[:, 0], log_probs[:, 1:]
-        if self.linear_blank:
-            blank = state["blank_enc"][:, t] + self.blank_label(state["g"]).squeeze(-1)  # (B,)
-        else:
-            blank, scores = scores[:, 0], scores[:, 1:]  # blank unit, label units
-        labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + scores.log_softmax(
-            dim=-1
-        )  # eq. (4)
-        return nn.functional.logsigmoid(blank), labels
+        return self.joint.frame(state, t, state["g"])
 
     def commit(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
         """Extend the prefixes of the utterances with ``emitted (B,)`` by ``labels (B,)`` (ids)."""
