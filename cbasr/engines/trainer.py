@@ -46,6 +46,7 @@ from cbasr.engines.weight_noise import noisy_parameters, weight_noise
 from cbasr.storage import faults
 from cbasr.storage.checkpoint import CheckpointDir, load_checkpoint, rng_state, set_rng_state
 from cbasr.storage.files import write_json
+from cbasr.storage.lock import lock_experiment
 
 __all__ = ["train", "Trainer", "TrainState", "StepResult", "MODEL_KEYS", "BATCH_KEYS"]
 
@@ -121,6 +122,7 @@ class Trainer:
         distributed.init_process_group(self.dist, self.device)
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", trainer["keep_checkpoints"])
         if self.dist.is_main:
+            lock_experiment(self.exp_dir)  # held already when cbasr-train started us
             self._prepare_exp_dir()
         distributed.barrier(self.dist)
         torch.manual_seed(trainer["seed"])  # the same initial model in every process
@@ -635,8 +637,8 @@ class Trainer:
         if not self.dist.is_main:
             return
         if improved:
-            self.checkpoints.link(name, "best")
-        self.checkpoints.link(name, "last")
+            self.checkpoints.copy(name, "best")
+        self.checkpoints.copy(name, "last")
         scores = {h["epoch"]: self._score(h) for h in self.state.history}
         for epoch in self.checkpoints.prune(scores):
             log.info(

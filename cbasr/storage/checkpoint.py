@@ -9,8 +9,8 @@ to a temporary name, fsynced and renamed. Layout of ``<exp>/checkpoints/``:
 - ``best.pt``: the end-of-epoch state with the best validation metric;
 - ``averaged.pt`` (or another name): averaged weights written by ``cbasr-average``.
 
-``best.pt`` and ``last.pt`` are hard links to the epoch file when the file system allows it
-(a copy otherwise), so an epoch end writes one file's worth of bytes.
+``best.pt`` and ``last.pt`` are copies of the epoch file (written atomically), not links: each
+file is independent, so truncating or editing one damages no other.
 """
 
 import io
@@ -18,15 +18,13 @@ import logging
 import os
 import random
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from cbasr.storage import faults
-from cbasr.storage.files import atomic_write
+from cbasr.storage.files import atomic_copy, atomic_write
 
 __all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "CheckpointDir"]
 
@@ -118,23 +116,10 @@ class CheckpointDir:
         save_checkpoint(path, state)
         return path
 
-    def link(self, src: str, dst: str) -> None:
-        """Make ``dst`` the same checkpoint as ``src``, atomically: a hard link, or a copy."""
-        source, target = self.file(src), self.file(dst)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=self.path)
-        os.close(fd)
-        os.unlink(tmp)
-        try:
-            try:
-                os.link(source, tmp)
-            except OSError:  # no hard links on this file system
-                shutil.copyfile(source, tmp)
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    def copy(self, src: str, dst: str) -> None:
+        """Make ``dst`` a copy of checkpoint ``src``, atomically: an independent file, so that
+        truncating or editing one never damages the other (hard links would share the bytes)."""
+        atomic_copy(self.file(src), self.file(dst))
 
     def epochs(self) -> list[int]:
         """Epochs with an ``epoch-<N>.pt`` file, ascending."""

@@ -1,13 +1,34 @@
-"""Atomic file writes: a killed process never leaves a half-written file that looks complete."""
+"""Atomic file writes: a killed process never leaves a half-written file that looks complete.
+
+Files come out with the mode a plain ``open`` gives (``0o666`` less the umask), not the
+``0o600`` of the temporary file they are written through, so results and checkpoints are
+readable by the group and others as the umask says.
+"""
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "write_json", "write_jsonl", "write_text"]
+__all__ = ["atomic_write", "atomic_copy", "plain_mode", "write_json", "write_jsonl", "write_text"]
+
+
+def plain_mode() -> int:
+    """The mode ``open(path, "w")`` would create a file with: ``0o666`` less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _fsync_dir(path: Path) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], mode: str = "w") -> None:
@@ -23,17 +44,25 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], mode: str
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), plain_mode())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _fsync_dir(path.parent)
+
+
+def atomic_copy(source: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Copy ``source`` to ``path`` atomically: an independent file (not a link), so damaging
+    one never damages the other."""
+
+    def copy(f):
+        with open(source, "rb") as src:
+            shutil.copyfileobj(src, f, 1 << 20)
+
+    atomic_write(path, copy, mode="wb")
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

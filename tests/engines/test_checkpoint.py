@@ -1,3 +1,6 @@
+import os
+import stat
+
 import pytest
 import torch
 
@@ -8,7 +11,7 @@ from cbasr.storage.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from cbasr.storage.files import atomic_write
+from cbasr.storage.files import atomic_write, write_json, write_text
 
 
 def test_interrupted_write_keeps_the_previous_file(tmp_path):
@@ -48,20 +51,42 @@ def test_keep_the_latest_and_the_best_epoch_files(tmp_path):
     assert CheckpointDir(tmp_path, keep=0).prune(scores) == []
 
 
-def test_link_makes_an_independent_name_for_the_same_checkpoint(tmp_path):
+def test_copy_makes_an_independent_file(tmp_path):
     checkpoints = CheckpointDir(tmp_path)
     checkpoints.save("epoch-1", {"epoch": 1})
-    checkpoints.link("epoch-1", "last")
-    checkpoints.link("epoch-1", "best")
+    checkpoints.copy("epoch-1", "last")
+    checkpoints.copy("epoch-1", "best")
+    files = [checkpoints.file(name) for name in ("epoch-1", "last", "best")]
+    assert len({f.stat().st_ino for f in files}) == 3 and all(f.stat().st_nlink == 1 for f in files)
     checkpoints.save("last", {"epoch": 2})  # a later save of last.pt leaves the others alone
     assert (
         load_checkpoint(checkpoints.file("best"))
         == {"epoch": 1}
         == load_checkpoint(checkpoints.file("epoch-1"))
     )
+    with open(checkpoints.file("epoch-1"), "r+b") as f:  # damaging one damages no other
+        f.truncate(10)
+    assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1}
     checkpoints.file("epoch-1").unlink()  # pruning an epoch file keeps best.pt
     assert load_checkpoint(checkpoints.file("best")) == {"epoch": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_files_get_the_mode_of_a_plain_open(tmp_path):
+    """The temporary file is 0600; the result is 0o666 less the umask, as open() would make it."""
+    old = os.umask(0o022)
+    try:
+        checkpoints = CheckpointDir(tmp_path)
+        checkpoints.save("epoch-1", {"epoch": 1})
+        checkpoints.copy("epoch-1", "best")
+        write_json(tmp_path / "score.json", {"wer": 1.0})
+        os.umask(0o077)
+        write_text(tmp_path / "private.txt", "x")
+    finally:
+        os.umask(old)
+    for name in ("epoch-1.pt", "best.pt", "score.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+    assert stat.S_IMODE((tmp_path / "private.txt").stat().st_mode) == 0o600
 
 
 def test_unfinished_writes_of_a_killed_run_are_removed(tmp_path):
