@@ -16,7 +16,13 @@ import torch
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import read_sentences
 from cbasr.lm.neural import build_lm, pad_sentences, perplexity, token_batches
-from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
+from cbasr.storage.checkpoint import (
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+)
 from cbasr.storage.files import write_json, write_text
 
 __all__ = ["train_lm"]
@@ -40,7 +46,7 @@ def _resume(exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer) -> tu
         )
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
-    torch.set_rng_state(ckpt["rng"])
+    set_rng_state(ckpt["rng"])
     log.info("resuming %s after epoch %d", exp_dir, ckpt["epoch"])
     return ckpt["epoch"], ckpt["history"]
 
@@ -69,7 +75,7 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
             len(skipped_valid),
             exp_dir / "skipped.tsv",
         )
-    torch.manual_seed(trainer["seed"])
+    seed_everything(trainer["seed"])
     model = build_lm(cfg["lm"], len(vocab)).to(device)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"]
@@ -122,7 +128,7 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
             "optimizer": optimizer.state_dict(),
             "epoch": epoch,
             "history": history,
-            "rng": torch.get_rng_state(),
+            "rng": rng_state(),
         }
         if valid_ppl <= min(h["valid_ppl"] for h in history):
             save_checkpoint(exp_dir / "checkpoints" / "best.pt", state)

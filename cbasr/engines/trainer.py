@@ -44,7 +44,13 @@ from cbasr.engines.training_options import (
 )
 from cbasr.engines.weight_noise import noisy_parameters, weight_noise
 from cbasr.storage import faults
-from cbasr.storage.checkpoint import CheckpointDir, load_checkpoint, rng_state, set_rng_state
+from cbasr.storage.checkpoint import (
+    CheckpointDir,
+    load_checkpoint,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from cbasr.storage.files import write_json
 from cbasr.storage.lock import lock_experiment
 
@@ -125,7 +131,7 @@ class Trainer:
             lock_experiment(self.exp_dir)  # held already when cbasr-train started us
             self._prepare_exp_dir()
         distributed.barrier(self.dist)
-        torch.manual_seed(trainer["seed"])  # the same initial model in every process
+        seed_everything(trainer["seed"])  # the same initial model in every process
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
         input_dim, cmvn = experiment_input(
             self.exp_dir
@@ -138,7 +144,7 @@ class Trainer:
             vocab_size=len(self.vocab),
         ).to(self.device)
         if self.dist.rank > 0:
-            torch.manual_seed(trainer["seed"] + self.dist.rank)  # dropout: a stream per process
+            seed_everything(trainer["seed"] + self.dist.rank)  # dropout: a stream per process
         fbank = None
         if data["features"] == "on_the_fly":
             fbank = fbank_options_of(Path(data["feature_dir"]) / data["train_split"], input_dim)

@@ -26,7 +26,14 @@ import torch
 from cbasr.storage import faults
 from cbasr.storage.files import atomic_copy, atomic_write
 
-__all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "CheckpointDir"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "seed_everything",
+    "rng_state",
+    "set_rng_state",
+    "CheckpointDir",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise RuntimeError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
 
 
+def seed_everything(seed: int) -> None:
+    """Seed every generator :func:`rng_state` saves: Python's, NumPy's and torch's (CUDA too)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> dict:
     """Every random number generator a training step touches."""
     state = {
@@ -74,7 +88,12 @@ def rng_state() -> dict:
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict | torch.Tensor) -> None:
+    """Restore :func:`rng_state`'s generators (a bare tensor: torch's only, as older
+    checkpoints of the LM trainer stored it)."""
+    if isinstance(state, torch.Tensor):
+        torch.set_rng_state(state)
+        return
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])

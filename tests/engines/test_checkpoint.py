@@ -9,6 +9,7 @@ from cbasr.storage.checkpoint import (
     load_checkpoint,
     rng_state,
     save_checkpoint,
+    seed_everything,
     set_rng_state,
 )
 from cbasr.storage.files import atomic_write, write_json, write_text
@@ -95,3 +96,17 @@ def test_unfinished_writes_of_a_killed_run_are_removed(tmp_path):
     (tmp_path / ".last.pt.abc123.tmp").write_bytes(b"half a checkpoint")
     assert [p.name for p in checkpoints.remove_temporaries()] == [".last.pt.abc123.tmp"]
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_seed_everything_seeds_python_numpy_and_torch():
+    import random
+
+    import numpy as np
+
+    draws = []
+    for _ in range(2):
+        seed_everything(7)
+        draws.append((random.random(), float(np.random.rand()), float(torch.rand(1))))
+    assert draws[0] == draws[1]
+    seed_everything(8)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) != draws[0]
