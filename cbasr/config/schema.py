@@ -54,6 +54,7 @@ Optimizer = choice("Optimizer", "adam", "adamw", "sgd")
 Scheduler = choice("Scheduler", "constant", "cosine", "linear", "noam")
 Precision = choice("Precision", "fp32", "bf16", "fp16")
 Metric = choice("Metric", "valid_error_rate", "valid_loss")
+Resume = choice("Resume", "auto", "never")
 
 
 @dataclass
@@ -257,6 +258,9 @@ class OptimConfig:
 class TrainerConfig:
     max_epochs: int = 10
     seed: int = 1
+    # auto: from the newest checkpoint that loads, never over an earlier run's results without
+    # one; never: start from scratch, removing an earlier run's checkpoints and history
+    resume: Resume = Resume.auto
     device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: cuda:LOCAL_RANK)
     num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
     precision: Precision = Precision.fp32  # fp16: CUDA only, with a gradient scaler

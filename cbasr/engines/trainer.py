@@ -250,12 +250,66 @@ class Trainer:
             self.checkpoints.save(name, ckpt)
         self._last_save = time.monotonic()
 
+    def _newest_loadable(self) -> tuple[Path | None, dict | None, list[str]]:
+        """``(path, checkpoint, skipped)``: the newest checkpoint that loads (``last.pt``, the
+        epoch files newest first, ``best.pt``), and those that exist but do not."""
+        names = ["last", *(f"epoch-{e}" for e in reversed(self.checkpoints.epochs())), "best"]
+        skipped = []
+        for name in names:
+            path = self.checkpoints.file(name)
+            if not path.is_file():
+                continue
+            try:
+                return path, load_checkpoint(path, self.device), skipped
+            except RuntimeError as error:
+                skipped.append(f"{path.name} ({error.__cause__ or error})")
+        return None, None, skipped
+
+    def _start_afresh(self, skipped: list[str]) -> None:
+        """No checkpoint loads: start from scratch if the directory holds no earlier results,
+        or if ``trainer.resume=never`` asks for it (the earlier results are removed)."""
+        earlier = (
+            sorted(self.checkpoints.path.glob("*.pt")) if self.checkpoints.path.is_dir() else []
+        )
+        earlier += [p for p in [self.exp_dir / "history.json"] if p.is_file()]
+        if not earlier:
+            return
+        names = ", ".join(p.name for p in earlier)
+        if self.cfg["trainer"].get("resume", "auto") != "never":
+            why = (
+                f"none of its checkpoints loads ({'; '.join(skipped)})"
+                if skipped
+                else "no checkpoint"
+            )
+            raise RuntimeError(
+                f"{self.exp_dir} holds an earlier run ({names}) but {why}: rerun with "
+                "trainer.resume=never to start from scratch over it, or choose another exp_dir"
+            )
+        log.warning(
+            "trainer.resume=never: removing the earlier run's %s and starting afresh", names
+        )
+        if self.dist.is_main:
+            for path in earlier:
+                path.unlink()
+        distributed.barrier(self.dist)
+
     def resume(self) -> bool:
-        """Restore ``checkpoints/last.pt`` if present; refuse a changed model config."""
-        path = self.checkpoints.file("last")
-        if not path.is_file():
+        """Restore the newest checkpoint that loads (``last.pt``, else the newest epoch file,
+        else ``best.pt``), warning about the unreadable ones; refuse a changed model config, and
+        a fresh start over an earlier run's results unless ``trainer.resume=never``."""
+        mode = self.cfg["trainer"].get("resume", "auto")  # older configs lack it
+        if mode not in ("auto", "never"):
+            raise ValueError(f"trainer.resume must be auto or never, got {mode!r}")
+        path, ckpt, skipped = (None, None, []) if mode == "never" else self._newest_loadable()
+        if path is None:
+            self._start_afresh(skipped)
             return False
-        ckpt = load_checkpoint(path, self.device)
+        if skipped:
+            log.warning(
+                "skipped checkpoints that do not load: %s; resuming from %s",
+                "; ".join(skipped),
+                path.name,
+            )
         changed = [k for k in MODEL_KEYS if _lookup(ckpt["config"], k) != _lookup(self.cfg, k)]
         if changed:
             raise ValueError(

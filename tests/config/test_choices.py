@@ -22,6 +22,7 @@ CHOICES = [  # (preset overrides, option, a legal value other than the default)
     ([], "optim.scheduler", "noam"),
     ([], "trainer.precision", "bf16"),
     ([], "trainer.best_metric", "valid_loss"),
+    ([], "trainer.resume", "never"),
 ]
 
 

@@ -114,6 +114,43 @@ def test_finished_run_is_a_no_op_and_a_changed_model_is_refused(tone_data, tmp_p
         train(make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp)
 
 
+def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tone_data, tmp_path, caplog):
+    """A truncated last.pt: resume from the newest epoch file, naming the skipped one; a deleted
+    last.pt: the same, never a silent restart over the earlier run."""
+    exp = tmp_path / "exp"
+    train(make_cfg(tone_data, exp, "trainer.max_epochs=2"), exp)
+    history = json.loads((exp / "history.json").read_text())
+    (exp / "checkpoints/last.pt").write_bytes(b"")  # truncated to zero bytes
+    with caplog.at_level(logging.INFO):
+        t = train(make_cfg(tone_data, exp, "trainer.max_epochs=2"), exp)
+    assert "skipped checkpoints that do not load: last.pt (" in caplog.text
+    assert "resuming from epoch-2.pt" in caplog.text and "nothing to do" in caplog.text
+    assert t.state.epoch == 2 and t.state.history == history
+    (exp / "checkpoints/last.pt").unlink()
+    (exp / "checkpoints/epoch-2.pt").write_bytes(b"not a checkpoint")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        t = train(make_cfg(tone_data, exp, "trainer.max_epochs=2"), exp)
+    assert "epoch-2.pt (" in caplog.text and "resuming from epoch-1.pt" in caplog.text
+    assert t.state.epoch == 2 and t.state.history[:1] == history[:1]  # epoch 2 trained again
+
+
+def test_a_fresh_start_over_an_earlier_run_needs_resume_never(tone_data, tmp_path, caplog):
+    exp = tmp_path / "exp"
+    train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
+    for path in (exp / "checkpoints").glob("*.pt"):
+        path.write_bytes(b"")
+    with pytest.raises(
+        RuntimeError, match=r"holds an earlier run \(.*history.json\) but none of its"
+    ):
+        train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
+    with caplog.at_level(logging.WARNING):
+        t = train(make_cfg(tone_data, exp, "trainer.max_epochs=1", "trainer.resume=never"), exp)
+    assert "trainer.resume=never: removing the earlier run's" in caplog.text
+    assert t.state.epoch == 1 and len(json.loads((exp / "history.json").read_text())) == 1
+    assert load_checkpoint(exp / "checkpoints/last.pt")["state"]["epoch"] == 1
+
+
 def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch, caplog):
     real_loss, calls = CTCModel.loss, {"n": 0}
 
