@@ -1,5 +1,6 @@
 """Shared set-up for the entry points: logging, and the experiment lock of the Hydra apps."""
 
+import functools
 import logging
 import os
 import sys
@@ -8,7 +9,9 @@ from hydra.experimental.callback import Callback
 
 from cbasr.storage.lock import ExperimentLocked, lock_experiment
 
-__all__ = ["setup_logging", "ExperimentLockCallback"]
+__all__ = ["setup_logging", "ExperimentLockCallback", "one_line_errors", "DEBUG_ENV"]
+
+DEBUG_ENV = "CBASR_DEBUG"  # set to 1: a fatal error shows its full traceback
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -32,3 +35,31 @@ class ExperimentLockCallback(Callback):
         except ExperimentLocked as error:
             print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
             sys.exit(1)
+
+
+def one_line_errors(prog: str):
+    """Decorate an entry point so that a fatal error ends it with one line, ``<prog>: <Type>:
+    <message>`` (the message names the file, option or utterance), on stderr and appended to
+    the run's log files (``train.log``), and exit status 1; ``CBASR_DEBUG=1`` re-raises it with
+    the full traceback instead."""
+
+    def decorate(main):
+        @functools.wraps(main)
+        def run(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except Exception as error:
+                line = f"{prog}: {type(error).__name__}: {error}"
+                record = logging.LogRecord(prog, logging.ERROR, __file__, 0, line, None, None)
+                for handler in logging.getLogger().handlers:
+                    if isinstance(handler, logging.FileHandler):
+                        handler.handle(record)
+                        handler.flush()
+                if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                    raise
+                print(line + f" (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+                sys.exit(1)
+
+        return run
+
+    return decorate

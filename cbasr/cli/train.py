@@ -14,6 +14,7 @@ import os
 import hydra
 from omegaconf import DictConfig
 
+from cbasr.cli.common import one_line_errors
 from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 
@@ -35,6 +36,7 @@ def _quiet_other_ranks() -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+@one_line_errors("cbasr-train")
 def main(cfg: DictConfig) -> None:
     from cbasr.engines.trainer import train  # after Hydra has set up logging
 

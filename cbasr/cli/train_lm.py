@@ -14,6 +14,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from cbasr.cli.common import one_line_errors
 from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.lm_schema import register_lm_configs
 
@@ -22,6 +23,7 @@ log = logging.getLogger("cbasr-train-lm")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train_lm")
+@one_line_errors("cbasr-train-lm")
 def main(cfg: DictConfig) -> None:
     from cbasr.engines.lm_training import train_lm
     from cbasr.engines.training_options import select_device  # after Hydra has set up logging

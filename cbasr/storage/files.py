@@ -47,9 +47,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], mode: str
             os.fchmod(f.fileno(), plain_mode())
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+            # e.g. a full disk: say which file could not be written
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
     _fsync_dir(path.parent)
 
