@@ -6,6 +6,7 @@ import os
 import sys
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from cbasr.storage.lock import ExperimentLocked, lock_experiment
 
@@ -23,17 +24,30 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 class ExperimentLockCallback(Callback):
-    """Take the experiment directory's lock before Hydra writes anything into it (``.hydra/``,
-    the log): a second run on a directory in use exits at once with one line, changing nothing.
-    Under ``torchrun`` only rank 0 takes it. Named in ``hydra.callbacks`` of the app's config."""
+    """Before Hydra writes anything into the experiment directory (``.hydra/``, the log): exit
+    with one line naming the required options not given, then take the directory's lock, so a
+    second run on a directory in use exits at once, changing nothing. Under ``torchrun`` only
+    rank 0 takes the lock. Named in ``hydra.callbacks`` of the app's config.
+
+    Hydra turns an exception raised here into a warning, so every refusal is an exit."""
 
     def on_run_start(self, config, **kwargs) -> None:
+        prog = os.path.basename(sys.argv[0])
+        job = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        missing = sorted(OmegaConf.missing_keys(job))
+        if missing:
+            print(
+                f"{prog}: required options not given: {', '.join(missing)} "
+                f"(add them as key=value, e.g. {missing[0]}=...)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
         if os.environ.get("RANK", "0") != "0":
             return
         try:
             lock_experiment(config.hydra.run.dir)
         except ExperimentLocked as error:
-            print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
+            print(f"{prog}: {error}", file=sys.stderr)
             sys.exit(1)
 
 

@@ -5,6 +5,7 @@ For intervals, paired significance tests, parameters and CSV output use ``cbasr-
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from cbasr.engines.compare import describe_settings
@@ -33,7 +34,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("exp_dirs", nargs="+", type=Path)
     args = parser.parse_args(argv)
-    print(results_table(args.exp_dirs), end="")
+    for exp in args.exp_dirs:
+        if not exp.is_dir():
+            parser.exit(1, f"cbasr-results: {exp} is not an experiment directory\n")
+    scored = [exp for exp in args.exp_dirs if any((exp / "decode").glob("*/score.json"))]
+    for exp in sorted(set(args.exp_dirs) - set(scored)):
+        print(f"cbasr-results: {exp} has no scored decoding yet: left out", file=sys.stderr)
+    if not scored:
+        parser.exit(1, "cbasr-results: no scored decoding (decode/*/score.json) in any of them\n")
+    print(results_table(scored), end="")
 
 
 if __name__ == "__main__":

@@ -53,3 +53,38 @@ def test_a_failed_write_names_the_file(tmp_path):
     with pytest.raises(OSError, match=r"No space left on device: '.*score.json'"):
         atomic_write(tmp_path / "score.json", full_disk)
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+@pytest.mark.parametrize(
+    "module,required",
+    [
+        ("cbasr.cli.train", "exp_dir"),
+        ("cbasr.cli.train_lm", "data.train, data.valid, data.vocab, exp_dir"),
+    ],
+)
+def test_a_bare_training_command_names_the_required_options(tmp_path, module, required):
+    out = subprocess.run(
+        [sys.executable, "-m", module], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert out.returncode == 2
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            f": required options not given: {required} (add them as key=value, "
+            f"e.g. {required.split(',')[0]}=...)"
+        )
+    )
+    assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, capsys):
+    from cbasr.cli.results import main
+
+    for path, why in (
+        (tmp_path / "nope", "is not an experiment directory"),
+        (tmp_path, "no scored decoding (decode/*/score.json) in any"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(path)])
+        assert exit_.value.code == 1 and why in capsys.readouterr().err
