@@ -22,7 +22,7 @@ from cbasr.data.augment import (
     speed_perturb_waveform,
     utterance_generator,
 )
-from cbasr.data.features import FbankOptions, compute_fbank, frames_of
+from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frames_of
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
@@ -153,6 +153,11 @@ class AsrDataset(torch.utils.data.Dataset):
             return [], "no features (audio missing or unreadable at extraction)"
         if self.store is None and not audio_path(record, self.manifest).is_file():
             return [], f"audio not found: {audio_path(record, self.manifest)}"
+        if (
+            isinstance(self.store, FeatureStore)
+            and not torch.isfinite(self.store[record["id"]]).all()
+        ):
+            return [], "non-finite stored features (NaN or Inf)"
         tokens = tokens_of(record, units)
         if not tokens:
             return [], "empty transcript"
@@ -185,6 +190,9 @@ class AsrDataset(torch.utils.data.Dataset):
         feats = compute_fbank(waveform, sample_rate, self.fbank)
         if feats.shape[0] == 0:
             log.warning("skipping %s: audio %s shorter than one frame", record["id"], path)
+            return None
+        if not torch.isfinite(feats).all():
+            log.warning("skipping %s: non-finite features (NaN or Inf) from %s", record["id"], path)
             return None
         return feats
 

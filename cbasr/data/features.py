@@ -93,8 +93,11 @@ def _features_of(job: tuple[str, str, FbankOptions]) -> tuple[str, np.ndarray | 
     if feats.shape[0] == 0:
         return utt_id, None, f"audio shorter than one frame: {path}"
     if not torch.isfinite(feats).all():
-        return utt_id, None, f"non-finite features from {path}"
-    return utt_id, feats.numpy().astype(np.float16), ""
+        return utt_id, None, f"non-finite features (NaN or Inf) from {path}"
+    stored = feats.numpy().astype(np.float16)
+    if not np.isfinite(stored).all():
+        return utt_id, None, f"features beyond float16's range from {path}"
+    return utt_id, stored, ""
 
 
 def _init_worker() -> None:

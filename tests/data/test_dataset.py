@@ -129,3 +129,32 @@ def test_on_the_fly_features_equal_the_cached_ones(tmp_path):
     assert live[0] is None  # an unreadable file is left out of its batch, by id in the log
     batch = collate([live[0], live[1]])
     assert batch.ids == [live.records[1]["id"]]
+
+
+def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(tmp_path, caplog):
+    """NaN or Inf in the feature file (a damaged or foreign store) never reaches a batch."""
+    import numpy as np
+
+    from cbasr.data.features import FeatureStore
+
+    corpus, records = _prepare(tmp_path)
+    store = FeatureStore(tmp_path / "f")
+    data = np.memmap(
+        tmp_path / "f" / "feats.bin",
+        dtype=np.float16,
+        mode="r+",
+        shape=(sum(store.num_frames(u) for u in store.index), store.dim),
+    )
+    for utt, value in ((records[0]["id"], np.nan), (records[5]["id"], np.inf)):
+        offset, _ = store.index[utt]
+        data[offset + 1, 3] = value
+    data.flush()
+    vocab = Vocabulary(["a", "b", "c", "d", "e"])
+    with caplog.at_level(logging.WARNING):
+        ds = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones")
+    reasons = dict(ds.skipped)
+    for utt in (records[0]["id"], records[5]["id"]):
+        assert reasons[utt] == "non-finite stored features (NaN or Inf)"
+        assert f"skipping {utt}: non-finite stored features" in caplog.text
+    assert "skipped 5 of 8" in caplog.text
+    assert all(torch.isfinite(ds[i][1]).all() for i in range(len(ds)))
