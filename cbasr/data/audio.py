@@ -5,8 +5,8 @@ libsndfile reads PCM SPHERE in both byte orders but not Shorten; ffmpeg has the 
 demuxer and a Shorten decoder. It runs as a subprocess piping raw PCM back (pydub would need
 ``ffprobe`` too, which the wheel lacks), from the ``imageio-ffmpeg`` wheel (or the binary
 named by ``$CBASR_FFMPEG``), so no system package is needed.
-A file shorter than its SPHERE header says is reported as truncated, never read as a shorter
-utterance.
+A file shorter than its SPHERE header (or its RIFF ``data`` chunk) says is reported as
+truncated, never read as a shorter utterance: libsndfile itself would read what is there.
 """
 
 import os
@@ -70,12 +70,40 @@ def _read_shorten(path: Path, header: dict) -> tuple[np.ndarray, int]:
     return samples.astype(np.float32) / 32768.0, header.get("sample_rate", 16000)
 
 
+def riff_truncation(path: Path) -> str | None:
+    """Why a RIFF WAV is shorter than its ``data`` chunk header promises, or None (not RIFF, or
+    complete, or a streamed file whose sizes were never filled in: 0 or 0xFFFFFFFF)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        offset = 12
+        while offset + 8 <= size:
+            f.seek(offset)
+            chunk = f.read(8)
+            chunk_size = int.from_bytes(chunk[4:8], "little")
+            if chunk[:4] == b"data":
+                if chunk_size in (0, 0xFFFFFFFF):
+                    return None
+                end = offset + 8 + chunk_size
+                if size < end:
+                    return (
+                        f"truncated: the RIFF header promises {chunk_size} bytes of samples, "
+                        f"the file holds {size - offset - 8}"
+                    )
+                return None
+            offset += 8 + chunk_size + (chunk_size & 1)  # chunks are word-aligned
+    return None
+
+
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """``(samples (N,) float32 in [-1, 1], sample rate)`` of the first channel of ``path``.
 
     Raises:
         AudioError: missing, unreadable, truncated (fewer samples than the SPHERE header's
-            ``sample_count``) or undecodable files, naming the path.
+            ``sample_count`` or the RIFF ``data`` chunk's size) or undecodable files, naming
+            the path.
     """
     path = Path(path)
     if not path.is_file():
@@ -96,6 +124,9 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
                 f"{path}: truncated: the SPHERE header promises {header['sample_count']} samples "
                 f"({expected} bytes), the file has {path.stat().st_size} bytes"
             )
+        truncated = riff_truncation(path) if header is None else None
+        if truncated:
+            raise AudioError(f"{path}: {truncated}")
         try:
             data, rate = soundfile.read(path, dtype="float32", always_2d=True)
         except Exception as e:  # soundfile raises several types for corrupt files
