@@ -30,13 +30,21 @@ from cbasr.search import CB_SEARCHES, BeamSearchOptions, check_options, load_lan
 log = logging.getLogger("cbasr-decode")
 
 
+def lm_name(path: Path) -> str:
+    """An LM's short name in a decode directory: the file or directory name without suffixes."""
+    return path.name.split(".")[0] or "lm"
+
+
 def default_tag(args) -> str | None:
-    """``beam<N>`` (``_lm<weight>`` with an LM, ``_ilm<weight>``, ...) for beam searches, none for greedy."""
+    """What changes the result, in the directory name: the checkpoint unless ``best``, then for
+    a beam search ``beam<N>`` (``_lm<weight>-<LM name>`` with an LM, ``_ilm<weight>``, ...);
+    None for a greedy decoding of the best checkpoint."""
+    checkpoint = [] if args.checkpoint == "best" else [args.checkpoint]
     if args.beam == 0:
-        return None
-    tag = f"beam{args.beam}"
+        return "_".join(checkpoint) or None
+    tag = "_".join([*checkpoint, f"beam{args.beam}"])
     if args.lm is not None:
-        tag += f"_lm{args.lm_weight:g}"
+        tag += f"_lm{args.lm_weight:g}-{lm_name(args.lm)}"
     if args.am_weight != 1.0:
         tag += f"_am{args.am_weight:g}"
     if args.ilm_weight:
@@ -148,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     search.add_argument(
         "--tag",
         default=None,
-        help="output to decode/<split>_<tag> (default: beam<N>[_lm<w>...] for beam search)",
+        help="output to decode/<split>_<tag> (default: [<checkpoint>_]beam<N>[_lm<w>-<lm>...]; "
+        "greedy: the checkpoint's name unless best)",
     )
     args = parser.parse_args(argv)
     args.lm_weight_given = args.lm_weight is not None

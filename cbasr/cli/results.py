@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cbasr.engines.compare import describe_settings
+from cbasr.engines.scoring import check_score_is_current
 
 
 def results_table(exp_dirs: list[Path]) -> str:
@@ -20,6 +21,7 @@ def results_table(exp_dirs: list[Path]) -> str:
     ]
     for exp in exp_dirs:
         for score_file in sorted((exp / "decode").glob("*/score.json")):
+            check_score_is_current(score_file.parent)
             s = json.loads(score_file.read_text())
             ci = f"[{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if "ci95" in s else ""
             lines.append(
@@ -42,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"cbasr-results: {exp} has no scored decoding yet: left out", file=sys.stderr)
     if not scored:
         parser.exit(1, "cbasr-results: no scored decoding (decode/*/score.json) in any of them\n")
-    print(results_table(scored), end="")
+    try:
+        print(results_table(scored), end="")
+    except ValueError as error:
+        parser.exit(1, f"cbasr-results: {error}\n")
 
 
 if __name__ == "__main__":

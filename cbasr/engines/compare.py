@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cbasr.engines.scoring import (
     bootstrap_interval,
+    check_score_is_current,
     paired_bootstrap_test,
     read_trn,
     sign_test,
@@ -74,6 +75,7 @@ def describe_settings(settings: dict) -> str:
 def _per_utterance(decode_dir: Path) -> dict[str, dict]:
     table = decode_dir / "per_utt.tsv"
     if table.is_file():
+        check_score_is_current(decode_dir)
         out = {}
         with open(table, encoding="utf-8") as f:
             header = f.readline().rstrip("\n").split("\t")

@@ -148,6 +148,8 @@ def decode_split(
     if options is not None:
         check_options(exp.model, options, lm)
     out_dir = Path(out_dir)
+    for stale in ("score.json", "per_utt.tsv", "errors.pra"):  # scores of an earlier decoding
+        (out_dir / stale).unlink(missing_ok=True)
     store = open_store(feature_dir)
     records = read_manifest(manifest)
     usable = [r for r in records if r["id"] in store]

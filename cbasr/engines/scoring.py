@@ -14,6 +14,7 @@ independence), not tokens:
   counts differ, as a check that needs no resampling.
 """
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -26,6 +27,8 @@ from cbasr.engines.rouge import rouge_f1
 from cbasr.storage.files import write_json, write_text
 
 __all__ = [
+    "file_digest",
+    "check_score_is_current",
     "error_counts",
     "utterance_counts",
     "align_tokens",
@@ -262,6 +265,30 @@ def map_tokens(tokens: list[str], table: dict[str, str | None]) -> list[str]:
     return [table.get(t, t) for t in tokens if table.get(t, t) is not None]
 
 
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex): ``score.json`` records its ``hyp.trn``'s."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_score_is_current(decode_dir: str | Path) -> None:
+    """Raise ``ValueError`` if ``score.json`` was computed from another ``hyp.trn`` than the one
+    in ``decode_dir`` (a later decoding into the same directory): its numbers would be stale."""
+    decode_dir = Path(decode_dir)
+    score_path = decode_dir / "score.json"
+    if not score_path.is_file():
+        return
+    recorded = json.loads(score_path.read_text()).get("hyp_sha256")
+    if recorded is not None and recorded != file_digest(decode_dir / "hyp.trn"):
+        raise ValueError(
+            f"{score_path} was computed from another hyp.trn than the one beside it: "
+            f"rescore with cbasr-score --exp-dir ... (decoding {decode_dir.name})"
+        )
+
+
 def score_decode_dir(
     decode_dir: str | Path,
     bootstrap_samples: int = 1000,
@@ -321,6 +348,7 @@ def score_decode_dir(
             s: _summary({k: v[k] for k in _COUNT_KEYS}, v["r"], v["n"])
             for s, v in sorted(by_speaker.items())
         }
+    score["hyp_sha256"] = file_digest(decode_dir / "hyp.trn")
     info_path = decode_dir / "decode.json"
     if info_path.is_file():
         info = json.loads(info_path.read_text())

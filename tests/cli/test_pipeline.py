@@ -144,14 +144,15 @@ def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_
     decode.main(
         args + ["--beam", "4", "--lm", str(tmp_path / "uniform.arpa"), "--lm-weight", "0.2"]
     )
-    for tag in (None, "beam4", "beam4_lm0.2"):
+    for tag in (None, "beam4", "beam4_lm0.2-uniform"):
         score.main(["--exp-dir", str(exp), "--splits", "dev"] + (["--tag", tag] if tag else []))
     rates = {
         d: json.loads((exp / f"decode/{d}/score.json").read_text())["error_rate"]
-        for d in ("dev", "dev_beam4", "dev_beam4_lm0.2")
+        for d in ("dev", "dev_beam4", "dev_beam4_lm0.2-uniform")
     }
     assert (
-        rates["dev_beam4"] <= rates["dev"] + 2.0 and rates["dev_beam4_lm0.2"] <= rates["dev"] + 5.0
+        rates["dev_beam4"] <= rates["dev"] + 2.0
+        and rates["dev_beam4_lm0.2-uniform"] <= rates["dev"] + 5.0
     ), rates
     assert "Eval:" in (exp / "decode/dev_beam4/errors.pra").read_text()
     capsys.readouterr()
@@ -161,7 +162,7 @@ def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_
             "--decodes",
             "dev",
             "dev_beam4",
-            "dev_beam4_lm0.2",
+            "dev_beam4_lm0.2-uniform",
             "--pair",
             "exp:dev",
             "exp:dev_beam4",
@@ -172,9 +173,58 @@ def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_
         ]
     )
     table = capsys.readouterr().out
-    assert "| exp:dev_beam4_lm0.2 |" in table and "beam 4, lm 0.2 (uniform.arpa)" in table
+    assert "| exp:dev_beam4_lm0.2-uniform |" in table and "beam 4, lm 0.2 (uniform.arpa)" in table
     assert "| exp:dev | exp:dev_beam4 | 16 |" in table
     align.main(args[:-2])
     info = json.loads((exp / "align/dev/alignment.json").read_text())
     assert info["method"] == "ctc_forced_align" and info["utts"] == 16
     assert info["mean_abs_onset_error_ms"] < 60.0, info
+
+
+def test_each_checkpoint_and_lm_decodes_into_its_own_labelled_directory(
+    tone_data, trained, tmp_path, capsys
+):
+    """Decodings that differ in what changes the result never share a directory; a re-decoding
+    removes the old score, and a score that does not match its hyp.trn is refused."""
+    from cbasr.cli import compare, results
+
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    args = [
+        "--exp-dir",
+        str(exp),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        "dev",
+        "--num-threads",
+        "1",
+    ]
+    decode.main(args + ["--force"])
+    decode.main(args + ["--checkpoint", "epoch-6"])
+    for tag in (None, "epoch-6"):
+        score.main(["--exp-dir", str(exp), "--splits", "dev"] + (["--tag", tag] if tag else []))
+    epochs = {
+        d: json.loads((exp / f"decode/{d}/decode.json").read_text())["epoch"]
+        for d in ("dev", "dev_epoch-6")
+    }
+    assert epochs["dev_epoch-6"] == 6 and epochs["dev"] >= 1
+    capsys.readouterr()
+    compare.main([str(exp), "--decodes", "dev", "dev_epoch-6", "--bootstrap", "50"])
+    table = capsys.readouterr().out
+    assert "| exp:dev |" in table and "| exp:dev_epoch-6 |" in table
+    decode.main(args + ["--force"])  # a new decoding into dev/: its old score is gone
+    assert not (exp / "decode/dev/score.json").exists()
+    hyp = exp / "decode/dev_epoch-6/hyp.trn"  # a hypothesis file changed after scoring
+    hyp.write_text(hyp.read_text().replace(" a ", " b ", 1))
+    capsys.readouterr()
+    for command in (
+        lambda: compare.main([str(exp), "--decodes", "dev_epoch-6", "--bootstrap", "50"]),
+        lambda: results.main([str(exp)]),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            command()
+        assert exit_.value.code != 0
+        assert "computed from another hyp.trn" in capsys.readouterr().err

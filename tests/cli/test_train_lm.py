@@ -82,6 +82,6 @@ def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
         "2",
     ]
     decode.main(args + ["--lm", str(trained_lm), "--lm-weight", "0.4"])
-    info = json.loads((exp / "decode/dev_beam2_lm0.4/decode.json").read_text())
+    info = json.loads((exp / f"decode/dev_beam2_lm0.4-{trained_lm.name}/decode.json").read_text())
     assert info["settings"]["lm"] == str(trained_lm) and info["settings"]["lm_weight"] == 0.4
     assert info["utts"] == 16
