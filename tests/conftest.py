@@ -55,3 +55,10 @@ def tone_data(tmp_path_factory):
         ]
     )
     return root
+
+
+@pytest.fixture(autouse=True)
+def commands_raise(monkeypatch):
+    """In-process calls of the commands' ``main`` raise their exceptions (``CBASR_DEBUG=1``) for
+    the tests to match; tests/cli/test_fatal_errors.py checks the one-line form users see."""
+    monkeypatch.setenv("CBASR_DEBUG", "1")

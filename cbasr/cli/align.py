@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.engines.alignment import align_split
 from cbasr.engines.decode import Experiment
 from cbasr.engines.training_options import select_device
@@ -22,6 +22,7 @@ from cbasr.engines.training_options import select_device
 log = logging.getLogger("cbasr-align")
 
 
+@one_line_errors("cbasr-align")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -10,13 +10,14 @@ import json
 import logging
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.engines.averaging import METRICS, average_checkpoints, read_history, select_epochs
 from cbasr.storage.checkpoint import CheckpointDir
 
 log = logging.getLogger("cbasr-average")
 
 
+@one_line_errors("cbasr-average")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cbasr.cli.common import one_line_errors
 from cbasr.engines.compare import (
     collect_systems,
     comparison_rows,
@@ -58,6 +59,7 @@ def paired_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@one_line_errors("cbasr-compare")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

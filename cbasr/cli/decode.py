@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.engines.decode import (
     Experiment,
     decode_dir_name,
@@ -97,6 +97,7 @@ def search_options(args) -> BeamSearchOptions | None:
         raise SystemExit(f"cbasr-decode: {e}") from None
 
 
+@one_line_errors("cbasr-decode")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -5,7 +5,7 @@ import logging
 import time
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.data.features import FbankOptions, extract_split, write_cmvn
 from cbasr.data.source_tokens import SOURCE_VOCAB, extract_source_tokens, source_vocabulary
 from cbasr.storage.files import write_text
@@ -13,6 +13,7 @@ from cbasr.storage.files import write_text
 log = logging.getLogger("cbasr-features")
 
 
+@one_line_errors("cbasr-features")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--manifest-dir", required=True, type=Path, help="holds <split>.jsonl")

@@ -12,6 +12,7 @@ import argparse
 from hydra import compose, initialize_config_dir
 
 from cbasr import builder
+from cbasr.cli.common import one_line_errors
 from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 
@@ -53,6 +54,7 @@ def compatibility_table(input_dim: int = 80, vocab_size: int = 50, encoder: str 
     return "\n".join(lines) + "\n"
 
 
+@one_line_errors("cbasr-models")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

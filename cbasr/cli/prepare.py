@@ -13,12 +13,13 @@ import logging
 import sys
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.corpora.prepare import CorpusError
 
 log = logging.getLogger("cbasr-prepare")
 
 
+@one_line_errors("cbasr-prepare")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

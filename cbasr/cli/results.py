@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from cbasr.cli.common import one_line_errors
 from cbasr.engines.compare import describe_settings
 from cbasr.engines.scoring import check_score_is_current
 
@@ -32,6 +33,7 @@ def results_table(exp_dirs: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@one_line_errors("cbasr-results")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("exp_dirs", nargs="+", type=Path)

@@ -8,13 +8,14 @@ import argparse
 import logging
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.engines.decode import decode_dir_name
 from cbasr.engines.scoring import score_decode_dir
 
 log = logging.getLogger("cbasr-score")
 
 
+@one_line_errors("cbasr-score")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exp-dir", required=True, type=Path)

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.corpora.synth.corpus import SIZES, make_corpus
 
 __all__ = ["main"]
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@one_line_errors("cbasr-synth")
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)

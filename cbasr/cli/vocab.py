@@ -4,13 +4,14 @@ import argparse
 import logging
 from pathlib import Path
 
-from cbasr.cli.common import setup_logging
+from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import Vocabulary, tokens_of, train_sentencepiece
 
 log = logging.getLogger("cbasr-vocab")
 
 
+@one_line_errors("cbasr-vocab")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--manifest", required=True, type=Path, help="training manifest")

@@ -48,8 +48,11 @@ def test_average_last_and_best_then_decode(tone_data, tmp_path, capsys, restore_
             "averaged",
         ]
     )
-    assert json.loads((exp / "decode/dev/decode.json").read_text())["checkpoint"] == "averaged"
-    assert len((exp / "decode/dev/hyp.trn").read_text().splitlines()) == 16
+    assert (
+        json.loads((exp / "decode/dev_averaged/decode.json").read_text())["checkpoint"]
+        == "averaged"
+    )
+    assert len((exp / "decode/dev_averaged/hyp.trn").read_text().splitlines()) == 16
 
     average.main(
         ["--exp-dir", str(exp), "--best", "1", "--name", "best1"]

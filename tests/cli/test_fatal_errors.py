@@ -88,3 +88,52 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
         with pytest.raises(SystemExit) as exit_:
             main([str(path)])
         assert exit_.value.code == 1 and why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [
+            "cbasr.cli.decode",
+            "--exp-dir",
+            "{missing}",
+            "--manifest-dir",
+            "{missing}",
+            "--feature-dir",
+            "{missing}",
+        ],
+        ["cbasr.cli.score", "--exp-dir", "{missing}"],
+        [
+            "cbasr.cli.align",
+            "--exp-dir",
+            "{missing}",
+            "--manifest-dir",
+            "{missing}",
+            "--feature-dir",
+            "{missing}",
+        ],
+        ["cbasr.cli.average", "--exp-dir", "{missing}", "--last", "2"],
+        ["cbasr.cli.compare", "{missing}"],
+        ["cbasr.cli.results", "{missing}"],
+        ["cbasr.cli.features", "--manifest-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.vocab", "--manifest", "{missing}/train.jsonl", "--out", "{out}/v.txt"],
+        ["cbasr.cli.prepare", "timit", "--corpus-dir", "{missing}", "--out", "{out}"],
+    ],
+    ids=lambda c: c[0].rsplit(".", 1)[1],
+)
+def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command):
+    args = [a.format(missing=tmp_path / "nowhere", out=tmp_path / "out") for a in command]
+    out = subprocess.run(
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CBASR_DEBUG": "0"},
+    )
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr, out.stderr[-1500:]
+    # one line naming the path (after argparse's usage lines, for an argparse refusal)
+    lines = [line for line in out.stderr.strip().splitlines() if "INFO" not in line]
+    usage = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    assert len(lines[usage[0] + 1 :] if usage else lines) <= (4 if usage else 1), out.stderr
+    assert "nowhere" in lines[-1], out.stderr[-1500:]
