@@ -60,6 +60,14 @@ def main(argv: list[str] | None = None) -> None:
             s["utts"],
             s.get("skipped", 0),
         )
+        if s.get("empty_refs") or s.get("oov_ref_utts"):
+            log.warning(
+                "%s: %d utterances with an empty reference and %d with reference tokens outside "
+                "the model's vocabulary are in this score (see decode.json)",
+                name,
+                s.get("empty_refs", 0),
+                s.get("oov_ref_utts", 0),
+            )
         if "rouge" in s:
             log.info(
                 "%s: ROUGE-1 %.2f ROUGE-2 %.2f ROUGE-L %.2f (F1, %d pairs)",

@@ -176,8 +176,26 @@ def decode_split(
     audio = (
         0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
     )
+    refs = {r["id"]: tokens_of(r, exp.units) for r in usable}
+    empty_refs = sorted(u for u, tokens in refs.items() if not tokens)
+    oov = {u: sorted({t for t in tokens if t not in exp.vocab}) for u, tokens in refs.items()}
+    oov = {u: tokens for u, tokens in oov.items() if tokens}
+    if empty_refs:
+        log.warning(
+            "%d utterances have an empty reference (scored: every hypothesis token is an "
+            "insertion), e.g. %s",
+            len(empty_refs),
+            empty_refs[:3],
+        )
+    if oov:
+        log.warning(
+            "%d utterances have reference tokens outside the model's vocabulary (scored as they "
+            "are: the model cannot produce them), e.g. %s",
+            len(oov),
+            list(oov.items())[:3],
+        )
     write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in usable])
-    write_trn(out_dir / "ref.trn", [(r["id"], tokens_of(r, exp.units)) for r in usable])
+    write_trn(out_dir / "ref.trn", [(r["id"], refs[r["id"]]) for r in usable])
     write_text(
         out_dir / "utt2spk", "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in usable)
     )
@@ -192,6 +210,9 @@ def decode_split(
         "units": exp.units,
         "utts": len(usable),
         "skipped": len(skipped),
+        "empty_refs": len(empty_refs),
+        "oov_ref_utts": len(oov),
+        "oov_ref_tokens": sorted({t for tokens in oov.values() for t in tokens}),
         "parameters": exp.num_parameters,
         "decode_seconds": round(seconds, 3),
         "audio_seconds": round(audio, 3),

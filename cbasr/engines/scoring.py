@@ -354,6 +354,8 @@ def score_decode_dir(
         info = json.loads(info_path.read_text())
         score.update(
             skipped=info["skipped"],
+            empty_refs=info.get("empty_refs", 0),
+            oov_ref_utts=info.get("oov_ref_utts", 0),
             checkpoint=info["checkpoint"],
             epoch=info["epoch"],
             settings=info.get("settings", {"search": info.get("search", "greedy")}),

@@ -63,3 +63,22 @@ def test_options_that_do_not_apply_are_refused(tone_data, tmp_path):
         _decode(exp, tone_data, tmp_path / "x", options=BeamSearchOptions(beam=2, ilm_weight=1.0))
     with pytest.raises(ValueError, match="--lm-weight is set but no language model"):
         _decode(exp, tone_data, tmp_path / "x", options=BeamSearchOptions(beam=2, lm_weight=1.0))
+
+
+def test_empty_and_out_of_vocabulary_references_are_counted_not_dropped(tone_data, tmp_path):
+    from cbasr.engines.scoring import score_decode_dir
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    records = [json.loads(x) for x in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    records[0]["phones"] = []
+    records[1]["phones"] = ["a", "zz", "zz"]
+    for r in records:  # the audio stays where it was
+        r["audio"] = str((tone_data / "corpus" / r["audio"]).resolve())
+    (corpus / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    exp = Experiment(make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal"))
+    info = decode_split(exp, corpus / "dev.jsonl", tone_data / "fbank/dev", tmp_path / "out")
+    assert info["utts"] == 16 and info["empty_refs"] == 1
+    assert info["oov_ref_utts"] == 1 and info["oov_ref_tokens"] == ["zz"]
+    score = score_decode_dir(tmp_path / "out", 50)
+    assert score["utts"] == 16 and score["empty_refs"] == 1 and score["oov_ref_utts"] == 1
