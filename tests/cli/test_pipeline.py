@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,34 @@ def test_each_checkpoint_and_lm_decodes_into_its_own_labelled_directory(
             command()
         assert exit_.value.code != 0
         assert "computed from another hyp.trn" in capsys.readouterr().err
+
+
+def test_a_second_start_on_a_running_experiment_is_refused_and_the_first_finishes(
+    tone_data, tmp_path
+):
+    from cbasr.storage.checkpoint import load_checkpoint
+
+    exp = tmp_path / "exp"
+    cmd = [
+        str(BIN / "cbasr-train"),
+        f"exp_dir={exp}",
+        f"data.manifest_dir={tone_data / 'corpus'}",
+        f"data.feature_dir={tone_data / 'fbank'}",
+        f"data.vocab={tone_data / 'lang/phones.txt'}",
+        "encoder.hidden=24",
+        "encoder.num_layers=1",
+        "data.max_frames=1200",
+        "trainer.max_epochs=3",
+    ]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (exp / "config.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first run holds the lock once it has written config.json
+    config = (exp / "config.json").read_bytes()
+    second = _train_cli(tone_data, exp, "trainer.max_epochs=5")
+    assert second.returncode == 1
+    assert f"{exp} is in use by another run (pid {first.pid} on " in second.stderr
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    assert (exp / "config.json").read_bytes() == config  # the refused run wrote nothing
+    assert load_checkpoint(exp / "checkpoints/best.pt")["state"]["epoch"] >= 1
+    assert json.loads((exp / "history.json").read_text())[-1]["epoch"] == 3
