@@ -7,3 +7,15 @@ equation number; README.md lists every reference in full.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["Recognizer", "Transcription"]
+
+
+def __getattr__(name: str):
+    """``cbasr.Recognizer`` and ``cbasr.Transcription``, imported on first use so that
+    ``import cbasr`` stays light."""
+    if name in __all__:
+        from cbasr.engines import recognizer
+
+        return getattr(recognizer, name)
+    raise AttributeError(f"module 'cbasr' has no attribute {name!r}")

@@ -39,7 +39,8 @@ def default_tag(args) -> str | None:
     """What changes the result, in the directory name: the checkpoint unless ``best``, then for
     a beam search ``beam<N>`` (``_lm<weight>-<LM name>`` with an LM, ``_ilm<weight>``, ...);
     None for a greedy decoding of the best checkpoint."""
-    checkpoint = [] if args.checkpoint == "best" else [args.checkpoint]
+    name = Path(args.checkpoint).stem if args.checkpoint.endswith(".pt") else args.checkpoint
+    checkpoint = [] if name == "best" else [name]
     if args.beam == 0:
         return "_".join(checkpoint) or None
     tag = "_".join([*checkpoint, f"beam{args.beam}"])
@@ -106,7 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--manifest-dir", required=True, type=Path, help="holds <split>.jsonl")
     parser.add_argument("--feature-dir", required=True, type=Path, help="holds <split>/ features")
     parser.add_argument("--splits", nargs="+", default=["dev", "test"])
-    parser.add_argument("--checkpoint", default="best", help="best | last | a name in checkpoints/")
+    parser.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best | last | averaged | a name in checkpoints/ | a .pt file",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument(
         "--num-threads",

@@ -18,7 +18,7 @@ import soundfile
 
 from cbasr.data.sphere import SphereError, expected_pcm_bytes, is_shorten, read_header
 
-__all__ = ["AudioError", "read_audio", "ffmpeg_binary"]
+__all__ = ["AudioError", "read_audio", "read_audio_channels", "ffmpeg_binary"]
 
 
 class AudioError(ValueError):
@@ -66,7 +66,7 @@ def _read_shorten(path: Path, header: dict) -> tuple[np.ndarray, int]:
             f"{run.stderr.decode(errors='replace').strip()[-300:]}"
         )
     channels = header.get("channel_count", 1)
-    samples = np.frombuffer(run.stdout, dtype="<i2").reshape(-1, channels)[:, 0]
+    samples = np.frombuffer(run.stdout, dtype="<i2").reshape(-1, channels)
     return samples.astype(np.float32) / 32768.0, header.get("sample_rate", 16000)
 
 
@@ -101,6 +101,17 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """``(samples (N,) float32 in [-1, 1], sample rate)`` of the first channel of ``path``.
 
     Raises:
+        AudioError: as :func:`read_audio_channels`.
+    """
+    samples, rate = read_audio_channels(path)
+    return np.ascontiguousarray(samples[:, 0]), rate
+
+
+def read_audio_channels(path: str | Path) -> tuple[np.ndarray, int]:
+    """``(samples (N, C) float32 in [-1, 1], sample rate)``: every channel of ``path``, which is
+    read by its content (SPHERE, RIFF WAV, FLAC, ...), whatever its extension.
+
+    Raises:
         AudioError: missing, unreadable, truncated (fewer samples than the SPHERE header's
             ``sample_count`` or the RIFF ``data`` chunk's size) or undecodable files, naming
             the path.
@@ -128,10 +139,9 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
         if truncated:
             raise AudioError(f"{path}: {truncated}")
         try:
-            data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+            samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
         except Exception as e:  # soundfile raises several types for corrupt files
             raise AudioError(f"{path}: unreadable audio: {type(e).__name__}: {e}") from e
-        samples = data[:, 0].copy()
     if (
         header is not None
         and "sample_count" in header

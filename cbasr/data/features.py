@@ -8,14 +8,19 @@ Layout of a feature directory (one per split)::
     <out>/<split>/.done         JSON of the extraction parameters, written last
     <out>/cmvn.json             global mean and standard deviation from the train split
 
+An experiment directory keeps what recognising new audio needs (:func:`write_feature_settings`):
+``cmvn.json`` and ``features.json``, the extraction options, the SHA-256 of ``cmvn.json`` and
+whether the model saw the features rounded to float16 (the cache) or in float32 (on the fly).
+
 Float16 keeps 3 significant digits of log energies, far below the features' own noise,
 and halves disk and page-cache use. Features are returned as float32.
 """
 
+import hashlib
 import json
 import logging
 import multiprocessing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +39,11 @@ __all__ = [
     "load_cmvn",
     "FeatureStore",
     "frames_of",
+    "extraction_options",
+    "FEATURE_SETTINGS",
+    "FeatureSettings",
+    "write_feature_settings",
+    "load_feature_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -248,3 +258,101 @@ def frames_of(duration: float, opts: FbankOptions) -> int:
     window = int(opts.sample_rate * opts.frame_length_ms / 1000)
     shift = int(opts.sample_rate * opts.frame_shift_ms / 1000)
     return 0 if samples < window else 1 + (samples - window) // shift
+
+
+FEATURE_SETTINGS = "features.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def extraction_options(split_dir: str | Path) -> FbankOptions:
+    """The options a feature split directory was extracted with (its ``.done`` record)."""
+    done = Path(split_dir) / ".done"
+    if not done.is_file():
+        raise FileNotFoundError(
+            f"{done} not found: {split_dir} holds no complete features (cbasr-features)"
+        )
+    params = json.loads(done.read_text())["params"]
+    return FbankOptions(
+        **{f.name: params[f.name] for f in fields(FbankOptions) if f.name in params}
+    )
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """How an experiment's model saw its input: filterbank options, normalisation and storage."""
+
+    fbank: FbankOptions
+    mean: torch.Tensor  # (F,)
+    std: torch.Tensor  # (F,)
+    float16: bool  # features rounded to float16, as the cache stores them
+
+    def __call__(self, waveform: torch.Tensor, sample_rate: int) -> torch.Tensor:
+        """``(T, F)`` normalised features of a mono waveform, exactly as in training."""
+        feats = compute_fbank(waveform, sample_rate, self.fbank)
+        if self.float16:
+            feats = feats.half().float()
+        return (feats - self.mean) / self.std
+
+
+def write_feature_settings(exp_dir: str | Path, opts: FbankOptions, cached: bool) -> dict:
+    """Write ``<exp_dir>/features.json`` for an experiment whose ``cmvn.json`` is in place:
+    ``opts`` are the training features' options, ``cached`` whether they were read from the
+    float16 cache."""
+    exp_dir = Path(exp_dir)
+    settings = {
+        "type": "fbank",
+        "fbank": asdict(opts),
+        "stored_as": "float16" if cached else "float32",
+        "cmvn": "cmvn.json",
+        "cmvn_sha256": _sha256(exp_dir / "cmvn.json"),
+    }
+    write_json(exp_dir / FEATURE_SETTINGS, settings)
+    return settings
+
+
+def load_feature_settings(exp_dir: str | Path, config: dict | None = None) -> FeatureSettings:
+    """The :class:`FeatureSettings` of an experiment directory.
+
+    Experiments trained before ``features.json`` existed fall back, with a warning, to the
+    ``.done`` record of the train split named in ``config`` (``data.feature_dir``), when it
+    is still there.
+
+    Raises:
+        FileNotFoundError: neither ``features.json`` nor the train split's record is found.
+        ValueError: ``cmvn.json`` is not the one the experiment was trained with.
+    """
+    exp_dir = Path(exp_dir)
+    path = exp_dir / FEATURE_SETTINGS
+    cmvn = exp_dir / "cmvn.json"
+    if not cmvn.is_file():
+        raise FileNotFoundError(
+            f"{cmvn} not found: {exp_dir} is not an experiment trained on filterbank features"
+        )
+    mean, std = load_cmvn(cmvn)
+    if path.is_file():
+        settings = json.loads(path.read_text())
+        if settings.get("type") != "fbank":
+            raise ValueError(f"{path}: unknown feature type {settings.get('type')!r}")
+        if settings.get("cmvn_sha256") not in (None, _sha256(cmvn)):
+            raise ValueError(
+                f"{cmvn} differs from the statistics the model was trained with "
+                f"(SHA-256 recorded in {path}): restore the original file"
+            )
+        return FeatureSettings(
+            FbankOptions(**settings["fbank"]), mean, std, settings["stored_as"] == "float16"
+        )
+    data = (config or {}).get("data", {})
+    split_dir = Path(data.get("feature_dir", "")) / data.get("train_split", "train")
+    if not data.get("feature_dir") or not (split_dir / ".done").is_file():
+        raise FileNotFoundError(
+            f"{path} not found and the training features ({split_dir}) are gone: the feature "
+            f"settings of {exp_dir} are unknown (experiments record them since cbasr 0.1's "
+            "features.json)"
+        )
+    log.warning("%s not found: reading the feature settings from %s/.done", path, split_dir)
+    return FeatureSettings(
+        extraction_options(split_dir), mean, std, data.get("features", "cached") == "cached"
+    )

@@ -44,6 +44,7 @@ __all__ = [
     "write_ctm",
     "plot_posteriors",
     "align_split",
+    "align_batch",
 ]
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,7 @@ def _alignable(exp: Experiment, records: list[dict], store: FeatureStore) -> tup
     return usable, skipped
 
 
-def _align_batch(model, feats: torch.Tensor, lens: torch.Tensor, targets: list[list[int]]):
+def align_batch(model, feats: torch.Tensor, lens: torch.Tensor, targets: list[list[int]]):
     """``(alignments, CB posteriors (B, T', L) or None, encoder lengths or None)``."""
     if isinstance(model, CBModel):
         return cb_alignment(model, feats, lens, targets)
@@ -337,7 +338,7 @@ def align_split(
         lens = torch.tensor([f.shape[0] for f in feats], device=exp.device)
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)
         targets = [exp.vocab.encode(usable[i][1]) for i in indices]
-        aligned, post, enc_lens = _align_batch(model, padded, lens, targets)
+        aligned, post, enc_lens = align_batch(model, padded, lens, targets)
         for j, (i, a) in enumerate(zip(indices, aligned)):
             record, tokens = usable[i]
             entries = ctm_entries(record["id"], a, tokens, period)

@@ -27,6 +27,7 @@ from cbasr.storage.files import write_json, write_text
 __all__ = [
     "Experiment",
     "decode_split",
+    "decode_batch",
     "decode_dir_name",
     "is_decoded",
     "decode_settings",
@@ -42,13 +43,21 @@ def decode_dir_name(split: str, tag: str | None) -> str:
 
 
 class Experiment:
-    """A trained model with its vocabulary and feature normalisation, from an experiment dir."""
+    """A trained model with its vocabulary and feature normalisation, from an experiment dir.
+
+    ``checkpoint`` is a name in ``<exp_dir>/checkpoints/`` (``best``, ``last``, ``averaged``,
+    ``epoch-N``) or the path of a ``.pt`` file.
+    """
 
     def __init__(
         self, exp_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
     ):
         self.exp_dir = Path(exp_dir)
+        if not self.exp_dir.is_dir():
+            raise FileNotFoundError(f"{self.exp_dir}: no such experiment directory")
         path = self.exp_dir / "checkpoints" / f"{checkpoint}.pt"
+        if checkpoint.endswith(".pt"):  # a checkpoint file of this experiment's model
+            path = Path(checkpoint)
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: has {self.exp_dir} been trained?")
         ckpt = load_checkpoint(path, device)
@@ -124,6 +133,25 @@ def frame_shift_seconds(feature_dir: str | Path) -> float:
 
 
 @torch.no_grad()
+def decode_batch(
+    exp: Experiment,
+    feats: list[torch.Tensor],
+    options: BeamSearchOptions | None = None,
+    lm: LabelScorer | None = None,
+) -> list[list[int]]:
+    """The best label ids of each utterance of a batch of normalised ``(T, F)`` features:
+    the model's greedy search, or the beam search of ``options`` (with ``lm`` fused)."""
+    lens = torch.tensor([f.shape[0] for f in feats], device=exp.device)
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)
+    if options is None:
+        return exp.model.greedy_decode(padded, lens)
+    return [
+        nbest[0].tokens if nbest else []
+        for nbest in beam_search(exp.model, padded, lens, options, lm)
+    ]
+
+
+@torch.no_grad()
 def decode_split(
     exp: Experiment,
     manifest: str | Path,
@@ -161,16 +189,7 @@ def decode_split(
     start = time.perf_counter()
     for indices in BucketBatchSampler(lengths, max_frames, shuffle=False):
         feats = [exp.normalise(store[usable[i]["id"]]) for i in indices]
-        lens = torch.tensor([f.shape[0] for f in feats])
-        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)
-        if options is None:
-            best = exp.model.greedy_decode(padded, lens.to(exp.device))
-        else:
-            best = [
-                nbest[0].tokens if nbest else []
-                for nbest in beam_search(exp.model, padded, lens.to(exp.device), options, lm)
-            ]
-        for i, hyp in zip(indices, best):
+        for i, hyp in zip(indices, decode_batch(exp, feats, options, lm)):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)
     seconds = time.perf_counter() - start
     audio = (

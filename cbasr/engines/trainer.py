@@ -27,6 +27,7 @@ from tqdm import tqdm
 from cbasr.builder import build_model
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
+from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
@@ -223,6 +224,12 @@ class Trainer:
                         f"{src} not found (data.{'vocab' if dst == 'vocab.txt' else 'feature_dir'})"
                     )
                 shutil.copyfile(src, self.exp_dir / dst)
+        if described == "cmvn.json" and not (self.exp_dir / FEATURE_SETTINGS).is_file():
+            split_dir = features / data["train_split"]
+            dim = load_cmvn(self.exp_dir / "cmvn.json")[0].numel()
+            write_feature_settings(
+                self.exp_dir, fbank_options_of(split_dir, dim), data["features"] == "cached"
+            )
         write_json(self.exp_dir / "config.json", self.cfg)
 
     # --- checkpoints -------------------------------------------------------------------

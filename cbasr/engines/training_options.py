@@ -4,15 +4,13 @@ Values that the schema's types cannot rule out (a misspelt name, fp16 without a 
 here, before any data is read, with a message that names the option.
 """
 
-import json
 import logging
-from dataclasses import fields
 from pathlib import Path
 
 import torch
 
 from cbasr.data.augment import Augmentation
-from cbasr.data.features import FbankOptions
+from cbasr.data.features import FbankOptions, extraction_options
 
 __all__ = [
     "METRICS",
@@ -109,7 +107,4 @@ def fbank_options_of(split_dir: str | Path, dim: int) -> FbankOptions:
             "%s not found: on-the-fly features use the default options with %d mel bins", done, dim
         )
         return FbankOptions(num_mel_bins=dim)
-    params = json.loads(done.read_text())["params"]
-    return FbankOptions(
-        **{f.name: params[f.name] for f in fields(FbankOptions) if f.name in params}
-    )
+    return extraction_options(split_dir)

@@ -118,6 +118,8 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
         ["cbasr.cli.features", "--manifest-dir", "{missing}", "--out", "{out}"],
         ["cbasr.cli.vocab", "--manifest", "{missing}/train.jsonl", "--out", "{out}/v.txt"],
         ["cbasr.cli.prepare", "timit", "--corpus-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.transcribe", "--exp-dir", "{missing}", "a.wav"],
+        ["cbasr.cli.transcribe", "--exp-dir", "{out}", "--list", "{missing}"],
     ],
     ids=lambda c: c[0].rsplit(".", 1)[1],
 )

@@ -1,53 +1,23 @@
 """The entry points as a user runs them: cbasr-train (a subprocess), then decode, score, results."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cbasr.cli import decode, results, score
-
-BIN = Path(sys.executable).parent
-
-
-def _train_cli(tone_data, exp, *overrides):
-    cmd = [
-        str(BIN / "cbasr-train"),
-        f"exp_dir={exp}",
-        f"data.manifest_dir={tone_data / 'corpus'}",
-        f"data.feature_dir={tone_data / 'fbank'}",
-        f"data.vocab={tone_data / 'lang/phones.txt'}",
-        "encoder.hidden=24",
-        "encoder.num_layers=1",
-        "data.max_frames=1200",
-        "optim.lr=5e-3",
-        *overrides,
-    ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
-    )
+from tests.cli.training import BIN, train_cli
 
 
 def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
-    run = _train_cli(tone_data, tmp_path / "exp", "encoder.hiden=3")
+    run = train_cli(tone_data, tmp_path / "exp", "encoder.hiden=3")
     assert run.returncode != 0
     assert "Key 'hiden' not in 'RNNEncoderConfig'" in run.stderr
     assert not (tmp_path / "exp").exists()
-    run = _train_cli(tone_data, tmp_path / "exp", "optim.lr=fast")
+    run = train_cli(tone_data, tmp_path / "exp", "optim.lr=fast")
     assert run.returncode != 0 and "optim.lr" in run.stderr
-
-
-@pytest.fixture(scope="module")
-def trained(tone_data, tmp_path_factory):
-    exp = tmp_path_factory.mktemp("cli") / "exp"
-    run = _train_cli(tone_data, exp, "trainer.max_epochs=10")
-    assert run.returncode == 0, run.stderr[-3000:]
-    return exp
 
 
 def test_train_decode_score_results(tone_data, trained, capsys):
@@ -253,7 +223,7 @@ def test_a_second_start_on_a_running_experiment_is_refused_and_the_first_finishe
     while not (exp / "config.json").is_file() and time.monotonic() < deadline:
         time.sleep(0.05)  # the first run holds the lock once it has written config.json
     config = (exp / "config.json").read_bytes()
-    second = _train_cli(tone_data, exp, "trainer.max_epochs=5")
+    second = train_cli(tone_data, exp, "trainer.max_epochs=5")
     assert second.returncode == 1
     assert f"{exp} is in use by another run (pid {first.pid} on " in second.stderr
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]

@@ -1,0 +1,27 @@
+"""cbasr-train as a user runs it (a subprocess) on the tone corpus of ``tone_data``."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
+    """A small BLSTM (one layer of 24) trained on ``tone_data``; ``overrides`` are Hydra's."""
+    cmd = [
+        str(BIN / "cbasr-train"),
+        f"exp_dir={exp}",
+        f"data.manifest_dir={tone_data / 'corpus'}",
+        f"data.feature_dir={tone_data / 'fbank'}",
+        f"data.vocab={tone_data / 'lang/phones.txt'}",
+        "encoder.hidden=24",
+        "encoder.num_layers=1",
+        "data.max_frames=1200",
+        "optim.lr=5e-3",
+        *overrides,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
+    )
