@@ -273,6 +273,10 @@ class TrainerConfig:
     find_unused_parameters: bool = False  # DistributedDataParallel: models with unused parameters
     log_every: int = 50  # steps between progress log lines
     progress_bar: bool = True  # tqdm bar when stderr is a terminal
+    # fine-tuning: a new run starts from the model weights of a checkpoint (.pt) or an
+    # experiment directory (its best.pt), with a fresh optimizer and schedule
+    init_from: str | None = None
+    init_skip: list[str] = field(default_factory=list)  # parameter names (globs) left as new
 
 
 @dataclass

@@ -31,6 +31,7 @@ from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_setti
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
+from cbasr.engines.fine_tuning import load_initial_weights
 from cbasr.engines.progress import ProgressMeter, plot_history
 from cbasr.engines.schedules import LearningRateSchedule
 from cbasr.engines.scoring import error_counts
@@ -365,6 +366,20 @@ class Trainer:
         )
         return True
 
+    def initialise(self) -> None:
+        """Resume (:meth:`resume`), or start a new run, from ``trainer.init_from``'s weights
+        when it names a model to fine-tune."""
+        trainer = self.cfg["trainer"]
+        if self.resume():
+            if self.dist.is_main:
+                write_json(self.exp_dir / "history.json", self.state.history)
+            if trainer.get("init_from"):
+                log.info("resuming: trainer.init_from=%s is not used", trainer["init_from"])
+        elif trainer.get("init_from"):
+            load_initial_weights(
+                self.model, trainer["init_from"], list(trainer.get("init_skip") or []), self.vocab
+            )
+
     # --- steps -------------------------------------------------------------------------
     def _autocast(self):
         dtype = PRECISIONS[self.cfg["trainer"]["precision"]]
@@ -488,8 +503,7 @@ class Trainer:
     # --- the loop ----------------------------------------------------------------------
     def fit(self) -> None:
         trainer = self.cfg["trainer"]
-        if self.resume() and self.dist.is_main:
-            write_json(self.exp_dir / "history.json", self.state.history)
+        self.initialise()
         if self.state.epoch >= trainer["max_epochs"] or self.state.stopped_early:
             log.info(
                 "training complete (%d epochs%s); nothing to do",
