@@ -41,11 +41,13 @@ class FrameStacking(nn.Module):
         x = _zero_padding(x, lens)
         out_lens = self.output_lengths(lens)
         t_out = (x.shape[1] + self.stride - 1) // self.stride
-        need = (t_out - 1) * self.stride + self.stack
-        x = nn.functional.pad(x, (0, 0, 0, max(0, need - x.shape[1])))
-        x = x.unfold(1, self.stack, self.stride)  # (B, T', F, stack)
-        x = x[:, :t_out].transpose(2, 3).flatten(2)  # (B, T', stack * F), frames in time order
-        return x, out_lens
+        # the last window ends at (t_out - 1) * stride + stack <= T + stack - 1: pad that much,
+        # always, and take the stack offsets as strided slices (no data-dependent branch or
+        # unfold, so the model traces and exports to ONNX)
+        x = nn.functional.pad(x, (0, 0, 0, self.stack - 1))
+        span = (t_out - 1) * self.stride + 1
+        offsets = [x[:, k : k + span : self.stride] for k in range(self.stack)]  # (B, T', F) each
+        return torch.cat(offsets, dim=-1), out_lens  # (B, T', stack * F), frames in time order
 
 
 class Conv2dSubsampling(nn.Module):

@@ -48,14 +48,14 @@ class PointwiseDecoder(CBDecoder):
         """CTC: ``h (B, T, D) -> log_probs (B, T, V)``."""
         return self.net(h).log_softmax(dim=-1)
 
-    def _split(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def frame_outputs(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(emit_logits (B, T), label log probabilities (B, T, V - 1))``."""
         out = self.net(h)  # (B, T, V)
         return out[..., 0], out[..., 1:].log_softmax(dim=-1)
 
     def cb_terms(self, h, lens, targets, target_lens):
         """``(emit_logits (B, T), log P(y_l | t_l = t) (B, T, L))``."""
-        emit_logits, log_probs = self._split(h)
+        emit_logits, log_probs = self.frame_outputs(h)
         L = targets.shape[1]
         per_label = log_probs.unsqueeze(2).expand(
             -1, -1, L, -1
@@ -63,7 +63,7 @@ class PointwiseDecoder(CBDecoder):
         return emit_logits, gather_targets(per_label, targets)
 
     def begin(self, h, lens):
-        emit_logits, log_probs = self._split(h)
+        emit_logits, log_probs = self.frame_outputs(h)
         return {"emit_logits": emit_logits, "log_probs": log_probs}
 
     def candidates(self, state, t):

@@ -1,0 +1,134 @@
+"""cbasr-export: TorchScript and ONNX acoustic models equal the eager ones, and decode."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import onnxruntime
+import pytest
+import torch
+
+from cbasr.builder import build_model
+from cbasr.cli import decode, export
+from cbasr.cli.models import compose_model_config
+from cbasr.data.features import FeatureStore
+from cbasr.engines.decode import Experiment
+from cbasr.engines.export import AcousticModel, exportable
+from tests.cli.training import train_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cb_trained(tone_data, tmp_path_factory):
+    exp = tmp_path_factory.mktemp("export") / "cb"
+    run = train_cli(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return exp
+
+
+def _run(path: Path, fmt: str, feats, lens) -> list[torch.Tensor]:
+    if fmt == "torchscript":
+        return list(torch.jit.load(str(path))(feats, lens))
+    session = onnxruntime.InferenceSession(str(path))
+    return [
+        torch.from_numpy(o)
+        for o in session.run(None, {"feats": feats.numpy(), "lens": lens.numpy()})
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.parametrize("family", ["ctc", "cb_pointwise"])
+def test_the_exported_model_equals_the_eager_one_on_a_padded_batch(
+    family, fmt, tone_data, trained, cb_trained, tmp_path
+):
+    exp_dir = trained if family == "ctc" else cb_trained
+    out = tmp_path / f"model.{fmt}"
+    export.main(["--exp-dir", str(exp_dir), "--format", fmt, "--out", str(out)])
+    meta = json.loads(out.with_name(out.name + ".json").read_text())
+    assert meta["family"] == family and meta["tokens"][0] == "<blk>"
+    assert meta["max_abs_difference"] <= 1e-5
+    eager = AcousticModel(Experiment(exp_dir).model).eval()
+    # real utterances of the tone corpus, normalised, in a batch unlike the traced example
+    exp = Experiment(exp_dir)
+    store = FeatureStore(tone_data / "fbank/test")
+    utts = [exp.normalise(store[u]) for u in sorted(store.index)[:5]]
+    lens = torch.tensor([u.shape[0] for u in utts])
+    feats = torch.nn.utils.rnn.pad_sequence(utts, batch_first=True)
+    with torch.no_grad():
+        expected = eager(feats, lens)
+    got = _run(out, fmt, feats, lens)
+    assert len(got) == len(expected) == len(meta["outputs"])
+    assert torch.equal(got[-1].long(), expected[-1])
+    for b, n in enumerate(expected[-1].tolist()):
+        for ours, theirs in zip(expected[:-1], got[:-1]):
+            assert (ours[b, :n] - theirs[b, :n]).abs().max() <= 1e-5
+    # the outputs are what the search reads: README's greedy rule gives the model's own search
+    if family == "ctc":
+        hyps = _greedy(family, got)
+        assert hyps == eager.model.greedy_decode(feats, lens) and sum(map(len, hyps)) >= 5
+    else:  # the CB terms of eq. (38) that training reads, for any target sequence
+        targets = torch.tensor([[1, 3, 2]] * len(utts))
+        with torch.no_grad():
+            emit, terms, _ = eager.model.terms(feats, lens, targets, torch.tensor([3] * len(utts)))
+        picked = got[1].gather(2, (targets - 1).unsqueeze(1).expand(-1, got[1].shape[1], -1))
+        for b, n in enumerate(expected[-1].tolist()):
+            assert (emit[b, :n] - got[0][b, :n]).abs().max() <= 1e-5
+            assert (terms[b, :n] - picked[b, :n]).abs().max() <= 1e-5
+
+
+def _greedy(family: str, outputs: list[torch.Tensor]) -> list[list[int]]:
+    """Greedy decoding from the exported outputs, as README describes it."""
+    hyps = []
+    for b, n in enumerate(outputs[-1].tolist()):
+        if family == "ctc":
+            best = outputs[0][b, :n].argmax(-1).tolist()
+            hyps.append([i for t, i in enumerate(best) if i and (t == 0 or i != best[t - 1])])
+            continue
+        emit, labels = outputs[0][b, :n], outputs[1][b, :n]
+        top, index = labels.max(-1)
+        fire = torch.nn.functional.logsigmoid(emit) + top > torch.nn.functional.logsigmoid(-emit)
+        hyps.append((index[fire] + 1).tolist())
+    return hyps
+
+
+def test_families_whose_search_reads_the_label_history_are_refused(tmp_path):
+    cfg = compose_model_config(["decoder=transducer", "loss=rnnt"])
+    model = build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], 40, 10)
+    assert "only CTC and CB with the pointwise decoder export" in exportable(model)
+    with pytest.raises(TypeError, match="TransducerModel"):
+        AcousticModel(model)
+
+
+def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(
+    tone_data, trained, tmp_path
+):
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    decode.main(
+        [
+            "--exp-dir",
+            str(exp),
+            "--manifest-dir",
+            str(tone_data / "corpus"),
+            "--feature-dir",
+            str(tone_data / "fbank"),
+            "--splits",
+            "test",
+        ]
+    )
+    export.main(["--exp-dir", str(exp), "--format", "onnx", "--out", str(tmp_path / "model.onnx")])
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"<!-- export example -->\n```python\n(.*?)```", readme, re.S).group(1)
+    hyps = {}
+    for line in (exp / "decode/test/hyp.trn").read_text().splitlines():
+        text, utt = re.fullmatch(r"(.*)\((\S+)\)", line).groups()
+        hyps[utt] = text.strip()
+    for wav in sorted((tone_data / "corpus/wav/test").glob("*.wav"))[:5]:
+        namespace: dict = {}
+        source = code.replace('"model.onnx', f'"{tmp_path}/model.onnx').replace(
+            '"utterance.wav"', f'"{wav}"'
+        )
+        exec(compile(source, "README.md", "exec"), namespace)
+        assert namespace["text"] == hyps[wav.stem]
