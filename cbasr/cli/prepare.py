@@ -3,6 +3,10 @@
     cbasr-prepare timit --corpus-dir /data/TIMIT --out data/timit [--phone-set 48|61]
     cbasr-prepare wsj --corpus-dir /data/wsj --out data/wsj
     cbasr-prepare gigaword --corpus-dir /data/gigaword --out data/gigaword
+    cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes]
+
+``--min-duration`` / ``--max-duration`` (seconds) leave out utterances outside the range, counted
+in ``skipped.tsv`` with the reason.
 
 A rerun on a complete output directory with the same options does nothing; an interrupted one
 is redone. A directory that is not the corpus fails with what was expected and what was found.
@@ -10,11 +14,12 @@ is redone. A directory that is not the corpus fails with what was expected and w
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.corpora.prepare import CorpusError
+from cbasr.corpora.prepare import CorpusError, DurationFilter
 
 log = logging.getLogger("cbasr-prepare")
 
@@ -25,31 +30,61 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="corpus", required=True)
-    for name in ("timit", "wsj", "gigaword"):
+    for name in ("timit", "wsj", "gigaword", "kaldi"):
         p = sub.add_parser(name)
-        p.add_argument("--corpus-dir", required=True, type=Path)
-        p.add_argument("--out", required=True, type=Path)
-        p.add_argument(
-            "--allow-partial",
-            action="store_true",
-            help="accept a subset of the corpus (split sizes other than the standard ones)",
-        )
+        if name == "kaldi":
+            p.add_argument(
+                "--data-dir", required=True, type=Path, nargs="+", help="Kaldi data directories"
+            )
+            p.add_argument(
+                "--splits", nargs="+", help="their split names (default: the directory names)"
+            )
+            p.add_argument(
+                "--run-pipes",
+                action="store_true",
+                help="run wav.scp commands ('... |') once each and store their audio in OUT/audio",
+            )
+        else:
+            p.add_argument("--corpus-dir", required=True, type=Path)
+            p.add_argument(
+                "--allow-partial",
+                action="store_true",
+                help="accept a subset of the corpus (split sizes other than the standard ones)",
+            )
+        p.add_argument("--out", "--out-dir", dest="out", required=True, type=Path)
+        p.add_argument("--min-duration", type=float, default=0.0, help="seconds")
+        p.add_argument("--max-duration", type=float, default=math.inf, help="seconds")
         if name == "timit":
             p.add_argument(
                 "--phone-set", choices=["61", "48"], default="48", help="training labels"
             )
     args = parser.parse_args(argv)
     setup_logging()
+    durations = DurationFilter(args.min_duration, args.max_duration)
     try:
         if args.corpus == "timit":
             from cbasr.corpora.timit import prepare_timit
 
-            prepare_timit(args.corpus_dir, args.out, args.phone_set, strict=not args.allow_partial)
+            prepare_timit(
+                args.corpus_dir,
+                args.out,
+                args.phone_set,
+                strict=not args.allow_partial,
+                durations=durations,
+            )
         elif args.corpus == "wsj":
             from cbasr.corpora.wsj import prepare_wsj
 
-            prepare_wsj(args.corpus_dir, args.out, strict=not args.allow_partial)
+            prepare_wsj(args.corpus_dir, args.out, not args.allow_partial, durations)
+        elif args.corpus == "kaldi":
+            from cbasr.corpora.kaldi import prepare_kaldi
+
+            prepare_kaldi(args.data_dir, args.out, args.splits, args.run_pipes, durations)
         else:
+            if durations.active:
+                raise SystemExit(
+                    "cbasr-prepare: gigaword is text: --min-duration/--max-duration do not apply"
+                )
             from cbasr.corpora.gigaword import prepare_gigaword
 
             prepare_gigaword(args.corpus_dir, args.out, strict=not args.allow_partial)

@@ -10,11 +10,13 @@ missing) is redone from scratch, never trusted.
 
 import json
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from cbasr.storage.files import write_json, write_jsonl, write_text
 
-__all__ = ["CorpusError", "corpus_error", "PreparedCorpus"]
+__all__ = ["CorpusError", "corpus_error", "PreparedCorpus", "DurationFilter"]
 
 log = logging.getLogger(__name__)
 MARKER = ".done"
@@ -28,11 +30,54 @@ def corpus_error(corpus: str, path: Path, expected: str, found) -> CorpusError:
     return CorpusError(f"{path} does not look like {corpus}: expected {expected}; found {found}")
 
 
-class PreparedCorpus:
-    """The output directory of a corpus preparation."""
+@dataclass(frozen=True)
+class DurationFilter:
+    """Keep utterances of ``min_seconds <= duration <= max_seconds`` (``--min-duration``,
+    ``--max-duration``); the others are counted skips with the reason."""
 
-    def __init__(self, out_dir: str | Path, splits: tuple[str, ...]):
+    min_seconds: float = 0.0
+    max_seconds: float = math.inf
+
+    def __post_init__(self):
+        if self.min_seconds < 0 or self.max_seconds <= self.min_seconds:
+            raise ValueError(
+                f"--min-duration {self.min_seconds} and --max-duration {self.max_seconds}: "
+                "need 0 <= min < max"
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.min_seconds > 0 or math.isfinite(self.max_seconds)
+
+    def params(self) -> dict:
+        """What ``.done`` records of the filter (nothing when it keeps everything)."""
+        if not self.active:
+            return {}
+        return {"min_duration": self.min_seconds, "max_duration": str(self.max_seconds)}
+
+    def reason(self, record: dict) -> str | None:
+        """Why ``record`` is left out, or None (text records have no duration: kept)."""
+        duration = record.get("duration")
+        if duration is None:
+            return None
+        if duration < self.min_seconds:
+            return f"duration {duration:.2f} s below --min-duration {self.min_seconds:g}"
+        if duration > self.max_seconds:
+            return f"duration {duration:.2f} s above --max-duration {self.max_seconds:g}"
+        return None
+
+
+class PreparedCorpus:
+    """The output directory of a corpus preparation; ``durations`` filters what it writes."""
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        splits: tuple[str, ...],
+        durations: DurationFilter | None = None,
+    ):
         self.out_dir, self.splits = Path(out_dir), splits
+        self.durations = durations or DurationFilter()
 
     def summary(self) -> dict:
         return json.loads((self.out_dir / MARKER).read_text())
@@ -43,7 +88,7 @@ class PreparedCorpus:
             summary = self.summary()
         except (OSError, ValueError):
             return False
-        if summary.get("params") != params:
+        if summary.get("params") != {**params, **self.durations.params()}:
             return False
         for name, lines in summary.get("files", {}).items():
             path = self.out_dir / name
@@ -58,8 +103,22 @@ class PreparedCorpus:
         skipped: list[tuple[str, str, str]],
         extra: dict[str, str] | None = None,
     ) -> dict:
-        """Write manifests, extra files, ``skipped.tsv``, then ``.done``; returns the summary."""
+        """Write manifests, extra files, ``skipped.tsv``, then ``.done``; returns the summary.
+        Records outside the duration filter join ``skipped``."""
         (self.out_dir / MARKER).unlink(missing_ok=True)
+        params = {**params, **self.durations.params()}
+        if self.durations.active:
+            skipped = list(skipped)
+            kept = {}
+            for split, split_records in records.items():
+                kept[split] = []
+                for r in split_records:
+                    why = self.durations.reason(r)
+                    if why:
+                        skipped.append((split, r["id"], why))
+                    else:
+                        kept[split].append(r)
+            records = kept
         files = {}
         for split in self.splits:
             write_jsonl(self.out_dir / f"{split}.jsonl", records.get(split, []))

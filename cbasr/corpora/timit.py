@@ -18,7 +18,7 @@ of ``phones`` (seconds, the gold boundaries for alignment error).
 import logging
 from pathlib import Path
 
-from cbasr.corpora.prepare import PreparedCorpus, corpus_error
+from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error
 from cbasr.data.audio import AudioError
 from cbasr.data.sphere import SphereError, expected_pcm_bytes, read_header
 
@@ -190,7 +190,11 @@ def _split_of(part: str, speaker: str) -> str | None:
 
 
 def prepare_timit(
-    corpus_dir: str | Path, out_dir: str | Path, phone_set: str = "48", strict: bool = True
+    corpus_dir: str | Path,
+    out_dir: str | Path,
+    phone_set: str = "48",
+    strict: bool = True,
+    durations: DurationFilter | None = None,
 ) -> dict:
     """Write ``train/dev/test.jsonl`` and the phone lists into ``out_dir``.
 
@@ -207,7 +211,7 @@ def prepare_timit(
     """
     if phone_set not in PHONE_SETS:
         raise ValueError(f"phone_set must be one of {PHONE_SETS}, got {phone_set!r}")
-    corpus_dir, out = Path(corpus_dir), PreparedCorpus(out_dir, ("train", "dev", "test"))
+    corpus_dir, out = Path(corpus_dir), PreparedCorpus(out_dir, ("train", "dev", "test"), durations)
     params = {
         "corpus": "timit",
         "corpus_dir": str(corpus_dir.resolve()),

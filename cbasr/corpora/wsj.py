@@ -16,7 +16,7 @@ import logging
 import re
 from pathlib import Path
 
-from cbasr.corpora.prepare import PreparedCorpus, corpus_error
+from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error
 from cbasr.data.audio import AudioError
 from cbasr.data.sphere import SphereError, read_header
 
@@ -166,7 +166,12 @@ def _utterance(path: Path, utt: str, transcripts: dict[str, str]) -> dict:
     }
 
 
-def prepare_wsj(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True) -> dict:
+def prepare_wsj(
+    corpus_dir: str | Path,
+    out_dir: str | Path,
+    strict: bool = True,
+    durations: DurationFilter | None = None,
+) -> dict:
     """Write ``si84/si284/dev93/eval92/eval93.jsonl`` into ``out_dir``.
 
     Args:
@@ -177,7 +182,7 @@ def prepare_wsj(corpus_dir: str | Path, out_dir: str | Path, strict: bool = True
         CorpusError: not a WSJ copy, an index missing, or (strict) counts other than expected.
     """
     corpus_dir = Path(corpus_dir)
-    out = PreparedCorpus(out_dir, SPLITS)
+    out = PreparedCorpus(out_dir, SPLITS, durations)
     params = {"corpus": "wsj", "corpus_dir": str(corpus_dir.resolve()), "strict": strict}
     if out.is_complete(params):
         log.info("%s: WSJ manifests complete, nothing to do", out_dir)

@@ -18,7 +18,7 @@ import soundfile
 
 from cbasr.data.sphere import SphereError, expected_pcm_bytes, is_shorten, read_header
 
-__all__ = ["AudioError", "read_audio", "read_audio_channels", "ffmpeg_binary"]
+__all__ = ["AudioError", "read_audio", "read_audio_channels", "read_segment", "ffmpeg_binary"]
 
 
 class AudioError(ValueError):
@@ -152,3 +152,25 @@ def read_audio_channels(path: str | Path) -> tuple[np.ndarray, int]:
             f"{samples.shape[0]} could be decoded"
         )
     return samples, rate
+
+
+def read_segment(
+    path: str | Path, start: float | None = None, duration: float | None = None
+) -> tuple[np.ndarray, int]:
+    """The first channel of ``path`` from ``start`` seconds for ``duration`` seconds (a Kaldi
+    ``segments`` entry; None: the whole file).
+
+    Raises:
+        AudioError: as :func:`read_audio`, or a segment that ends beyond the recording.
+    """
+    samples, rate = read_audio(path)
+    if start is None:
+        return samples, rate
+    first = int(round(start * rate))
+    last = len(samples) if duration is None else first + int(round(duration * rate))
+    if first < 0 or last > len(samples) + 1 or first >= last:  # one sample of rounding slack
+        raise AudioError(
+            f"{path}: segment {start:.3f} s + {duration} s lies outside the recording "
+            f"({len(samples) / rate:.3f} s)"
+        )
+    return samples[first:last], rate

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.data.audio import AudioError, read_audio
+from cbasr.data.audio import AudioError, read_segment
 from cbasr.data.augment import (
     Augmentation,
     perturbed_frames,
@@ -182,7 +182,7 @@ class AsrDataset(torch.utils.data.Dataset):
             return resample_frames(self.store[record["id"]], speed)
         path = audio_path(record, self.manifest)
         try:
-            samples, sample_rate = read_audio(path)
+            samples, sample_rate = read_segment(path, record.get("start"), record.get("duration"))
         except AudioError as e:
             log.warning("skipping %s: %s", record["id"], e)
             return None

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torchaudio
 
-from cbasr.data.audio import AudioError, read_audio
+from cbasr.data.audio import AudioError, read_segment
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.storage.files import write_json, write_text
 
@@ -90,11 +90,12 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
     return torch.cat(orders, dim=-1)  # (T, F * (1 + deltas))
 
 
-def _features_of(job: tuple[str, str, FbankOptions]) -> tuple[str, np.ndarray | None, str]:
-    """Worker: ``(id, path, opts) -> (id, (T, F) float16 array or None, reason)``."""
-    utt_id, path, opts = job
+def _features_of(job: tuple) -> tuple[str, np.ndarray | None, str]:
+    """Worker: ``(id, path, opts, start, duration) -> (id, (T, F) float16 array or None,
+    reason)``; ``start`` None reads the whole file."""
+    utt_id, path, opts, start, duration = job
     try:
-        samples, sample_rate = read_audio(path)
+        samples, sample_rate = read_segment(path, start, duration)
     except AudioError as e:
         return utt_id, None, str(e)
     if samples.shape[0] == 0:
@@ -140,7 +141,10 @@ def extract_split(
     done.unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     records = read_manifest(manifest)
-    jobs = [(r["id"], str(audio_path(r, manifest)), opts) for r in records]
+    jobs = [
+        (r["id"], str(audio_path(r, manifest)), opts, r.get("start"), r.get("duration"))
+        for r in records
+    ]
 
     index, skipped, offset = [], [], 0
     dim = opts.num_mel_bins * (1 + opts.deltas)

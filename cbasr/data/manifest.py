@@ -4,7 +4,9 @@ Every corpus preparation writes, per split, ``<split>.jsonl`` with at least::
 
     {"id": str, "audio": str, "duration": float, "speaker": str, "words": str}
 
-``audio`` is relative to the manifest's directory (or absolute). Phone-level corpora add
+``audio`` is relative to the manifest's directory (or absolute); an optional ``start``
+(seconds) makes the utterance the ``duration`` seconds of the file from there (Kaldi's
+``segments``). Phone-level corpora add
 ``phones`` (list of labels) and ``phone_starts`` (seconds); other fields pass through.
 Text-input corpora (Gigaword) have ``source`` (the input text) instead of ``audio`` and
 ``duration``.
