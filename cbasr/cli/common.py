@@ -6,6 +6,7 @@ import os
 import sys
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from cbasr.storage.lock import ExperimentLocked, lock_experiment
@@ -31,7 +32,7 @@ class ExperimentLockCallback(Callback):
 
     Hydra turns an exception raised here into a warning, so every refusal is an exit."""
 
-    def on_run_start(self, config, **kwargs) -> None:
+    def _check_required(self, config) -> None:
         prog = os.path.basename(sys.argv[0])
         job = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
         missing = sorted(OmegaConf.missing_keys(job))
@@ -42,13 +43,27 @@ class ExperimentLockCallback(Callback):
                 file=sys.stderr,
             )
             sys.exit(2)
+
+    def _lock(self, directory) -> None:
         if os.environ.get("RANK", "0") != "0":
             return
         try:
-            lock_experiment(config.hydra.run.dir)
+            lock_experiment(directory)
         except ExperimentLocked as error:
-            print(f"{prog}: {error}", file=sys.stderr)
+            print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
             sys.exit(1)
+
+    def on_run_start(self, config, **kwargs) -> None:
+        self._check_required(config)
+        self._lock(config.hydra.run.dir)
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        self._check_required(config)
+
+    def on_job_start(self, config, **kwargs) -> None:
+        """A sweep's job: its own directory (Hydra has written its ``.hydra/`` by now)."""
+        if config.hydra.mode == RunMode.MULTIRUN:
+            self._lock(config.hydra.runtime.output_dir)
 
 
 def one_line_errors(prog: str):

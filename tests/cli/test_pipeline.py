@@ -230,3 +230,25 @@ def test_a_second_start_on_a_running_experiment_is_refused_and_the_first_finishe
     assert (exp / "config.json").read_bytes() == config  # the refused run wrote nothing
     assert load_checkpoint(exp / "checkpoints/best.pt")["state"]["epoch"] >= 1
     assert json.loads((exp / "history.json").read_text())[-1]["epoch"] == 3
+
+
+def test_a_sweep_trains_each_combination_in_its_own_directory(tone_data, tmp_path):
+    sweep = tmp_path / "sweep"
+    run = train_cli(
+        tone_data,
+        sweep,
+        "-m",
+        "encoder.hidden=8,12",
+        "trainer.max_epochs=1",
+        "trainer.num_threads=1",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for hidden in (8, 12):
+        exp = sweep / f"encoder.hidden={hidden}"
+        config = json.loads((exp / "config.json").read_text())
+        assert config["encoder"]["hidden"] == hidden and config["exp_dir"] == str(exp)
+        assert (exp / "checkpoints/best.pt").is_file() and (exp / ".hydra/config.yaml").is_file()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == [
+        "encoder.hidden=12",
+        "encoder.hidden=8",
+    ]

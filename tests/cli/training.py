@@ -9,9 +9,13 @@ BIN = Path(sys.executable).parent
 
 
 def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
-    """A small BLSTM (one layer of 24) trained on ``tone_data``; ``overrides`` are Hydra's."""
+    """A small BLSTM (one layer of 24) trained on ``tone_data``; ``overrides`` are Hydra's
+    (``-m`` among them makes it a sweep)."""
+    flags = [o for o in overrides if o.startswith("-")]
+    overrides = [o for o in overrides if not o.startswith("-")]
     cmd = [
         str(BIN / "cbasr-train"),
+        *flags,
         f"exp_dir={exp}",
         f"data.manifest_dir={tone_data / 'corpus'}",
         f"data.feature_dir={tone_data / 'fbank'}",
