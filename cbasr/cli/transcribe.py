@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.data.audio import AudioError
 from cbasr.engines.recognizer import Recognizer
+from cbasr.progress import progress_bar
 
 log = logging.getLogger("cbasr-transcribe")
 
@@ -59,11 +59,6 @@ def audio_files(args) -> list[Path]:
     if not paths:
         raise SystemExit("cbasr-transcribe: no audio given: name files, directories or --list")
     return paths
-
-
-def progress_bar(items, desc: str, unit: str = "file"):
-    """A tqdm bar on stderr when it is a terminal; the bare iterable otherwise."""
-    return tqdm(items, desc=desc, unit=unit, disable=not sys.stderr.isatty(), leave=False)
 
 
 @one_line_errors("cbasr-transcribe")
@@ -114,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         **search,
     )
     feats, names, failed = [], [], []
-    for path in progress_bar(paths, "features"):
+    for path in progress_bar(paths, "features", unit="file"):
         try:
             feats.append(recognizer.features_of(path))
             names.append(str(path))
@@ -125,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         feats,
         names,
         timestamps=args.timestamps,
-        progress=lambda batches: progress_bar(batches, "search", "batch"),
+        progress=lambda batches: progress_bar(batches, "search", unit="batch"),
     )
     for result in results:
         if args.timestamps:

@@ -29,6 +29,7 @@ import torchaudio
 
 from cbasr.data.audio import AudioError, read_segment
 from cbasr.data.manifest import audio_path, read_manifest
+from cbasr.progress import progress_bar
 from cbasr.storage.files import write_json, write_text
 
 __all__ = [
@@ -152,7 +153,7 @@ def extract_split(
     total_sq = np.zeros(dim)
     tmp_bin = out_dir / "feats.bin.tmp"
     with open(tmp_bin, "wb") as fbin:
-        for utt_id, feats, reason in _map(jobs, workers):
+        for utt_id, feats, reason in progress_bar(_map(jobs, workers), out_dir.name, len(jobs)):
             if feats is None:
                 log.warning("skipping utterance %s: %s", utt_id, reason)
                 skipped.append(f"{utt_id}\t{reason}")

@@ -31,6 +31,7 @@ from cbasr.engines.decode import Experiment, frame_shift_seconds
 from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import LabelOrder
+from cbasr.progress import progress_bar
 from cbasr.storage.files import write_json, write_text
 
 __all__ = [
@@ -333,7 +334,8 @@ def align_split(
         plot_utt = (with_gold or [r["id"] for r, _ in usable] or [None])[0]
     ctm, errors, plotted = [], [], None
     lengths = [store.num_frames(r["id"]) for r, _ in usable]
-    for indices in BucketBatchSampler(lengths, max_frames, shuffle=False) if usable else []:
+    batches = list(BucketBatchSampler(lengths, max_frames, shuffle=False)) if usable else []
+    for indices in progress_bar(batches, f"aligning {Path(out_dir).name}", unit="batch"):
         feats = [exp.normalise(store[usable[i][0]["id"]]) for i in indices]
         lens = torch.tensor([f.shape[0] for f in feats], device=exp.device)
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)

@@ -20,6 +20,7 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
 from cbasr.engines.scoring import write_trn
+from cbasr.progress import progress_bar
 from cbasr.search import BeamSearchOptions, LabelScorer, beam_search, check_options, search_family
 from cbasr.storage.checkpoint import load_checkpoint
 from cbasr.storage.files import write_json, write_text
@@ -187,7 +188,8 @@ def decode_split(
     lengths = [store.num_frames(r["id"]) for r in usable]
     hyps: dict[str, list[str]] = {}
     start = time.perf_counter()
-    for indices in BucketBatchSampler(lengths, max_frames, shuffle=False):
+    batches = list(BucketBatchSampler(lengths, max_frames, shuffle=False))
+    for indices in progress_bar(batches, f"decoding {Path(out_dir).name}", unit="batch"):
         feats = [exp.normalise(store[usable[i]["id"]]) for i in indices]
         for i, hyp in zip(indices, decode_batch(exp, feats, options, lm)):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)

@@ -49,6 +49,7 @@ from cbasr.corpora.synth.synthesis import (
     synthesize_speaker,
 )
 from cbasr.corpora.synth.text import SentenceGenerator
+from cbasr.progress import progress_bar
 
 __all__ = [
     "FORMAT_VERSION",
@@ -245,7 +246,8 @@ def _run_jobs(
     skipped: list[SkippedUtterance] = []
     total = sum(len(job.utterances) for job in jobs)
     done, start, next_report = 0, time.monotonic(), 0.1
-    for job, (job_entries, job_skipped) in zip(jobs, _results(jobs, workers)):
+    results = progress_bar(_results(jobs, workers), "synthesizing", len(jobs), "speaker")
+    for job, (job_entries, job_skipped) in zip(jobs, results):
         entries[job.speaker.split] += job_entries
         skipped += job_skipped
         done += len(job.utterances)
