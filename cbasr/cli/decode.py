@@ -5,12 +5,16 @@
     cbasr-decode ... --beam 8 --lm exp/lm --lm-weight 0.3         # shallow fusion (LSTM LM or ARPA file)
     cbasr-decode ... --beam 8 --lm lm.arpa --lm-weight 1 --am-weight 2.5 --ilm-weight 0.9   # HAT eq. (9)
     cbasr-decode ... --beam 8 --cb-search label      # autoregressive CB: label- instead of frame-synchronous
+    cbasr-decode ... --splits dev --beam 8 --lm exp/lm --lm-weight 0.2,0.4,0.6 --label-bonus 0,0.5,1
+                                                     # a grid: each point decoded and scored, the
+                                                     # table in decode/grid_dev_*.md, the best named
 
 The search settings go to ``decode.json``; an existing decoding with the same checkpoint and
 settings is skipped (``--force`` redoes it).
 """
 
 import argparse
+import itertools
 import logging
 from pathlib import Path
 
@@ -24,8 +28,10 @@ from cbasr.engines.decode import (
     decode_split,
     is_decoded,
 )
+from cbasr.engines.scoring import score_decode_dir
 from cbasr.engines.training_options import select_device
 from cbasr.search import CB_SEARCHES, BeamSearchOptions, check_options, load_language_model
+from cbasr.storage.files import write_text
 
 log = logging.getLogger("cbasr-decode")
 
@@ -134,14 +140,20 @@ def main(argv: list[str] | None = None) -> None:
         help="external LM: a cbasr-train-lm directory or .pt checkpoint, or an ARPA file",
     )
     search.add_argument(
-        "--lm-weight", type=float, default=None, help="shallow-fusion weight (default 0.5)"
+        "--lm-weight",
+        default=None,
+        help="shallow-fusion weight (default 0.5); a comma-separated list is a grid",
     )
     search.add_argument("--am-weight", type=float, default=1.0, help="lambda_1 of HAT eq. (9)")
     search.add_argument(
-        "--ilm-weight", type=float, default=0.0, help="lambda_2 of HAT eq. (9): HAT models only"
+        "--ilm-weight",
+        default=None,
+        help="lambda_2 of HAT eq. (9): HAT models only; a list is a grid",
     )
     search.add_argument(
-        "--label-bonus", type=float, default=0.0, help="added to the score per label"
+        "--label-bonus",
+        default=None,
+        help="added to the score per label (default 0); a list is a grid",
     )
     search.add_argument(
         "--length-norm", action="store_true", help="rank final hypotheses by score per label"
@@ -165,16 +177,59 @@ def main(argv: list[str] | None = None) -> None:
         help="output to decode/<split>_<tag> (default: [<checkpoint>_]beam<N>[_lm<w>-<lm>...]; "
         "greedy: the checkpoint's name unless best)",
     )
+    parser.add_argument(
+        "--token-map",
+        type=Path,
+        help="grids: score on mapped tokens (TIMIT: data/timit/map_39.txt), as cbasr-score does",
+    )
     args = parser.parse_args(argv)
-    args.lm_weight_given = args.lm_weight is not None
-    if args.lm_weight is None:
-        args.lm_weight = 0.5
-    options = search_options(args)
+    grid = {
+        "lm_weight": _values(parser, "--lm-weight", args.lm_weight),
+        "label_bonus": _values(parser, "--label-bonus", args.label_bonus),
+        "ilm_weight": _values(parser, "--ilm-weight", args.ilm_weight),
+    }
+    args.lm_weight_given = grid["lm_weight"] is not None
+    grid["lm_weight"] = grid["lm_weight"] or [0.5]
+    grid["label_bonus"] = grid["label_bonus"] or [0.0]
+    grid["ilm_weight"] = grid["ilm_weight"] or [0.0]
+    points = [dict(zip(grid, values)) for values in itertools.product(*(grid[k] for k in grid))]
+    for point in points:  # refuse what needs a beam before loading anything
+        for key, value in point.items():
+            setattr(args, key, value)
+        search_options(args)
+    if len(points) > 1 and args.tag is not None:
+        raise SystemExit("cbasr-decode: a grid names each decoding itself: drop --tag")
     setup_logging()
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     exp = Experiment(args.exp_dir, args.checkpoint, select_device(args.device))
     lm = load_language_model(args.lm, exp.vocab.tokens, exp.device) if args.lm is not None else None
+    if len(points) == 1:
+        _decode(args, exp, lm, search_options(args))
+        return
+    rows = {split: [] for split in args.splits}
+    for point in points:
+        for key, value in point.items():
+            setattr(args, key, value)
+        for split, out_dir in _decode(args, exp, lm, search_options(args)).items():
+            score = score_decode_dir(out_dir, token_map=args.token_map)
+            rows[split].append((point, score, out_dir.name))
+    for split, found in rows.items():
+        _report_grid(args, split, found, [k for k in grid if len(grid[k]) > 1])
+
+
+def _values(parser, option: str, text: str | None) -> list[float] | None:
+    """A comma-separated list of numbers (one number: no grid); None when not given."""
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        parser.error(f"{option} takes a number or a comma-separated list, got {text!r}")
+
+
+def _decode(args, exp: Experiment, lm, options) -> dict[str, Path]:
+    """Decode every split with ``options`` (skipping up-to-date ones); their directories."""
     try:
         settings = decode_settings(exp, options, args.lm)
         if options is not None:
@@ -182,8 +237,10 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as e:
         raise SystemExit(f"cbasr-decode: {args.exp_dir}: {e}") from None
     tag = args.tag if args.tag is not None else default_tag(args)
+    out = {}
     for split in args.splits:
         out_dir = args.exp_dir / "decode" / decode_dir_name(split, tag)
+        out[split] = out_dir
         if is_decoded(exp, out_dir, settings) and not args.force:
             log.info(
                 "%s: already decoded with this checkpoint and these settings, skipping (--force to redo)",
@@ -209,6 +266,38 @@ def main(argv: list[str] | None = None) -> None:
             summary["skipped"],
             summary["rtf"] or 0,
         )
+    return out
+
+
+OPTION = {"lm_weight": "--lm-weight", "label_bonus": "--label-bonus", "ilm_weight": "--ilm-weight"}
+
+
+def _report_grid(args, split: str, rows: list, swept: list[str]) -> None:
+    """Write ``decode/grid_<split>_<name>.md`` (every point, best first), print it, and name
+    the best setting."""
+    rows = sorted(rows, key=lambda r: (r[1]["error_rate"], r[2]))
+    lines = [
+        f"Grid on {split} ({args.exp_dir}, beam {args.beam}"
+        + (f", LM {args.lm}" if args.lm else "")
+        + "); best first.\n",
+        "| " + " | ".join(OPTION[k] for k in swept) + " | error rate (%) | 95% CI | decoding |",
+        "|" + "---:|" * len(swept) + "---:|---|---|",
+    ]
+    for point, score, name in rows:
+        values = " | ".join(f"{point[k]:g}" for k in swept)
+        low, high = score["ci95"]
+        lines.append(f"| {values} | {score['error_rate']:.2f} | [{low:.2f}, {high:.2f}] | {name} |")
+    best_point, best_score, _ = rows[0]
+    choice = " ".join(f"{OPTION[k]} {best_point[k]:g}" for k in swept)
+    lines.append(
+        f"\nBest on {split}: {choice} ({best_score['error_rate']:.2f}%): decode the test set "
+        "with these."
+    )
+    text = "\n".join(lines) + "\n"
+    name = "grid_" + "_".join([split, *(k for k in swept)]) + ".md"
+    write_text(args.exp_dir / "decode" / name, text)
+    print(text)
+    log.info("%s: best %s (%.2f%%); table in %s", split, choice, best_score["error_rate"], name)
 
 
 if __name__ == "__main__":
