@@ -4,6 +4,8 @@
     cbasr-prepare wsj --corpus-dir /data/wsj --out data/wsj
     cbasr-prepare gigaword --corpus-dir /data/gigaword --out data/gigaword
     cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes]
+    cbasr-prepare lhotse --manifests train=cuts_train.jsonl.gz dev=recordings_dev.jsonl.gz \
+        dev=supervisions_dev.jsonl.gz --out data/mine
 
 ``--min-duration`` / ``--max-duration`` (seconds) leave out utterances outside the range, counted
 in ``skipped.tsv`` with the reason.
@@ -30,8 +32,22 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="corpus", required=True)
-    for name in ("timit", "wsj", "gigaword", "kaldi"):
+    for name in ("timit", "wsj", "gigaword", "kaldi", "lhotse"):
         p = sub.add_parser(name)
+        if name == "lhotse":
+            p.add_argument(
+                "--manifests",
+                required=True,
+                nargs="+",
+                metavar="SPLIT=FILE",
+                help="lhotse .jsonl(.gz) manifests by split: cuts, or recordings and supervisions",
+            )
+        if name in ("kaldi", "lhotse"):
+            p.add_argument(
+                "--run-pipes",
+                action="store_true",
+                help="run audio commands ('... |') once each and store their audio in OUT/audio",
+            )
         if name == "kaldi":
             p.add_argument(
                 "--data-dir", required=True, type=Path, nargs="+", help="Kaldi data directories"
@@ -39,12 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument(
                 "--splits", nargs="+", help="their split names (default: the directory names)"
             )
-            p.add_argument(
-                "--run-pipes",
-                action="store_true",
-                help="run wav.scp commands ('... |') once each and store their audio in OUT/audio",
-            )
-        else:
+        elif name != "lhotse":
             p.add_argument("--corpus-dir", required=True, type=Path)
             p.add_argument(
                 "--allow-partial",
@@ -76,6 +87,16 @@ def main(argv: list[str] | None = None) -> None:
             from cbasr.corpora.wsj import prepare_wsj
 
             prepare_wsj(args.corpus_dir, args.out, not args.allow_partial, durations)
+        elif args.corpus == "lhotse":
+            from cbasr.corpora.lhotse import prepare_lhotse
+
+            manifests: dict[str, list[str]] = {}
+            for item in args.manifests:
+                split, sep, path = item.partition("=")
+                if not sep or not split or not path:
+                    raise SystemExit(f"cbasr-prepare: --manifests takes SPLIT=FILE, got {item!r}")
+                manifests.setdefault(split, []).append(path)
+            prepare_lhotse(manifests, args.out, args.run_pipes, durations)
         elif args.corpus == "kaldi":
             from cbasr.corpora.kaldi import prepare_kaldi
 

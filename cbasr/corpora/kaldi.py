@@ -25,7 +25,7 @@ import soundfile
 from cbasr.corpora.prepare import CorpusError, DurationFilter, PreparedCorpus
 from cbasr.data.audio import AudioError, read_audio
 
-__all__ = ["read_table", "prepare_kaldi"]
+__all__ = ["read_table", "recording_path", "prepare_kaldi"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def _duration(path: Path) -> float:
     return len(samples) / rate
 
 
-def _recording_path(rec: str, entry: str, data_dir: Path, audio_dir: Path, run_pipes: bool) -> Path:
+def recording_path(rec: str, entry: str, data_dir: Path, audio_dir: Path, run_pipes: bool) -> Path:
     """The audio file of a ``wav.scp`` entry (running its command when allowed)."""
     if entry.endswith("|"):
         command = entry[:-1].strip()
@@ -128,7 +128,7 @@ def _split_utterances(
             continue
         if rec not in recordings:
             try:
-                path = _recording_path(rec, wav_scp[rec][0], data_dir, audio_dir, run_pipes)
+                path = recording_path(rec, wav_scp[rec][0], data_dir, audio_dir, run_pipes)
                 recordings[rec] = (path, _duration(path))
             except AudioError as e:
                 recordings[rec] = str(e)
@@ -151,7 +151,7 @@ def _split_utterances(
                     )
                 )
                 continue
-            record.update(start=start, duration=round(stop - start, 4))
+            record.update(start=start, duration=stop - start)
         else:
             record["duration"] = round(length, 4)
         record["speaker"] = utt2spk[utt][0] if utt2spk and utt in utt2spk else utt

@@ -148,3 +148,118 @@ def test_duration_limits_are_counted_skips(kaldi_dirs, tmp_path):
     assert reasons.count("above --max-duration 0.5") == 160 - len(kept)
     with pytest.raises(ValueError, match="need 0 <= min < max"):
         DurationFilter(2.0, 1.0)
+
+
+def _write_jsonl_gz(path, records):
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_lhotse_cuts_and_recording_supervision_pairs(tone_data, kaldi_dirs, tmp_path):
+    corpus = tone_data / "corpus"
+    train = _manifest(corpus / "train.jsonl")[:20]
+
+    def recording(rec_id, path, duration, sources=None):
+        return {
+            "id": rec_id,
+            "sources": sources or [{"type": "file", "channels": [0], "source": str(path)}],
+            "sampling_rate": 16000,
+            "num_samples": int(duration * 16000),
+            "duration": duration,
+            "channel_ids": [0],
+        }
+
+    cuts = []
+    for r in train:  # a cut per file, starting 0.05 s in; its supervision counts from there
+        sup = {
+            "id": r["id"],
+            "recording_id": r["id"],
+            "start": 0.0,
+            "duration": r["duration"] - 0.05,
+            "channel": 0,
+            "text": r["words"],
+            "speaker": r["speaker"],
+        }
+        cuts.append(
+            {
+                "id": f"cut-{r['id']}",
+                "start": 0.05,
+                "duration": r["duration"] - 0.05,
+                "channel": 0,
+                "supervisions": [sup],
+                "recording": recording(r["id"], corpus / r["audio"], r["duration"]),
+                "type": "MonoCut",
+            }
+        )
+    cuts[0]["supervisions"][0]["text"] = " "
+    cuts[1]["recording"]["sources"] = [{"type": "url", "channels": [0], "source": "http://x"}]
+    _write_jsonl_gz(tmp_path / "cuts_train.jsonl.gz", cuts)
+    dev = _manifest(corpus / "dev.jsonl")
+    recordings, supervisions = [], []
+    for n in range(0, len(dev), 2):
+        path = kaldi_dirs / "audio" / f"rec{n // 2}.wav"
+        first = soundfile.info(corpus / dev[n]["audio"]).duration
+        total = soundfile.info(path).duration
+        recordings.append(recording(f"rec{n // 2}", path, total))
+        for r, start, length in ((dev[n], 0.0, first), (dev[n + 1], first, total - first)):
+            supervisions.append(
+                {
+                    "id": r["id"],
+                    "recording_id": f"rec{n // 2}",
+                    "start": start,
+                    "duration": length,
+                    "channel": 0,
+                    "text": r["words"],
+                    "speaker": r["speaker"],
+                }
+            )
+    supervisions.append(
+        {
+            "id": "beyond",
+            "recording_id": "rec0",
+            "start": 0.5,
+            "duration": 60.0,
+            "channel": 0,
+            "text": "a",
+        }
+    )
+    _write_jsonl_gz(tmp_path / "recordings_dev.jsonl.gz", recordings)
+    (tmp_path / "supervisions_dev.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in supervisions)
+    )
+    out = tmp_path / "out"
+    prepare.main(
+        [
+            "lhotse",
+            "--manifests",
+            f"train={tmp_path / 'cuts_train.jsonl.gz'}",
+            f"dev={tmp_path / 'recordings_dev.jsonl.gz'}",
+            f"dev={tmp_path / 'supervisions_dev.jsonl'}",
+            "--out",
+            str(out),
+        ]
+    )
+    kept = _manifest(out / "train.jsonl")
+    assert len(kept) == 18 and all(r["start"] == 0.05 for r in kept)
+    skipped = (out / "skipped.tsv").read_text()
+    assert "empty text" in skipped and "'url' audio source" in skipped
+    assert "beyond recording rec0" in skipped and len(skipped.splitlines()) == 3
+    features.main(
+        [
+            "--manifest-dir",
+            str(out),
+            "--out",
+            str(tmp_path / "fbank"),
+            "--splits",
+            "dev",
+            "--num-mel-bins",
+            "40",
+            "--workers",
+            "0",
+        ]
+    )
+    ours, theirs = FeatureStore(tmp_path / "fbank/dev"), FeatureStore(tone_data / "fbank/dev")
+    for utt in theirs.index:
+        assert torch.equal(ours[utt], theirs[utt]), utt
