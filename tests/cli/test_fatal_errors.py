@@ -124,8 +124,15 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
     ],
     ids=lambda c: c[0].rsplit(".", 1)[1],
 )
-def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command):
-    args = [a.format(missing=tmp_path / "nowhere", out=tmp_path / "out") for a in command]
+@pytest.mark.parametrize("kind", ["missing", "a regular file"])
+def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kind):
+    """A missing path, or a regular file where a directory (or a file's parent) is expected,
+    with the outputs under that regular file."""
+    out = tmp_path / "out"
+    if kind == "a regular file":
+        (tmp_path / "nowhere").write_text("a file, not a directory\n")
+        out = tmp_path / "nowhere" / "out"
+    args = [a.format(missing=tmp_path / "nowhere", out=out) for a in command]
     out = subprocess.run(
         [sys.executable, "-m", *args],
         capture_output=True,

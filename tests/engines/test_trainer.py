@@ -135,6 +135,27 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tone_data, tmp_pa
     assert t.state.epoch == 2 and t.state.history[:1] == history[:1]  # epoch 2 trained again
 
 
+def test_a_truncated_best_pt_harms_neither_resume_nor_the_next_best(tone_data, tmp_path):
+    """last.pt still loads: the run resumes from it; the next better epoch rewrites best.pt
+    whole; decoding the truncated best.pt meanwhile fails naming the file."""
+    from cbasr.engines.decode import Experiment
+    from cbasr.storage.checkpoint import load_checkpoint
+
+    exp = tmp_path / "exp"
+    by_loss = "trainer.best_metric=valid_loss"
+    train(make_cfg(tone_data, exp, "trainer.max_epochs=1", by_loss), exp)
+    best = exp / "checkpoints/best.pt"
+    best.write_bytes(best.read_bytes()[: best.stat().st_size // 2])
+    with pytest.raises(RuntimeError, match="best.pt"):
+        Experiment(exp, "best")
+    t = train(make_cfg(tone_data, exp, "trainer.max_epochs=4", by_loss), exp)
+    assert t.state.epoch == 4 and len(t.state.history) == 4
+    best_epoch = min(t.state.history, key=lambda h: h["valid_loss"])["epoch"]
+    assert best_epoch > 1  # a later epoch was better and rewrote best.pt
+    assert load_checkpoint(best, "cpu")["state"]["epoch"] == best_epoch
+    assert Experiment(exp, "best").epoch == best_epoch
+
+
 def test_a_fresh_start_over_an_earlier_run_needs_resume_never(tone_data, tmp_path, caplog):
     exp = tmp_path / "exp"
     train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
