@@ -257,13 +257,14 @@ def _decode(args, exp: Experiment, lm, options) -> dict[str, Path]:
             lm_path=args.lm,
         )
         log.info(
-            "%s: decoded %d utterances with the %s checkpoint (epoch %d), %s; %d skipped; RTF %.4f",
+            "%s: decoded %d utterances with the %s checkpoint (epoch %d), %s; %d failed "
+            "(no features: empty hypotheses); RTF %.4f",
             out_dir,
             summary["utts"],
             args.checkpoint,
             summary["epoch"],
             "greedy" if options is None else f"beam {options.beam}",
-            summary["skipped"],
+            summary["failed"],
             summary["rtf"] or 0,
         )
     return out

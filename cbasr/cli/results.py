@@ -16,7 +16,7 @@ from cbasr.engines.scoring import check_score_is_current
 def results_table(exp_dirs: list[Path]) -> str:
     """A Markdown table with a row per (experiment, scored decoding directory)."""
     lines = [
-        "| experiment | split | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | skipped | epoch "
+        "| experiment | split | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | failed | epoch "
         "| decode |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -28,7 +28,7 @@ def results_table(exp_dirs: list[Path]) -> str:
             lines.append(
                 f"| {exp.name} | {score_file.parent.name} | {s['error_rate']:.2f} | {ci} | {s['sub']} | "
                 f"{s['del']} | {s['ins']} | {s['ref_tokens']} | {s['utts']} | "
-                f"{s.get('skipped', 0)} | {s.get('epoch', '')} | {describe_settings(s.get('settings'))} |"
+                f"{_failed(s)} | {s.get('epoch', '')} | {describe_settings(s.get('settings'))} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> None:
         print(results_table(scored), end="")
     except ValueError as error:
         parser.exit(1, f"cbasr-results: {error}\n")
+
+
+def _failed(score: dict) -> str:
+    """Failed utterances (scored as empty hypotheses); older decodings left theirs out."""
+    left_out = score.get("skipped", 0)
+    return f"{score.get('failed', 0)}" + (f" ({left_out} left out)" if left_out else "")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
             rouge=args.rouge,
         )
         log.info(
-            "%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d skipped)",
+            "%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d failed)",
             name,
             s["error_rate"],
             *s["ci95"],
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
             s["ins"],
             s["ref_tokens"],
             s["utts"],
-            s.get("skipped", 0),
+            s.get("failed", 0) + s.get("skipped", 0),
         )
         if s.get("empty_refs") or s.get("oov_ref_utts"):
             log.warning(

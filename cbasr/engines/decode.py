@@ -169,9 +169,10 @@ def decode_split(
         options: beam search options; None decodes greedily (the model's ``greedy_decode``).
         lm: an external LM for shallow fusion (beam search only), loaded from ``lm_path``.
 
-    Utterances without features (unreadable audio) cannot be decoded: they are listed in
-    ``out_dir/skipped.tsv``, counted in the returned summary and in ``decode.json``, and
-    left out of both trn files, so the score says on how many utterances it was computed.
+    Utterances without features (unreadable audio) cannot be decoded: they are failures, not
+    missing rows. Each gets an empty hypothesis in ``hyp.trn`` beside its reference (so its
+    tokens count as deletions), is listed in ``out_dir/skipped.tsv`` and counted as
+    ``failed`` in the returned summary, ``decode.json`` and the score.
     """
     settings = decode_settings(exp, options, lm_path if lm is not None else None)
     if options is not None:
@@ -197,7 +198,8 @@ def decode_split(
     audio = (
         0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
     )
-    refs = {r["id"]: tokens_of(r, exp.units) for r in usable}
+    hyps.update({u: [] for u in skipped})  # failures score as empty hypotheses
+    refs = {r["id"]: tokens_of(r, exp.units) for r in records}
     empty_refs = sorted(u for u, tokens in refs.items() if not tokens)
     oov = {u: sorted({t for t in tokens if t not in exp.vocab}) for u, tokens in refs.items()}
     oov = {u: tokens for u, tokens in oov.items() if tokens}
@@ -215,12 +217,16 @@ def decode_split(
             len(oov),
             list(oov.items())[:3],
         )
-    write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in usable])
-    write_trn(out_dir / "ref.trn", [(r["id"], refs[r["id"]]) for r in usable])
+    write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in records])
+    write_trn(out_dir / "ref.trn", [(r["id"], refs[r["id"]]) for r in records])
     write_text(
-        out_dir / "utt2spk", "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in usable)
+        out_dir / "utt2spk",
+        "".join(f"{r['id']} {r.get('speaker', 'unknown')}\n" for r in records),
     )
-    write_text(out_dir / "skipped.tsv", "".join(f"{u}\tno features\n" for u in skipped))
+    write_text(
+        out_dir / "skipped.tsv",
+        "".join(f"{u}\tno features: scored as an empty hypothesis\n" for u in skipped),
+    )
     summary = {
         "manifest": str(manifest),
         "checkpoint": exp.checkpoint,
@@ -229,8 +235,9 @@ def decode_split(
         "search": settings["search"],
         "settings": settings,
         "units": exp.units,
-        "utts": len(usable),
-        "skipped": len(skipped),
+        "utts": len(records),
+        "failed": len(skipped),
+        "skipped": 0,  # nothing is left out of the score any more (older decodings: left out)
         "empty_refs": len(empty_refs),
         "oov_ref_utts": len(oov),
         "oov_ref_tokens": sorted({t for tokens in oov.values() for t in tokens}),

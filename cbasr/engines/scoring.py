@@ -354,6 +354,7 @@ def score_decode_dir(
         info = json.loads(info_path.read_text())
         score.update(
             skipped=info["skipped"],
+            failed=info.get("failed", 0),
             empty_refs=info.get("empty_refs", 0),
             oov_ref_utts=info.get("oov_ref_utts", 0),
             checkpoint=info["checkpoint"],

@@ -54,7 +54,7 @@ def test_train_decode_score_results(tone_data, trained, capsys):
     assert table.count(f"| {trained.name} |") == 2 and "| dev |" in table
 
 
-def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, tmp_path):
+def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, tmp_path, capsys):
     corpus = [
         json.loads(line) for line in (tone_data / "corpus/dev.jsonl").read_text().splitlines()
     ]
@@ -78,10 +78,21 @@ def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, 
     )
     score.main(["--exp-dir", str(exp), "--splits", "dev"])
     s = json.loads((exp / "decode/dev/score.json").read_text())
-    assert (s["utts"], s["skipped"]) == (16, 1)
-    assert (exp / "decode/dev/skipped.tsv").read_text() == "ghost\tno features\n"
+    assert (s["utts"], s["failed"], s["skipped"]) == (17, 1, 0)
+    assert (exp / "decode/dev/skipped.tsv").read_text().startswith("ghost\tno features")
+    # the failure is a row of the score: an empty hypothesis, its reference all deletions
+    assert "(ghost)" in (exp / "decode/dev/hyp.trn").read_text().splitlines()[-1]
+    per_utt = {
+        line.split("\t")[0]: line
+        for line in (exp / "decode/dev/per_utt.tsv").read_text().splitlines()
+    }
+    ghost = per_utt["ghost"].split("\t")
+    assert ghost[-3:] == ["0", ghost[2], "0"] and int(ghost[2]) == len(corpus[0]["phones"])
+    capsys.readouterr()
+    results.main([str(exp)])
+    assert "| 17 | 1 |" in capsys.readouterr().out
     (exp / "decode/dev/hyp.trn").write_text("a (dev-0000)\n")
-    with pytest.raises(ValueError, match="hyp.trn lacks 15 utterances"):
+    with pytest.raises(ValueError, match="hyp.trn lacks 16 utterances"):
         score.main(["--exp-dir", str(exp), "--splits", "dev"])
 
 

@@ -99,7 +99,7 @@ def test_wsj_recipe_end_to_end(tmp_path):
     score = json.loads((exp / "decode" / "eval92" / "score.json").read_text())
     assert score["utts"] == 2 and "words" in score  # character error rate plus the WER
     dev = json.loads((exp / "decode" / "dev93" / "decode.json").read_text())
-    assert dev["utts"] == 1 and dev["skipped"] == 1  # the truncated .wv1: no features
+    assert dev["utts"] == 2 and dev["failed"] == 1  # the truncated .wv1: an empty hypothesis
 
 
 def test_gigaword_recipe_end_to_end(tmp_path):
