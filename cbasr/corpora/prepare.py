@@ -11,12 +11,14 @@ missing) is redone from scratch, never trusted.
 import json
 import logging
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from cbasr.storage.files import write_json, write_jsonl, write_text
 
-__all__ = ["CorpusError", "corpus_error", "PreparedCorpus", "DurationFilter"]
+__all__ = ["CorpusError", "corpus_error", "PreparedCorpus", "DurationFilter", "walk_files"]
 
 log = logging.getLogger(__name__)
 MARKER = ".done"
@@ -28,6 +30,21 @@ class CorpusError(ValueError):
 
 def corpus_error(corpus: str, path: Path, expected: str, found) -> CorpusError:
     return CorpusError(f"{path} does not look like {corpus}: expected {expected}; found {found}")
+
+
+def walk_files(root: str | Path) -> Iterator[Path]:
+    """Every file below ``root`` in sorted order, following directory symlinks (copies assembled
+    from several drives) and visiting each real directory once (a link cycle ends there)."""
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        status = os.stat(dirpath)
+        if (status.st_dev, status.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        dirnames.sort()
+        for name in sorted(filenames):
+            yield Path(dirpath) / name
 
 
 @dataclass(frozen=True)

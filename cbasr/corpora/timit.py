@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 
 from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error
-from cbasr.data.audio import AudioError
+from cbasr.data.audio import AudioError, read_audio
 from cbasr.data.sphere import SphereError, expected_pcm_bytes, read_header
 
 __all__ = [
@@ -143,17 +143,26 @@ def _utterance(wav: Path, speaker: str, phone_set: str) -> dict:
     sibling = {s.suffix.lower(): s for s in wav.parent.glob(wav.name.split(".")[0] + ".*")}
     if ".phn" not in sibling:
         raise ValueError(f"{wav}: no .PHN transcription next to it")
-    try:
-        header = read_header(wav)
-    except SphereError as e:
-        raise AudioError(str(e)) from e
-    expected = expected_pcm_bytes(header)
-    if expected is not None and wav.stat().st_size < expected:
-        raise AudioError(
-            f"{wav}: truncated: the SPHERE header promises {header['sample_count']} samples "
-            f"({expected} bytes), the file has {wav.stat().st_size} bytes"
-        )
+    with open(wav, "rb") as f:
+        sphere = f.read(7) == b"NIST_1A"
+    if sphere:
+        try:
+            header = read_header(wav)
+        except SphereError as e:
+            raise AudioError(str(e)) from e
+        expected = expected_pcm_bytes(header)
+        if expected is not None and wav.stat().st_size < expected:
+            raise AudioError(
+                f"{wav}: truncated: the SPHERE header promises {header['sample_count']} samples "
+                f"({expected} bytes), the file has {wav.stat().st_size} bytes"
+            )
+        duration = header["sample_count"] / header.get("sample_rate", SAMPLE_RATE)
+    else:  # converted in place (RIFF, FLAC): read by content, truncation checked
+        samples, rate = read_audio(wav)
+        duration = len(samples) / rate
     phn = _read_labels(sibling[".phn"])
+    if not phn:
+        raise ValueError(f"{sibling['.phn']}: an empty transcription")
     unknown = sorted({p for _, _, p in phn} - set(PHONES_61))
     if unknown:
         raise ValueError(f"{sibling['.phn']}: labels outside the 61-phone set: {unknown}")
@@ -169,7 +178,7 @@ def _utterance(wav: Path, speaker: str, phone_set: str) -> dict:
     return {
         "id": f"{speaker}_{utt}",
         "audio": str(wav.resolve()),
-        "duration": round(header["sample_count"] / header.get("sample_rate", SAMPLE_RATE), 4),
+        "duration": round(duration, 4),
         "speaker": speaker,
         "words": " ".join(words).lower(),
         "phones": [p for _, p in kept],
@@ -240,13 +249,14 @@ def prepare_timit(
                 skipped.append((split, f"{speaker}_{wav.stem.lower()}", str(e)))
     for split_records in records.values():
         split_records.sort(key=lambda r: r["id"])
-    found = {split: len(r) + sum(s == split for s, _, _ in skipped) for split, r in records.items()}
-    if strict and found != EXPECTED:
+    kept = {split: len(r) for split, r in records.items()}
+    if strict and kept != EXPECTED:
         raise corpus_error(
             "TIMIT",
             corpus_dir,
             f"SI and SX utterances per split {EXPECTED}",
-            f"{found}; pass --allow-partial to prepare a subset",
+            f"{kept} usable ({len(skipped)} skipped: see the warnings); pass --allow-partial "
+            "to prepare a subset",
         )
     inventory = PHONES_61 if phone_set == "61" else PHONES_48
     extra = {

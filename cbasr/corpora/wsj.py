@@ -16,7 +16,7 @@ import logging
 import re
 from pathlib import Path
 
-from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error
+from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error, walk_files
 from cbasr.data.audio import AudioError
 from cbasr.data.sphere import SphereError, read_header
 
@@ -101,7 +101,7 @@ def read_index(path: Path) -> list[tuple[str, str]]:
 def read_dots(root: Path) -> dict[str, str]:
     """``{utterance id: raw transcript}`` from every ``.dot`` file under ``root``."""
     texts = {}
-    for dot in sorted(p for p in root.rglob("*") if p.suffix.lower() == ".dot"):
+    for dot in (p for p in walk_files(root) if p.suffix.lower() == ".dot"):
         for line in dot.read_text(encoding="latin-1").splitlines():
             match = re.match(r"^(.*)\((\w+)\)\s*$", line)
             if match:
@@ -137,10 +137,18 @@ class _Layout:
             + [self.root / relative]
         )
         for path in candidates:
-            for variant in (path, path.with_name(path.name.upper()), Path(str(path).upper())):
+            for variant in (path, path.with_name(path.name.upper()), self._upper(path)):
                 if variant.is_file():
                     return variant
         return None
+
+    def _upper(self, path: Path) -> Path:
+        """``path`` with its part inside the corpus upper-cased (upper-case copies of the
+        discs), the corpus's own location left as it is."""
+        try:
+            return self.root / str(path.relative_to(self.root)).upper()
+        except ValueError:
+            return path
 
 
 def _utterance(path: Path, utt: str, transcripts: dict[str, str]) -> dict:

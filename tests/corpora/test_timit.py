@@ -124,7 +124,8 @@ def test_not_timit_or_not_all_of_it_says_what_was_expected(tmp_path):
     with pytest.raises(
         CorpusError,
         match=r"expected SI and SX utterances per split \{'train': 3696, "
-        r"'dev': 400, 'test': 192\}; found \{'train': 8, 'dev': 3, 'test': 6\}",
+        r"'dev': 400, 'test': 192\}; found \{'train': 7, 'dev': 3, 'test': 6\} usable "
+        r"\(1 skipped",
     ):
         prepare_timit(corpus, tmp_path / "out")
     with pytest.raises(ValueError, match="phone_set"):
@@ -152,3 +153,33 @@ def test_cli_exits_with_the_message(tmp_path, capsys):
     )
     assert len((tmp_path / "out" / "phones.txt").read_text().splitlines()) == 61
     assert timit.EXPECTED["test"] == 192
+
+
+def test_riff_wav_files_are_read_and_empty_phn_files_skipped(tmp_path):
+    """Copies converted in place (RIFF inside .WAV) give the same utterances and durations; an
+    empty .PHN is a counted skip; strict counts compare what was kept."""
+    import soundfile
+
+    from cbasr.data.audio import read_audio
+
+    corpus = make_fake_timit(tmp_path / "corpus", truncate=None)
+    prepare_timit(corpus.parent, tmp_path / "sphere", "48", strict=False)
+    for wav in [p for p in corpus.rglob("*") if p.suffix == ".WAV" and p.name.count(".") == 1]:
+        samples, rate = read_audio(wav)
+        soundfile.write(wav, samples, rate, subtype="PCM_16", format="WAV")
+    phn = next(p for p in corpus.rglob("SX127.PHN"))
+    phn.write_text("")
+    summary = prepare_timit(corpus.parent, tmp_path / "riff", "48", strict=False)
+    sphere = {
+        r["id"]: r
+        for s in ("train", "dev", "test")
+        for r in _manifest(tmp_path / "sphere" / f"{s}.jsonl")
+    }
+    riff = {
+        r["id"]: r
+        for s in ("train", "dev", "test")
+        for r in _manifest(tmp_path / "riff" / f"{s}.jsonl")
+    }
+    assert set(sphere) - set(riff) == {"fcjf0_sx127"} and summary["skipped"] == 1
+    assert all(riff[u]["duration"] == sphere[u]["duration"] for u in riff)
+    assert "an empty transcription" in (tmp_path / "riff" / "skipped.tsv").read_text()

@@ -133,3 +133,30 @@ def test_features_skip_the_truncated_utterance_by_path(tmp_path):
     assert (
         line.startswith(f"{TRUNCATED}\t") and f"{TRUNCATED}.wv1: " in line and "truncated" in line
     )
+
+
+def test_disc_directories_through_symlinks_and_an_upper_case_copy(tmp_path):
+    """Discs assembled from several drives (symbolic links, one of them a cycle) and an
+    upper-case copy under a lower-case parent prepare the same utterances as the plain copy."""
+    import os
+    import shutil
+
+    corpus = make_fake_wsj(tmp_path / "wsj")
+    prepare_wsj(corpus, tmp_path / "plain", strict=False)
+    plain = {s: _ids(tmp_path / "plain", s) for s in ("si84", "dev93", "eval92")}
+    assert sum(map(len, plain.values())) > 0
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    for disc in corpus.iterdir():
+        drive = tmp_path / "drives" / disc.name
+        shutil.copytree(disc, drive)
+        os.symlink(drive, linked / disc.name)
+    os.symlink(linked, linked / next(iter(sorted(corpus.iterdir()))).name / "loop")
+    prepare_wsj(linked, tmp_path / "out_linked", strict=False)
+    assert {s: _ids(tmp_path / "out_linked", s) for s in plain} == plain
+    upper = tmp_path / "lower-case parent" / "wsj"
+    shutil.copytree(corpus, upper)
+    for path in sorted(upper.rglob("*"), key=lambda p: -len(p.parts)):
+        path.rename(path.with_name(path.name.upper()))
+    prepare_wsj(upper, tmp_path / "out_upper", strict=False)
+    assert {s: _ids(tmp_path / "out_upper", s) for s in plain} == plain
