@@ -6,12 +6,15 @@ Both released layouts of the preprocessed pairs:
 - ``sumdata/train/{train.article.txt, train.title.txt, valid.article.filter.txt,
   valid.title.filter.txt}`` with the test set in ``sumdata/Giga/{input.txt, task1_ref0.txt}``.
 
-The text is already lower-cased and tokenised (digits as ``#``, rare words ``<unk>``, test
+Each file may be gzip-compressed (``train.article.txt.gz``, as the ``sumdata`` release is often
+kept), and ``--corpus-dir`` may name the layout's directory itself (``.../sumdata``) or its
+parent. The text is already lower-cased and tokenised (digits as ``#``, rare words ``<unk>``, test
 ``UNK``): it is kept as is. A manifest line is ``{"id", "source", "words", "speaker"}``:
 ``source`` the article's first sentence (the model's input, one frame per source token after
 the token-embedding front end), ``words`` the headline (the target). Splits: train, dev, test.
 """
 
+import gzip
 import logging
 from itertools import zip_longest
 from pathlib import Path
@@ -37,32 +40,50 @@ LAYOUTS = {
 EXPECTED = {"train": 3_803_957, "dev": 189_651, "test": 1_951}
 
 
+def _file(root: Path, relative: str) -> Path | None:
+    """``root / relative``, or its gzip-compressed ``.gz`` copy; None if neither exists."""
+    for path in (root / relative, root / f"{relative}.gz"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _open(path: Path):
+    return (
+        gzip.open(path, "rt", encoding="utf-8")
+        if path.suffix == ".gz"
+        else open(path, encoding="utf-8")
+    )
+
+
 def _find_layout(corpus_dir: Path) -> tuple[Path, str]:
-    for root in (
-        (corpus_dir, *sorted(p for p in corpus_dir.iterdir() if p.is_dir()))
+    roots = (
+        (corpus_dir, *sorted(p for p in corpus_dir.iterdir() if p.is_dir()), corpus_dir.parent)
         if corpus_dir.is_dir()
         else ()
-    ):
+    )
+    for root in roots:
         for name, files in LAYOUTS.items():
-            if all(
-                (root / src).is_file() and (root / tgt).is_file() for src, tgt in files.values()
-            ):
+            if all(_file(root, src) and _file(root, tgt) for src, tgt in files.values()):
                 return root, name
     found = (
         sorted(p.name for p in corpus_dir.iterdir())
         if corpus_dir.is_dir()
         else "nothing (no such directory)"
     )
-    expected = " or ".join(
-        f"{name}/ with " + ", ".join(f for pair in files.values() for f in pair)
-        for name, files in LAYOUTS.items()
+    expected = (
+        " or ".join(
+            f"{name}/ with " + ", ".join(f for pair in files.values() for f in pair)
+            for name, files in LAYOUTS.items()
+        )
+        + " (each plain or .gz)"
     )
     raise corpus_error("Gigaword", corpus_dir, expected, found)
 
 
 def _pairs(root: Path, source: str, target: str, split: str, skipped: list):
     """Aligned (id, source, target) lines; a length mismatch is an error naming both files."""
-    with open(root / source, encoding="utf-8") as src, open(root / target, encoding="utf-8") as tgt:
+    with _open(_file(root, source)) as src, _open(_file(root, target)) as tgt:
         for n, (article, title) in enumerate(zip_longest(src, tgt), start=1):
             if article is None or title is None:
                 raise corpus_error(

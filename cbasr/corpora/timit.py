@@ -16,6 +16,7 @@ of ``phones`` (seconds, the gold boundaries for alignment error).
 """
 
 import logging
+import re
 from pathlib import Path
 
 from cbasr.corpora.prepare import DurationFilter, PreparedCorpus, corpus_error
@@ -137,6 +138,13 @@ def _read_labels(path: Path) -> list[tuple[int, int, str]]:
     return lines
 
 
+def _txt_words(path: Path) -> list[str]:
+    """The words of a ``.TXT`` transcription (``<begin> <end> text.``): lower-cased, punctuation
+    removed as in the ``.WRD`` files (apostrophes and word-internal hyphens kept)."""
+    text = " ".join(path.read_text(encoding="latin-1").split()[2:]).lower()
+    return [w.strip("-'") for w in re.sub(r"[^a-z0-9'\- ]", " ", text).split() if w.strip("-'")]
+
+
 def _utterance(wav: Path, speaker: str, phone_set: str) -> dict:
     """The manifest record of one utterance; raises ValueError / AudioError naming the file."""
     utt = wav.name.split(".")[0].lower()
@@ -171,7 +179,7 @@ def _utterance(wav: Path, speaker: str, phone_set: str) -> dict:
     words = (
         [w for _, _, w in _read_labels(sibling[".wrd"])]
         if ".wrd" in sibling
-        else sibling[".txt"].read_text(encoding="latin-1").split()[2:]
+        else _txt_words(sibling[".txt"])
         if ".txt" in sibling
         else []
     )

@@ -43,3 +43,21 @@ def test_wrong_trees_say_what_was_expected(tmp_path):
         f.write("one headline too many\n")
     with pytest.raises(CorpusError, match=r"one line per pair; found the source ends at line 2"):
         prepare_gigaword(tmp_path / "giga", tmp_path / "out", strict=False)
+
+
+def test_sumdata_as_kept_gzip_files_named_by_its_own_directory(tmp_path):
+    """The sumdata release with gzip-compressed .txt files, --corpus-dir naming sumdata/ itself."""
+    import gzip
+
+    make_fake_gigaword(tmp_path / "giga", "sumdata")
+    prepare_gigaword(tmp_path / "giga", tmp_path / "plain", strict=False)
+    for path in list((tmp_path / "giga").rglob("*.txt")):
+        with gzip.open(f"{path}.gz", "wt", encoding="utf-8") as f:
+            f.write(path.read_text(encoding="utf-8"))
+        path.unlink()
+    summary = prepare_gigaword(tmp_path / "giga" / "sumdata", tmp_path / "out", strict=False)
+    assert summary["utterances"] == {"train": 3, "dev": 2, "test": 2}
+    for split in PAIRS:
+        assert (tmp_path / "out" / f"{split}.jsonl").read_text() == (
+            tmp_path / "plain" / f"{split}.jsonl"
+        ).read_text()

@@ -183,3 +183,13 @@ def test_riff_wav_files_are_read_and_empty_phn_files_skipped(tmp_path):
     assert set(sphere) - set(riff) == {"fcjf0_sx127"} and summary["skipped"] == 1
     assert all(riff[u]["duration"] == sphere[u]["duration"] for u in riff)
     assert "an empty transcription" in (tmp_path / "riff" / "skipped.tsv").read_text()
+
+
+def test_txt_transcriptions_lose_their_punctuation(tmp_path):
+    path = tmp_path / "SX1.TXT"
+    path.write_text(
+        '0 46797 She had your dark suit in greasy wash-water, all year. "Don\'t ask!"\n'
+    )
+    assert timit._txt_words(path) == (
+        "she had your dark suit in greasy wash-water all year don't ask".split()
+    )
