@@ -118,11 +118,15 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
         ["cbasr.cli.features", "--manifest-dir", "{missing}", "--out", "{out}"],
         ["cbasr.cli.vocab", "--manifest", "{missing}/train.jsonl", "--out", "{out}/v.txt"],
         ["cbasr.cli.prepare", "timit", "--corpus-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.prepare", "wsj", "--corpus-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.prepare", "gigaword", "--corpus-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.prepare", "kaldi", "--data-dir", "{missing}", "--out", "{out}"],
+        ["cbasr.cli.prepare", "lhotse", "--manifests", "train={missing}", "--out", "{out}"],
         ["cbasr.cli.transcribe", "--exp-dir", "{missing}", "a.wav"],
         ["cbasr.cli.export", "--exp-dir", "{missing}", "--format", "onnx", "--out", "{out}/m"],
         ["cbasr.cli.transcribe", "--exp-dir", "{out}", "--list", "{missing}"],
     ],
-    ids=lambda c: c[0].rsplit(".", 1)[1],
+    ids=lambda c: c[0].rsplit(".", 1)[1] + ("_" + c[1] if c[0].endswith("prepare") else ""),
 )
 @pytest.mark.parametrize("kind", ["missing", "a regular file"])
 def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kind):
