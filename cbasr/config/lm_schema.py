@@ -8,6 +8,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from cbasr.config.schema import Resume
+
 __all__ = [
     "LSTMLMConfig",
     "LMDataConfig",
@@ -54,6 +56,9 @@ class LMTrainerConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
+    # auto: from the newest checkpoint that loads, never over an earlier run without one;
+    # never: start from scratch, removing an earlier run's checkpoints and history
+    resume: Resume = Resume.auto
 
 
 @dataclass

@@ -3,8 +3,9 @@
 Layout of an LM experiment directory: ``config.json`` (the resolved config), ``vocab.txt``,
 ``checkpoints/{last,best}.pt`` (atomic), ``history.json`` (per epoch: train and validation
 perplexity, :func:`cbasr.lm.neural.perplexity`), ``skipped.tsv`` (sentences with unknown
-tokens). Rerunning the same command resumes after the last finished epoch; a different model
-config or vocabulary in the same directory is refused.
+tokens). Rerunning the same command resumes after the last finished epoch, from the newest
+checkpoint that loads (as ``cbasr-train`` does; ``trainer.resume=never`` starts afresh over an
+earlier run); a different model config or vocabulary in the same directory is refused.
 """
 
 import logging
@@ -16,13 +17,7 @@ import torch
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import read_sentences
 from cbasr.lm.neural import build_lm, pad_sentences, perplexity, token_batches
-from cbasr.storage.checkpoint import (
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    seed_everything,
-    set_rng_state,
-)
+from cbasr.storage.checkpoint import CheckpointDir, rng_state, seed_everything, set_rng_state
 from cbasr.storage.files import write_json, write_text
 
 __all__ = ["train_lm"]
@@ -30,11 +25,33 @@ __all__ = ["train_lm"]
 log = logging.getLogger(__name__)
 
 
-def _resume(exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer) -> tuple[int, list]:
-    path = exp_dir / "checkpoints" / "last.pt"
-    if not path.is_file():
+def _resume(
+    checkpoints: CheckpointDir, exp_dir: Path, cfg: dict, tokens: list[str], model, optimizer
+) -> tuple[int, list]:
+    """Restore the newest checkpoint that loads (as the acoustic trainer does), naming the
+    unreadable ones; refuse a fresh start over an earlier run unless ``trainer.resume=never``."""
+    mode = cfg["trainer"].get("resume", "auto")
+    path, ckpt, skipped = (None, None, []) if mode == "never" else checkpoints.newest_loadable()
+    if path is None:
+        earlier = sorted(checkpoints.path.glob("*.pt")) if checkpoints.path.is_dir() else []
+        earlier += [p for p in [exp_dir / "history.json"] if p.is_file()]
+        if earlier and mode != "never":
+            why = f"none of its checkpoints loads ({'; '.join(skipped)})" if skipped else ""
+            raise RuntimeError(
+                f"{exp_dir} holds an earlier run ({', '.join(p.name for p in earlier)})"
+                f"{' but ' + why if why else ' but no checkpoint'}: rerun with "
+                "trainer.resume=never to start from scratch over it, or choose another exp_dir"
+            )
+        for p in earlier:
+            log.warning("trainer.resume=never: removing the earlier run's %s", p.name)
+            p.unlink()
         return 0, []
-    ckpt = load_checkpoint(path)
+    if skipped:
+        log.warning(
+            "skipped checkpoints that do not load: %s; resuming from %s",
+            "; ".join(skipped),
+            path.name,
+        )
     if ckpt["lm_config"] != cfg["lm"]:
         raise ValueError(
             f"{exp_dir} holds a language model with config {ckpt['lm_config']}, not {cfg['lm']}: "
@@ -80,7 +97,10 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
     optimizer = torch.optim.Adam(
         model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"]
     )
-    start, history = _resume(exp_dir, cfg, vocab.tokens, model, optimizer)
+    checkpoints = CheckpointDir(exp_dir / "checkpoints", keep=0)
+    checkpoints.path.mkdir(parents=True, exist_ok=True)
+    checkpoints.remove_temporaries()
+    start, history = _resume(checkpoints, exp_dir, cfg, vocab.tokens, model, optimizer)
     write_json(exp_dir / "config.json", cfg)
     vocab.save(exp_dir / "vocab.txt")
     log.info(
@@ -130,8 +150,8 @@ def train_lm(cfg: dict, exp_dir: str | Path, device: str | torch.device = "cpu")
             "history": history,
             "rng": rng_state(),
         }
+        checkpoints.save("last", state)
         if valid_ppl <= min(h["valid_ppl"] for h in history):
-            save_checkpoint(exp_dir / "checkpoints" / "best.pt", state)
-        save_checkpoint(exp_dir / "checkpoints" / "last.pt", state)
+            checkpoints.copy("last", "best")  # an independent file, written atomically
         write_json(exp_dir / "history.json", history)
     return history

@@ -48,7 +48,6 @@ from cbasr.engines.weight_noise import noisy_parameters, weight_noise
 from cbasr.storage import faults
 from cbasr.storage.checkpoint import (
     CheckpointDir,
-    load_checkpoint,
     rng_state,
     seed_everything,
     set_rng_state,
@@ -258,21 +257,6 @@ class Trainer:
             self.checkpoints.save(name, ckpt)
         self._last_save = time.monotonic()
 
-    def _newest_loadable(self) -> tuple[Path | None, dict | None, list[str]]:
-        """``(path, checkpoint, skipped)``: the newest checkpoint that loads (``last.pt``, the
-        epoch files newest first, ``best.pt``), and those that exist but do not."""
-        names = ["last", *(f"epoch-{e}" for e in reversed(self.checkpoints.epochs())), "best"]
-        skipped = []
-        for name in names:
-            path = self.checkpoints.file(name)
-            if not path.is_file():
-                continue
-            try:
-                return path, load_checkpoint(path, self.device), skipped
-            except RuntimeError as error:
-                skipped.append(f"{path.name} ({error.__cause__ or error})")
-        return None, None, skipped
-
     def _start_afresh(self, skipped: list[str]) -> None:
         """No checkpoint loads: start from scratch if the directory holds no earlier results,
         or if ``trainer.resume=never`` asks for it (the earlier results are removed)."""
@@ -308,7 +292,9 @@ class Trainer:
         mode = self.cfg["trainer"].get("resume", "auto")  # older configs lack it
         if mode not in ("auto", "never"):
             raise ValueError(f"trainer.resume must be auto or never, got {mode!r}")
-        path, ckpt, skipped = (None, None, []) if mode == "never" else self._newest_loadable()
+        path, ckpt, skipped = (
+            (None, None, []) if mode == "never" else self.checkpoints.newest_loadable(self.device)
+        )
         if path is None:
             self._start_afresh(skipped)
             return False

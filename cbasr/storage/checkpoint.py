@@ -140,6 +140,24 @@ class CheckpointDir:
         truncating or editing one never damages the other (hard links would share the bytes)."""
         atomic_copy(self.file(src), self.file(dst))
 
+    def newest_loadable(
+        self, device: str | torch.device = "cpu"
+    ) -> tuple[Path | None, dict | None, list[str]]:
+        """``(path, checkpoint, skipped)``: the newest checkpoint that loads (``last.pt``, the
+        epoch files newest first, ``best.pt``), and why those that exist but do not load were
+        skipped; ``(None, None, skipped)`` when none loads."""
+        names = ["last", *(f"epoch-{e}" for e in reversed(self.epochs())), "best"]
+        skipped = []
+        for name in names:
+            path = self.file(name)
+            if not path.is_file():
+                continue
+            try:
+                return path, load_checkpoint(path, device), skipped
+            except RuntimeError as error:
+                skipped.append(f"{path.name} ({error.__cause__ or error})")
+        return None, None, skipped
+
     def epochs(self) -> list[int]:
         """Epochs with an ``epoch-<N>.pt`` file, ascending."""
         return sorted(

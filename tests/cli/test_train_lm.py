@@ -85,3 +85,31 @@ def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
     info = json.loads((exp / f"decode/dev_beam2_lm0.4-{trained_lm.name}/decode.json").read_text())
     assert info["settings"]["lm"] == str(trained_lm) and info["settings"]["lm_weight"] == 0.4
     assert info["utts"] == 16
+
+
+def test_an_unreadable_last_pt_falls_back_and_no_checkpoint_is_never_a_silent_restart(
+    tone_data, trained_lm, tmp_path, monkeypatch
+):
+    """As cbasr-train: a truncated last.pt resumes from best.pt naming it; with no loadable
+    checkpoint the earlier run is kept unless trainer.resume=never."""
+    import shutil
+
+    exp = tmp_path / "lm"
+    shutil.copytree(trained_lm, exp)
+    history = json.loads((exp / "history.json").read_text())
+    best = min(history, key=lambda h: h["valid_ppl"])["epoch"]
+    (exp / "checkpoints/last.pt").write_bytes(b"")
+    run = _train_lm(tone_data, exp, f"trainer.max_epochs={len(history) + 1}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "skipped checkpoints that do not load: last.pt" in run.stdout + run.stderr
+    resumed = json.loads((exp / "history.json").read_text())
+    assert resumed[:best] == history[:best] and resumed[-1]["epoch"] == len(history) + 1
+    for path in (exp / "checkpoints").glob("*.pt"):
+        path.write_bytes(b"truncated")
+    monkeypatch.setenv("CBASR_DEBUG", "0")  # the one-line error a user sees
+    run = _train_lm(tone_data, exp, "trainer.max_epochs=2")
+    assert run.returncode == 1 and "trainer.resume=never" in run.stderr
+    assert "Traceback" not in run.stderr
+    run = _train_lm(tone_data, exp, "trainer.max_epochs=2", "trainer.resume=never")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [h["epoch"] for h in json.loads((exp / "history.json").read_text())] == [1, 2]
