@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from cbasr.cli import decode
+from tests.cli.training import decode_args
 
 
 def test_a_grid_decodes_scores_and_names_the_best(tone_data, trained, tmp_path, capsys):
@@ -17,14 +18,7 @@ def test_a_grid_decodes_scores_and_names_the_best(tone_data, trained, tmp_path, 
         + "\n\\end\\\n"
     )
     args = [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "dev",
+        *decode_args(tone_data, exp, "dev"),
         "--beam",
         "4",
         "--lm",

@@ -15,7 +15,7 @@ from cbasr.cli.models import compose_model_config
 from cbasr.data.features import FeatureStore
 from cbasr.engines.decode import Experiment
 from cbasr.engines.export import AcousticModel, exportable
-from tests.cli.training import train_cli
+from tests.cli.training import decode_args, train_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,18 +106,7 @@ def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(
 ):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
-    decode.main(
-        [
-            "--exp-dir",
-            str(exp),
-            "--manifest-dir",
-            str(tone_data / "corpus"),
-            "--feature-dir",
-            str(tone_data / "fbank"),
-            "--splits",
-            "test",
-        ]
-    )
+    decode.main(decode_args(tone_data, exp, "test"))
     export.main(["--exp-dir", str(exp), "--format", "onnx", "--out", str(tmp_path / "model.onnx")])
     readme = (ROOT / "README.md").read_text()
     code = re.search(r"<!-- export example -->\n```python\n(.*?)```", readme, re.S).group(1)

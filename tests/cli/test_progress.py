@@ -5,6 +5,7 @@ import sys
 
 from cbasr.cli import decode
 from cbasr.progress import progress_bar
+from tests.cli.training import decode_args
 
 
 def test_a_bar_only_on_a_terminal(monkeypatch, capsys):
@@ -19,17 +20,7 @@ def test_a_bar_only_on_a_terminal(monkeypatch, capsys):
 def test_decoding_shows_its_bar_on_a_terminal(tone_data, trained, tmp_path, monkeypatch, capfd):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
-    args = [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "test",
-        "--force",
-    ]
+    args = [*decode_args(tone_data, exp, "test"), "--force"]
     decode.main(args)
     assert "decoding test" not in capfd.readouterr().err
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

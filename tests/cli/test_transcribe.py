@@ -13,6 +13,7 @@ import torch
 
 from cbasr import Recognizer
 from cbasr.cli import decode, transcribe
+from tests.cli.training import decode_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,18 +36,7 @@ def decoded(tone_data, trained, tmp_path_factory) -> Path:
     """A copy of the trained experiment with its greedy decoding of test."""
     exp = tmp_path_factory.mktemp("transcribe") / "exp"
     shutil.copytree(trained, exp)
-    decode.main(
-        [
-            "--exp-dir",
-            str(exp),
-            "--manifest-dir",
-            str(tone_data / "corpus"),
-            "--feature-dir",
-            str(tone_data / "fbank"),
-            "--splits",
-            "test",
-        ]
-    )
+    decode.main(decode_args(tone_data, exp, "test"))
     return exp
 
 

@@ -29,3 +29,17 @@ def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
     return subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
     )
+
+
+def decode_args(tone_data, exp, *splits: str) -> list[str]:
+    """cbasr-decode's arguments for experiment ``exp`` on ``splits`` of the tone corpus."""
+    return [
+        "--exp-dir",
+        str(exp),
+        "--manifest-dir",
+        str(tone_data / "corpus"),
+        "--feature-dir",
+        str(tone_data / "fbank"),
+        "--splits",
+        *(splits or ("dev",)),
+    ]
