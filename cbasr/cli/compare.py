@@ -3,6 +3,7 @@ paired significance test between two chosen systems.
 
     cbasr-compare exp/blstm_ctc exp/cb_pointwise                       # every decoding of each
     cbasr-compare exp/a exp/b --decodes test test_beam8 --csv cmp.csv  # chosen decodings, and CSV
+    cbasr-compare exp/c --decodes test --csv cmp.csv --update  # exp/c's rows replaced or added
     cbasr-compare exp/a exp/b --pair a b                               # a:<d> vs b:<d> for each shared <d>
     cbasr-compare exp/a --pair a:test a:test_beam8                     # two decodings of one experiment
 
@@ -23,6 +24,7 @@ from cbasr.engines.compare import (
     csv_table,
     find_systems,
     markdown_table,
+    merge_csv,
     paired_comparison,
 )
 from cbasr.storage.files import write_text
@@ -70,6 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--csv", type=Path, default=None, help="also write the table as CSV here")
     parser.add_argument(
+        "--update",
+        action="store_true",
+        help="merge into an existing --csv: these experiments' rows replace theirs, the other "
+        "experiments' rows are kept (a table grown over several runs or machines)",
+    )
+    parser.add_argument(
         "--pair",
         nargs=2,
         metavar=("A", "B"),
@@ -99,7 +107,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     print(out, end="")
     if args.csv is not None:
-        write_text(args.csv, csv_table(rows))
+        if args.update and args.csv.is_file():
+            write_text(args.csv, merge_csv(args.csv.read_text(encoding="utf-8"), rows))
+        else:
+            write_text(args.csv, csv_table(rows))
 
 
 if __name__ == "__main__":

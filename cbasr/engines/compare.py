@@ -239,6 +239,21 @@ def csv_table(rows: list[dict]) -> str:
     return out.getvalue()
 
 
+def merge_csv(existing: str, rows: list[dict]) -> str:
+    """``existing`` CSV text with the rows of the experiments in ``rows`` replaced by them (the
+    rows of other experiments kept, in their order; new ones appended); the columns must
+    agree."""
+    old = list(csv.DictReader(io.StringIO(existing)))
+    if old and rows and list(old[0]) != list(rows[0]):
+        raise ValueError(
+            f"the CSV's columns {list(old[0])} differ from this table's {list(rows[0])}: "
+            "write a new file"
+        )
+    replaced = {str(r["system"]).rpartition(":")[0] for r in rows}
+    kept = [r for r in old if r["system"].rpartition(":")[0] not in replaced]
+    return csv_table(sorted(kept + list(rows), key=lambda r: str(r["system"])))
+
+
 def find_systems(systems: list[System], name: str) -> list[System]:
     """Systems matching ``name``: a full label ``exp:decode`` or an experiment's label."""
     exact = [s for s in systems if s.label == name]

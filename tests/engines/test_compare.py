@@ -161,3 +161,20 @@ def test_settings_are_described_briefly():
         )
         == "beam 4, lm 1 (b.pt), am 2.5, ilm 0.9, max 3/frame"
     )
+
+
+def test_update_merges_rows_into_an_existing_csv(experiments, tmp_path, capsys):
+    """--update: the compared experiments' rows replace theirs, the others stay."""
+    table = tmp_path / "t.csv"
+    compare.main([str(e) for e in experiments] + ["--csv", str(table), "--bootstrap", "50"])
+    before = table.read_text().splitlines()
+    cb_row = next(line for line in before if line.startswith("cb:"))
+    _decoding(experiments[0], "test", {u: ["a", "b", "c", "d"] for u in REFS})  # ctc now perfect
+    compare.main([str(experiments[0]), "--csv", str(table), "--update", "--bootstrap", "50"])
+    after = table.read_text().splitlines()
+    assert after[0] == before[0] and cb_row in after  # the other experiment's rows kept
+    rates = {line.split(",")[0]: float(line.split(",")[1]) for line in after[1:]}
+    assert rates["ctc:test"] == 0.0 and rates["ctc:test_beam8"] == 6.25
+    assert len(after) == len(before)
+    compare.main([str(experiments[0]), "--csv", str(table), "--bootstrap", "50"])
+    assert all(line.startswith(("system", "ctc:")) for line in table.read_text().splitlines())
