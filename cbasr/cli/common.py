@@ -47,10 +47,14 @@ class ExperimentLockCallback(Callback):
     def _lock(self, directory) -> None:
         if os.environ.get("RANK", "0") != "0":
             return
+        prog = os.path.basename(sys.argv[0])
         try:
             lock_experiment(directory)
         except ExperimentLocked as error:
-            print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
+            print(f"{prog}: {error}", file=sys.stderr)
+            sys.exit(1)
+        except OSError as error:  # a read-only or misplaced exp_dir: before Hydra writes there
+            print(f"{prog}: {type(error).__name__}: {error} (exp_dir)", file=sys.stderr)
             sys.exit(1)
 
     def on_run_start(self, config, **kwargs) -> None:

@@ -133,6 +133,9 @@ def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 
     dim = exp.cmvn[0].numel()
     feats, lens = _example(dim, [200, 150, 90], seed=0)
     tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(
+        b""
+    )  # an unwritable destination fails here, naming the file (the exporters don't)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
         if fmt == "torchscript":

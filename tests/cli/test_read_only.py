@@ -1,0 +1,111 @@
+"""Every command that writes, given a read-only output: one line naming the path, exit 1.
+
+Permission bits bind only processes without ``CAP_DAC_OVERRIDE``: as root (CI and the
+development machines run as root), the commands run under ``setpriv`` with that capability
+(and ``CAP_DAC_READ_SEARCH``) dropped, so a read-only directory is read-only to them too.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.cli.training import BIN, decode_args
+
+_DROP = "-dac_override,-dac_read_search"
+
+
+def _unprivileged() -> list[str]:
+    """The command prefix that makes permission bits bind this test's subprocesses."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permission bits would not bind")
+    return [setpriv, f"--inh-caps={_DROP}", f"--bounding-set={_DROP}"]
+
+
+def _read_only(path):
+    """Take write permission from ``path`` and everything below it."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o444)
+        os.chmod(root, 0o555)
+
+
+def _writable(path):
+    for root, _dirs, files in os.walk(path):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+
+
+@pytest.fixture
+def scene(tmp_path, trained, tone_data):
+    """A decoded copy of the trained experiment and a read-only directory ``ro``, both
+    read-only once the test has built what it needs."""
+    exp = tmp_path / "exp"
+    shutil.copytree(trained, exp)
+    decode = subprocess.run(
+        [str(BIN / "cbasr-decode"), *decode_args(tone_data, exp)], capture_output=True, text=True
+    )
+    assert decode.returncode == 0, decode.stderr[-2000:]
+    (tmp_path / "ro").mkdir()
+    yield tmp_path
+    _writable(tmp_path)  # so that pytest can remove it
+
+
+def _commands(tone_data, exp, ro):
+    corpus, fbank = tone_data / "corpus", tone_data / "fbank"
+    return {
+        "train": [
+            "cbasr-train",
+            f"exp_dir={ro / 'exp'}",
+            f"data.manifest_dir={corpus}",
+            f"data.feature_dir={fbank}",
+            f"data.vocab={tone_data / 'lang/phones.txt'}",
+            "encoder.hidden=8",
+            "encoder.num_layers=1",
+            "trainer.max_epochs=1",
+        ],
+        "decode": ["cbasr-decode", *decode_args(tone_data, exp, "test")],
+        "score": ["cbasr-score", "--exp-dir", str(exp), "--splits", "dev"],
+        "align": ["cbasr-align", "--exp-dir", str(exp), "--manifest-dir", str(corpus),
+                  "--feature-dir", str(fbank), "--splits", "dev"],
+        "average": ["cbasr-average", "--exp-dir", str(exp), "--last", "2"],
+        "compare": ["cbasr-compare", str(exp), "--csv", str(ro / "results.csv")],
+        "export": ["cbasr-export", "--exp-dir", str(exp), "--format", "torchscript",
+                   "--out", str(ro / "model.pt")],
+        "features": ["cbasr-features", "--manifest-dir", str(corpus), "--out", str(ro / "fbank"),
+                     "--workers", "0"],
+        "vocab": ["cbasr-vocab", "--manifest", str(corpus / "train.jsonl"),
+                  "--out", str(ro / "lang" / "phones.txt")],
+        "synth": ["cbasr-synth", "--out", str(ro / "synth"), "--size", "tiny"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["train", "decode", "score", "align", "average", "compare", "export", "features", "vocab",
+     "synth"],
+)  # fmt: skip
+def test_a_read_only_output_ends_in_one_line_naming_it(scene, trained, tone_data, name):
+    exp, ro = scene / "exp", scene / "ro"
+    command = _commands(tone_data, exp, ro)[name]
+    before = sorted(p.relative_to(scene) for p in scene.rglob("*"))
+    _read_only(scene)
+    out = subprocess.run(
+        [*_unprivileged(), str(BIN / command[0]), *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CBASR_DEBUG": "0", "HYDRA_FULL_ERROR": "0"},
+    )
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = [line for line in out.stderr.strip().splitlines() if "INFO" not in line]
+    assert len(lines) == 1, out.stderr[-2000:]
+    assert "Permission denied" in lines[0] and str(scene) in lines[0], lines[0]
+    # nothing was written, and nothing that was there is gone
+    assert sorted(p.relative_to(scene) for p in scene.rglob("*")) == before
