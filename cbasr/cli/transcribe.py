@@ -53,7 +53,8 @@ def audio_files(args) -> list[Path]:
             lines = sys.stdin.read().splitlines()
         else:
             if not Path(name).is_file():
-                raise FileNotFoundError(f"{name}: no such list file (--list)")
+                why = "is not a file" if Path(name).exists() else "no such list file"
+                raise FileNotFoundError(f"{name}: {why} (--list)")
             lines = Path(name).read_text(encoding="utf-8").splitlines()
         paths += [Path(line.strip()) for line in lines if line.strip()]
     if not paths:

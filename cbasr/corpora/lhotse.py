@@ -30,7 +30,9 @@ def read_lhotse(path: str | Path) -> tuple[str, list[dict]]:
     ``cuts``."""
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"{path}: no such lhotse manifest")
+        why = "is not a file" if path.exists() else "no such file"
+        raise CorpusError(f"{path}: {why} (a lhotse manifest was expected)")
+    path.open("rb").close()  # unreadable: PermissionError, naming the file
     opener = gzip.open if path.suffix == ".gz" else open
     records = []
     with opener(path, "rt", encoding="utf-8") as f:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from cbasr.storage.files import atomic_write
+from tests.cli.permissions import unprivileged
 
 
 def _train(tmp_path, debug: bool):
@@ -128,17 +129,21 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
     ],
     ids=lambda c: c[0].rsplit(".", 1)[1] + ("_" + c[1] if c[0].endswith("prepare") else ""),
 )
-@pytest.mark.parametrize("kind", ["missing", "a regular file"])
+@pytest.mark.parametrize("kind", ["missing", "a regular file", "unreadable"])
 def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kind):
-    """A missing path, or a regular file where a directory (or a file's parent) is expected,
-    with the outputs under that regular file."""
+    """A missing path; a regular file where a directory (or a file's parent) is expected, with
+    the outputs under that regular file; or a directory that cannot be read."""
     out = tmp_path / "out"
+    prefix = []
     if kind == "a regular file":
         (tmp_path / "nowhere").write_text("a file, not a directory\n")
         out = tmp_path / "nowhere" / "out"
+    elif kind == "unreadable":
+        (tmp_path / "nowhere").mkdir(mode=0o000)
+        prefix = unprivileged()
     args = [a.format(missing=tmp_path / "nowhere", out=out) for a in command]
     out = subprocess.run(
-        [sys.executable, "-m", *args],
+        [*prefix, sys.executable, "-m", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -151,3 +156,5 @@ def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kin
     usage = [i for i, line in enumerate(lines) if line.startswith("usage:")]
     assert len(lines[usage[0] + 1 :] if usage else lines) <= (4 if usage else 1), out.stderr
     assert "nowhere" in lines[-1], out.stderr[-1500:]
+    if kind == "unreadable":  # a directory: where a file is expected, it says so
+        assert "Permission denied" in lines[-1] or "is not a file" in lines[-1], lines[-1]

@@ -11,34 +11,8 @@ import subprocess
 
 import pytest
 
+from tests.cli.permissions import read_only, unprivileged, writable
 from tests.cli.training import BIN, decode_args
-
-_DROP = "-dac_override,-dac_read_search"
-
-
-def _unprivileged() -> list[str]:
-    """The command prefix that makes permission bits bind this test's subprocesses."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: permission bits would not bind")
-    return [setpriv, f"--inh-caps={_DROP}", f"--bounding-set={_DROP}"]
-
-
-def _read_only(path):
-    """Take write permission from ``path`` and everything below it."""
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o444)
-        os.chmod(root, 0o555)
-
-
-def _writable(path):
-    for root, _dirs, files in os.walk(path):
-        os.chmod(root, 0o755)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
 
 
 @pytest.fixture
@@ -53,7 +27,7 @@ def scene(tmp_path, trained, tone_data):
     assert decode.returncode == 0, decode.stderr[-2000:]
     (tmp_path / "ro").mkdir()
     yield tmp_path
-    _writable(tmp_path)  # so that pytest can remove it
+    writable(tmp_path)  # so that pytest can remove it
 
 
 def _commands(tone_data, exp, ro):
@@ -94,9 +68,9 @@ def test_a_read_only_output_ends_in_one_line_naming_it(scene, trained, tone_data
     exp, ro = scene / "exp", scene / "ro"
     command = _commands(tone_data, exp, ro)[name]
     before = sorted(p.relative_to(scene) for p in scene.rglob("*"))
-    _read_only(scene)
+    read_only(scene)
     out = subprocess.run(
-        [*_unprivileged(), str(BIN / command[0]), *command[1:]],
+        [*unprivileged(), str(BIN / command[0]), *command[1:]],
         capture_output=True,
         text=True,
         timeout=300,
