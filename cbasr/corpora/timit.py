@@ -32,6 +32,8 @@ __all__ = [
     "DEV_SPEAKERS",
     "CORE_TEST_SPEAKERS",
     "EXPECTED",
+    "EXPECTED_SPEAKERS",
+    "EXPECTED_RELEASE",
     "prepare_timit",
     "map_phones",
 ]
@@ -97,7 +99,10 @@ CORE_TEST_SPEAKERS = frozenset(
     "mdab0 mwbt0 felc0 mtas1 mwew0 fpas0 mjmp0 mlnt0 fpkt0 mlll0 mtls0 fjlm0 mbpm0 mklt0 fnlp0 mcmj0 "
     "mjdh0 fmgd0 mgrt0 mnjm0 fdhc0 mjln0 mpam0 fmld0".split()
 )
-EXPECTED = {"train": 3696, "dev": 400, "test": 192}
+EXPECTED = {"train": 3696, "dev": 400, "test": 192}  # SI and SX utterances per recipe split
+EXPECTED_SPEAKERS = {"train": 462, "dev": 50, "test": 24}  # the core test set: 24 speakers
+# The whole release (SA sentences and every TEST speaker included): utterances, speakers.
+EXPECTED_RELEASE = {"train": (4620, 462), "test": (1680, 168)}
 SAMPLE_RATE = 16000
 PHONE_SETS = ("61", "48")
 
@@ -110,19 +115,41 @@ def map_phones(phones: list[str], phone_set: str) -> list[tuple[int, str]]:
     return [(i, table.get(p, p)) for i, p in enumerate(phones) if table.get(p, p) is not None]
 
 
+def _train_test(directory: Path) -> tuple[str, str] | None:
+    """The names of ``directory``'s TRAIN and TEST directories (either case), or None."""
+    for train, test in (("TRAIN", "TEST"), ("train", "test")):
+        if (directory / train).is_dir() and (directory / test).is_dir():
+            return train, test
+    return None
+
+
 def _find_root(corpus_dir: Path) -> tuple[Path, str, str]:
-    """``(root, TRAIN dir name, TEST dir name)``, accepting the corpus dir or its parent."""
-    for root in (corpus_dir, corpus_dir / "TIMIT", corpus_dir / "timit", corpus_dir / "data"):
-        for train, test in (("TRAIN", "TEST"), ("train", "test")):
-            if (root / train).is_dir() and (root / test).is_dir():
-                return root, train, test
+    """``(root, TRAIN dir name, TEST dir name)``: the directory holding TRAIN/ and TEST/.
+
+    Accepts that directory, any directory up to three levels above it (``LDC93S1/timit/TIMIT``,
+    ``TIMIT/data``: the first found in sorted order), or its ``TRAIN``/``TEST`` directory.
+    """
+    candidates = [corpus_dir]
+    if corpus_dir.name.lower() in ("train", "test"):
+        candidates.append(corpus_dir.parent)
+    level = [corpus_dir]
+    for _ in range(3):
+        level = [c for d in level if d.is_dir() for c in sorted(d.iterdir()) if c.is_dir()]
+        candidates += level
+    for root in candidates:
+        names = _train_test(root)
+        if names:
+            return (root, *names)
     found = (
         sorted(p.name for p in corpus_dir.iterdir())
         if corpus_dir.is_dir()
         else "nothing (no such directory)"
     )
     raise corpus_error(
-        "TIMIT", corpus_dir, "TRAIN/ and TEST/ (or train/ and test/) directories", found
+        "TIMIT",
+        corpus_dir,
+        "TRAIN/ and TEST/ (or train/ and test/) directories in it or up to three levels below",
+        found,
     )
 
 
@@ -206,6 +233,36 @@ def _split_of(part: str, speaker: str) -> str | None:
     return None  # the other TEST speakers belong to no standard split
 
 
+def _check_counts(corpus_dir, records, skipped, release) -> None:
+    """Strict mode: the kept utterances and their speakers per split, and the release's
+    utterance files and speakers per part, against the standard counts; one error naming
+    every difference."""
+    problems = []
+    for split, split_records in records.items():
+        speakers = len({r["speaker"] for r in split_records})
+        if (len(split_records), speakers) != (EXPECTED[split], EXPECTED_SPEAKERS[split]):
+            problems.append(
+                f"{split}: {len(split_records)} usable SI/SX utterances of "
+                f"{speakers} speakers (expected {EXPECTED[split]} of {EXPECTED_SPEAKERS[split]})"
+            )
+    for part, (utterances, speakers) in release.items():
+        if (utterances, speakers) != EXPECTED_RELEASE[part]:
+            want_utterances, want_speakers = EXPECTED_RELEASE[part]
+            problems.append(
+                f"{part.upper()}/: {utterances} utterance files of {speakers} speakers "
+                f"(expected {want_utterances} of {want_speakers})"
+            )
+    if problems:
+        raise corpus_error(
+            "TIMIT",
+            corpus_dir,
+            "the complete release",
+            "; ".join(problems)
+            + f" ({len(skipped)} skipped: see the warnings); pass --allow-partial to prepare "
+            "a subset",
+        )
+
+
 def prepare_timit(
     corpus_dir: str | Path,
     out_dir: str | Path,
@@ -217,8 +274,9 @@ def prepare_timit(
 
     Args:
         phone_set: training labels, ``"61"`` or ``"48"``.
-        strict: require the standard counts (3696 / 400 / 192); False accepts a subset (tests,
-            partial copies), still listing what is missing.
+        strict: require the standard counts (:data:`EXPECTED` SI/SX utterances of
+            :data:`EXPECTED_SPEAKERS` speakers per split, :data:`EXPECTED_RELEASE` on disc);
+            False accepts a subset (tests, partial copies), still listing what is skipped.
 
     Returns:
         The summary also written to ``out_dir/.done``.
@@ -241,12 +299,15 @@ def prepare_timit(
     root, train_dir, test_dir = _find_root(corpus_dir)
     records: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
     skipped: list[tuple[str, str, str]] = []  # (split, id, reason)
+    release: dict[str, tuple[int, int]] = {}  # part -> (utterances, speakers) on disc
     for part, name in (("train", train_dir), ("test", test_dir)):
-        for wav in sorted(
+        wavs = sorted(
             p
             for p in (root / name).glob("*/*/*")
             if p.suffix.lower() == ".wav" and p.name.count(".") == 1
-        ):
+        )
+        release[part] = (len(wavs), len({w.parent.name.lower() for w in wavs}))
+        for wav in wavs:
             speaker = wav.parent.name.lower()
             split = _split_of(part, speaker)
             if split is None or wav.stem.lower().startswith("sa"):
@@ -257,15 +318,8 @@ def prepare_timit(
                 skipped.append((split, f"{speaker}_{wav.stem.lower()}", str(e)))
     for split_records in records.values():
         split_records.sort(key=lambda r: r["id"])
-    kept = {split: len(r) for split, r in records.items()}
-    if strict and kept != EXPECTED:
-        raise corpus_error(
-            "TIMIT",
-            corpus_dir,
-            f"SI and SX utterances per split {EXPECTED}",
-            f"{kept} usable ({len(skipped)} skipped: see the warnings); pass --allow-partial "
-            "to prepare a subset",
-        )
+    if strict:
+        _check_counts(corpus_dir, records, skipped, release)
     inventory = PHONES_61 if phone_set == "61" else PHONES_48
     extra = {
         "phones.txt": "".join(p + "\n" for p in inventory),

@@ -123,9 +123,9 @@ def test_not_timit_or_not_all_of_it_says_what_was_expected(tmp_path):
     corpus = make_fake_timit(tmp_path / "corpus")
     with pytest.raises(
         CorpusError,
-        match=r"expected SI and SX utterances per split \{'train': 3696, "
-        r"'dev': 400, 'test': 192\}; found \{'train': 7, 'dev': 3, 'test': 6\} usable "
-        r"\(1 skipped",
+        match=r"expected the complete release; found train: 7 usable SI/SX utterances of 2 "
+        r"speakers \(expected 3696 of 462\); dev: .*; TEST/: 13 utterance files of 4 speakers "
+        r"\(expected 1680 of 168\) \(1 skipped",
     ):
         prepare_timit(corpus, tmp_path / "out")
     with pytest.raises(ValueError, match="phone_set"):
@@ -193,3 +193,66 @@ def test_txt_transcriptions_lose_their_punctuation(tmp_path):
     assert timit._txt_words(path) == (
         "she had your dark suit in greasy wash-water all year don't ask".split()
     )
+
+
+def _counts(out):
+    """``{split: (utterances, speakers)}`` of prepared manifests."""
+    counts = {}
+    for split in ("train", "dev", "test"):
+        records = _manifest(out / f"{split}.jsonl")
+        counts[split] = (len(records), len({r["speaker"] for r in records}))
+    return counts
+
+
+def test_strict_mode_checks_utterances_and_speakers_of_splits_and_release(tmp_path, monkeypatch):
+    """With the standard counts set to the fake tree's, strict preparation passes; a missing
+    core-test speaker is named by its split's speaker count and by the release's."""
+    corpus = make_fake_timit(tmp_path / "corpus", truncate=None)
+    prepare_timit(corpus, tmp_path / "partial", "48", strict=False)
+    counts = _counts(tmp_path / "partial")
+    monkeypatch.setattr(timit, "EXPECTED", {s: n for s, (n, _) in counts.items()})
+    monkeypatch.setattr(timit, "EXPECTED_SPEAKERS", {s: k for s, (_, k) in counts.items()})
+    wavs = [p for p in corpus.rglob("*") if p.suffix == ".WAV" and p.name.count(".") == 1]
+    release = {
+        part: (
+            sum(1 for w in wavs if w.parts[-4] == part.upper()),
+            len({w.parent.name for w in wavs if w.parts[-4] == part.upper()}),
+        )
+        for part in ("train", "test")
+    }
+    monkeypatch.setattr(timit, "EXPECTED_RELEASE", release)
+    prepare_timit(corpus, tmp_path / "strict", "48")
+    assert _counts(tmp_path / "strict") == counts
+    n, k = counts["test"]
+    monkeypatch.setitem(timit.EXPECTED_SPEAKERS, "test", k + 1)  # the utterances alone agree
+    with pytest.raises(CorpusError, match=rf"test: {n} usable SI/SX utterances of {k} speakers"):
+        prepare_timit(corpus, tmp_path / "one_speaker_short", "48")
+    monkeypatch.setitem(timit.EXPECTED_SPEAKERS, "test", k)
+
+    core = next(p for p in corpus.glob("TEST/*/*") if p.name.lower() in timit.CORE_TEST_SPEAKERS)
+    for utterance in list(core.iterdir())[:-1]:  # one utterance of this speaker left, an SA one
+        if not utterance.name.startswith("SA"):
+            utterance.unlink()
+    with pytest.raises(CorpusError) as error:
+        prepare_timit(corpus, tmp_path / "missing", "48")
+    assert (
+        f"test: {n - 2} usable SI/SX utterances of {k - 1} speakers (expected {n} of {k})"
+        in str(error.value)
+    )
+    assert "TEST/: " in str(error.value) and "--allow-partial" in str(error.value)
+
+
+@pytest.mark.parametrize("where", ["LDC93S1/timit", "data/TRAIN"])
+def test_the_corpus_root_is_found_above_or_below_the_given_directory(tmp_path, where):
+    """A copy two levels down (``LDC93S1/timit/TIMIT``), or its TRAIN directory given."""
+    plain = make_fake_timit(tmp_path / "plain")
+    prepare_timit(plain, tmp_path / "plain_out", "48", strict=False)
+    if where == "data/TRAIN":
+        corpus = make_fake_timit(tmp_path / "copy") / "TRAIN"
+    else:
+        make_fake_timit(tmp_path / "copy" / "LDC93S1")
+        corpus = tmp_path / "copy"
+    prepare_timit(corpus, tmp_path / "out", "48", strict=False)
+    for split in ("train", "dev", "test"):
+        ours = [r["id"] for r in _manifest(tmp_path / "out" / f"{split}.jsonl")]
+        assert ours == [r["id"] for r in _manifest(tmp_path / "plain_out" / f"{split}.jsonl")]
