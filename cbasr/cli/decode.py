@@ -51,7 +51,7 @@ def default_tag(args) -> str | None:
         return "_".join(checkpoint) or None
     tag = "_".join([*checkpoint, f"beam{args.beam}"])
     if args.lm is not None:
-        tag += f"_lm{args.lm_weight:g}-{lm_name(args.lm)}"
+        tag += f"_lm{args.lm_weight:g}-{lm_name(args.lm)}" + ("-words" if args.lm_words else "")
     if args.am_weight != 1.0:
         tag += f"_am{args.am_weight:g}"
     if args.ilm_weight:
@@ -73,6 +73,7 @@ def search_options(args) -> BeamSearchOptions | None:
         )
     beam_only = {
         "--lm": args.lm is not None,
+        "--lm-words": args.lm_words,
         "--ilm-weight": args.ilm_weight != 0.0,
         "--am-weight": args.am_weight != 1.0,
         "--label-bonus": args.label_bonus != 0.0,
@@ -89,6 +90,8 @@ def search_options(args) -> BeamSearchOptions | None:
         return None
     if args.lm is None and args.lm_weight_given:
         raise SystemExit("cbasr-decode: --lm-weight needs --lm")
+    if args.lm is None and args.lm_words:
+        raise SystemExit("cbasr-decode: --lm-words needs --lm (an ARPA word model)")
     try:
         return BeamSearchOptions(
             beam=args.beam,
@@ -138,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         default=None,
         help="external LM: a cbasr-train-lm directory or .pt checkpoint, or an ARPA file",
+    )
+    search.add_argument(
+        "--lm-words",
+        action="store_true",
+        help="--lm is an ARPA word model for a character or piece recogniser: each word is "
+        "scored when it ends (the README's shallow fusion section)",
     )
     search.add_argument(
         "--lm-weight",
@@ -203,7 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     exp = Experiment(args.exp_dir, args.checkpoint, select_device(args.device))
-    lm = load_language_model(args.lm, exp.vocab.tokens, exp.device) if args.lm is not None else None
+    lm = (
+        load_language_model(args.lm, exp.vocab.tokens, exp.device, args.lm_words, exp.units)
+        if args.lm is not None
+        else None
+    )
     if len(points) == 1:
         _decode(args, exp, lm, search_options(args))
         return
@@ -231,7 +244,7 @@ def _values(parser, option: str, text: str | None) -> list[float] | None:
 def _decode(args, exp: Experiment, lm, options) -> dict[str, Path]:
     """Decode every split with ``options`` (skipping up-to-date ones); their directories."""
     try:
-        settings = decode_settings(exp, options, args.lm)
+        settings = decode_settings(exp, options, args.lm, args.lm_words)
         if options is not None:
             check_options(exp.model, options, lm)
     except (ValueError, TypeError) as e:

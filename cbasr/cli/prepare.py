@@ -2,6 +2,7 @@
 
     cbasr-prepare timit --corpus-dir /data/TIMIT --out data/timit [--phone-set 48|61]
     cbasr-prepare wsj --corpus-dir /data/wsj --out data/wsj
+    cbasr-prepare wsj-lm --corpus-dir /data/wsj --out data/wsj_lm   # LM text and base ARPA LMs
     cbasr-prepare gigaword --corpus-dir /data/gigaword --out data/gigaword
     cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes]
     cbasr-prepare lhotse --manifests train=cuts_train.jsonl.gz dev=recordings_dev.jsonl.gz \
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="corpus", required=True)
-    for name in ("timit", "wsj", "gigaword", "kaldi", "lhotse"):
+    for name in ("timit", "wsj", "wsj-lm", "gigaword", "kaldi", "lhotse"):
         p = sub.add_parser(name)
         if name == "lhotse":
             p.add_argument(
@@ -63,15 +64,18 @@ def main(argv: list[str] | None = None) -> None:
                 help="accept a subset of the corpus (split sizes other than the standard ones)",
             )
         p.add_argument("--out", "--out-dir", dest="out", required=True, type=Path)
-        p.add_argument("--min-duration", type=float, default=0.0, help="seconds")
-        p.add_argument("--max-duration", type=float, default=math.inf, help="seconds")
+        if name not in ("wsj-lm", "gigaword"):  # text corpora have no durations
+            p.add_argument("--min-duration", type=float, default=0.0, help="seconds")
+            p.add_argument("--max-duration", type=float, default=math.inf, help="seconds")
         if name == "timit":
             p.add_argument(
                 "--phone-set", choices=["61", "48"], default="48", help="training labels"
             )
     args = parser.parse_args(argv)
     setup_logging()
-    durations = DurationFilter(args.min_duration, args.max_duration)
+    durations = DurationFilter(
+        getattr(args, "min_duration", 0.0), getattr(args, "max_duration", math.inf)
+    )
     try:
         if args.corpus == "timit":
             from cbasr.corpora.timit import prepare_timit
@@ -87,6 +91,10 @@ def main(argv: list[str] | None = None) -> None:
             from cbasr.corpora.wsj import prepare_wsj
 
             prepare_wsj(args.corpus_dir, args.out, not args.allow_partial, durations)
+        elif args.corpus == "wsj-lm":
+            from cbasr.corpora.wsj_lm import prepare_wsj_lm
+
+            prepare_wsj_lm(args.corpus_dir, args.out, not args.allow_partial)
         elif args.corpus == "lhotse":
             from cbasr.corpora.lhotse import prepare_lhotse
 
@@ -102,10 +110,6 @@ def main(argv: list[str] | None = None) -> None:
 
             prepare_kaldi(args.data_dir, args.out, args.splits, args.run_pipes, durations)
         else:
-            if durations.active:
-                raise SystemExit(
-                    "cbasr-prepare: gigaword is text: --min-duration/--max-duration do not apply"
-                )
             from cbasr.corpora.gigaword import prepare_gigaword
 
             prepare_gigaword(args.corpus_dir, args.out, strict=not args.allow_partial)

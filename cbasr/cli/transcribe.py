@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> None:
         help="external LM for shallow fusion: a cbasr-train-lm directory or an ARPA file",
     )
     parser.add_argument("--lm-weight", type=float, default=0.5)
+    parser.add_argument(
+        "--lm-words",
+        action="store_true",
+        help="--lm is an ARPA word model for a character or piece recogniser (word-end scoring)",
+    )
     parser.add_argument("--label-bonus", type=float, default=0.0, help="added per label")
     parser.add_argument(
         "--timestamps",
@@ -107,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         beam=args.beam,
         lm=args.lm,
         lm_weight=args.lm_weight,
+        lm_words=args.lm_words,
         **search,
     )
     feats, names, failed = [], [], []

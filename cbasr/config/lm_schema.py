@@ -33,13 +33,14 @@ class LSTMLMConfig:
 
 @dataclass
 class LMDataConfig:
-    """Training text: ``*.jsonl`` manifests (their ``units`` field) or text files, one sentence of
-    whitespace-separated tokens per line."""
+    """Training text: ``*.jsonl`` manifests (their ``units`` field) or text files, one sentence
+    per line: words spelled in ``units`` for ``chars`` and ``sp:<model>``, else
+    whitespace-separated tokens."""
 
     train: str = MISSING
     valid: str = MISSING
     vocab: str = MISSING  # the recogniser's token list (blank first: the LM's sentence boundary)
-    units: str = "phones"  # manifest field: phones | phones_full | chars | words
+    units: str = "phones"  # phones | phones_full | chars | words | sp:<sentencepiece model>
     max_tokens: int = 4000  # padded tokens per batch
 
 

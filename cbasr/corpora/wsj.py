@@ -137,12 +137,12 @@ class _Layout:
             + [self.root / relative]
         )
         for path in candidates:
-            for variant in (path, path.with_name(path.name.upper()), self._upper(path)):
+            for variant in (path, path.with_name(path.name.upper()), self.upper_inside(path)):
                 if variant.is_file():
                     return variant
         return None
 
-    def _upper(self, path: Path) -> Path:
+    def upper_inside(self, path: Path) -> Path:
         """``path`` with its part inside the corpus upper-cased (upper-case copies of the
         discs), the corpus's own location left as it is."""
         try:

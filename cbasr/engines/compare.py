@@ -58,7 +58,8 @@ def describe_settings(settings: dict) -> str:
         return "greedy"
     parts = [f"beam {settings['beam']}" if settings.get("beam") else "beam exhaustive"]
     if settings.get("lm"):
-        parts.append(f"lm {settings.get('lm_weight', 0):g} ({Path(settings['lm']).name})")
+        words = ", words" if settings.get("lm_words") else ""
+        parts.append(f"lm {settings.get('lm_weight', 0):g} ({Path(settings['lm']).name}{words})")
     if settings.get("am_weight", 1.0) != 1.0:
         parts.append(f"am {settings['am_weight']:g}")
     if settings.get("ilm_weight"):

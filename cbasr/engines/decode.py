@@ -21,7 +21,14 @@ from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
 from cbasr.engines.scoring import write_trn
 from cbasr.progress import progress_bar
-from cbasr.search import BeamSearchOptions, LabelScorer, beam_search, check_options, search_family
+from cbasr.search import (
+    BeamSearchOptions,
+    LabelScorer,
+    WordArpaScorer,
+    beam_search,
+    check_options,
+    search_family,
+)
 from cbasr.storage.checkpoint import load_checkpoint
 from cbasr.storage.files import write_json, write_text
 
@@ -96,10 +103,14 @@ class Experiment:
 
 
 def decode_settings(
-    exp: Experiment, options: BeamSearchOptions | None = None, lm_path: str | Path | None = None
+    exp: Experiment,
+    options: BeamSearchOptions | None = None,
+    lm_path: str | Path | None = None,
+    lm_words: bool = False,
 ) -> dict:
     """What ``decode.json`` records of a search: ``{"search": "greedy"}`` or the beam search's
-    options (a transducer's ``max_symbols`` resolved to the model's when unset) and LM path."""
+    options (a transducer's ``max_symbols`` resolved to the model's when unset), the LM path
+    and, for a word ARPA scored at word ends, ``lm_words``."""
     if options is None:
         if lm_path is not None:
             raise ValueError("LM fusion needs a beam search (--beam N with N >= 1)")
@@ -110,6 +121,7 @@ def decode_settings(
         "search": "beam",
         **options.to_dict(),
         "lm": str(lm_path) if lm_path is not None else None,
+        **({"lm_words": True} if lm_words else {}),
     }
 
 
@@ -174,7 +186,9 @@ def decode_split(
     tokens count as deletions), is listed in ``out_dir/skipped.tsv`` and counted as
     ``failed`` in the returned summary, ``decode.json`` and the score.
     """
-    settings = decode_settings(exp, options, lm_path if lm is not None else None)
+    settings = decode_settings(
+        exp, options, lm_path if lm is not None else None, isinstance(lm, WordArpaScorer)
+    )
     if options is not None:
         check_options(exp.model, options, lm)
     out_dir = Path(out_dir)

@@ -84,6 +84,7 @@ class Recognizer:
         beam: int = 0,
         lm: str | Path | None = None,
         lm_weight: float = 0.5,
+        lm_words: bool = False,
         **search: object,
     ) -> "Recognizer":
         """Load ``exp_dir`` (a ``cbasr-train`` experiment directory).
@@ -95,6 +96,8 @@ class Recognizer:
             beam: beam width; 0 (default) is the model's greedy search.
             lm: an external LM for shallow fusion: a ``cbasr-train-lm`` directory or an ARPA
                 file (needs ``beam >= 1``).
+            lm_words: ``lm`` is an ARPA word model for a character or piece recogniser,
+                scored at word ends (:class:`~cbasr.search.WordArpaScorer`).
             search: further :class:`~cbasr.search.BeamSearchOptions` fields (``label_bonus``,
                 ``ilm_weight``, ...).
         """
@@ -112,7 +115,11 @@ class Recognizer:
             options = BeamSearchOptions(
                 beam=beam, lm_weight=lm_weight if lm is not None else 0.0, **search
             )
-        scorer = load_language_model(lm, exp.vocab.tokens, exp.device) if lm is not None else None
+        scorer = (
+            load_language_model(lm, exp.vocab.tokens, exp.device, lm_words, exp.units)
+            if lm is not None
+            else None
+        )
         return cls(exp, features, options, scorer)
 
     @property

@@ -2,7 +2,10 @@
 
 - ``*.jsonl``: a cbasr manifest; each utterance's tokens are its ``units`` field (``phones``,
   ``phones_full``, ``words`` or ``chars``, as :func:`cbasr.data.vocab.tokens_of` reads them);
-- any other file: one sentence per line, tokens separated by whitespace (blank lines skipped).
+- any other file: one sentence per line (blank lines skipped): for ``chars`` and sentencepiece
+  (``sp:<model>``) units a line is text, spelled as a transcript is (so the LM text of a
+  character or piece recogniser is plain words, e.g. ``cbasr-prepare wsj-lm``'s
+  ``lm_train.txt``); for other units, tokens separated by whitespace.
 
 Sentences with tokens outside the vocabulary are skipped and counted, with their ids (or line
 numbers) in the returned summary.
@@ -11,7 +14,7 @@ numbers) in the returned summary.
 from pathlib import Path
 
 from cbasr.data.manifest import read_manifest
-from cbasr.data.vocab import Vocabulary, tokens_of
+from cbasr.data.vocab import SENTENCEPIECE, Vocabulary, tokens_of
 
 __all__ = ["read_sentences"]
 
@@ -33,9 +36,15 @@ def read_sentences(
     if path.suffix == ".jsonl":
         items = [(r["id"], tokens_of(r, units)) for r in read_manifest(path)]
     else:
+        spelled = units == "chars" or units.startswith(SENTENCEPIECE)
         with open(path, encoding="utf-8") as f:
             items = [
-                (f"{path}:{n}", line.split()) for n, line in enumerate(f, start=1) if line.strip()
+                (
+                    f"{path}:{n}",
+                    tokens_of({"words": line}, units) if spelled else line.split(),
+                )
+                for n, line in enumerate(f, start=1)
+                if line.strip()
             ]
     sentences, skipped = [], []
     for name, tokens in items:

@@ -7,14 +7,21 @@
 - :func:`ctc_prefix_beam_search`: CTC prefix beam search, exact without pruning.
 - :func:`transducer_beam_search`: RNN-T and HAT, a cap on labels per frame, HAT eq. (9).
 - :func:`beam_search`: any model, its family's search.
-- :class:`LabelScorer` (:class:`NeuralLMScorer`, :class:`ArpaLMScorer`), :func:`load_language_model`.
+- :class:`LabelScorer` (:class:`NeuralLMScorer`, :class:`ArpaLMScorer`, :class:`WordArpaScorer`),
+  :func:`load_language_model`.
 
 Scores and options: :mod:`cbasr.search.hypotheses`.
 """
 
 from cbasr.search.conditional_bernoulli import cb_beam_search
 from cbasr.search.ctc import ctc_prefix_beam_search
-from cbasr.search.fusion import ArpaLMScorer, LabelScorer, NeuralLMScorer, load_language_model
+from cbasr.search.fusion import (
+    ArpaLMScorer,
+    LabelScorer,
+    NeuralLMScorer,
+    WordArpaScorer,
+    load_language_model,
+)
 from cbasr.search.hypotheses import CB_SEARCHES, BeamSearchOptions, Hypothesis
 from cbasr.search.label_synchronous import cb_label_beam_search
 from cbasr.search.models import beam_search, cb_search_kind, check_options, search_family
@@ -36,5 +43,6 @@ __all__ = [
     "LabelScorer",
     "NeuralLMScorer",
     "ArpaLMScorer",
+    "WordArpaScorer",
     "load_language_model",
 ]

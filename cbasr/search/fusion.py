@@ -8,7 +8,9 @@ and ``log P_LM(</s> | prefix)``, added when the utterance ends.
 
 - :class:`NeuralLMScorer`: the toolkit's :class:`~cbasr.modules.language_model.LSTMLanguageModel`
   (``cbasr-train-lm``).
-- :class:`ArpaLMScorer`: an ARPA back-off n-gram (:mod:`cbasr.lm.arpa`).
+- :class:`ArpaLMScorer`: an ARPA back-off n-gram (:mod:`cbasr.lm.arpa`) over the labels.
+- :class:`WordArpaScorer`: an ARPA word n-gram for character or piece recognisers, scored at
+  word ends.
 
 Both map the recogniser's tokens to the LM's by their strings, so the two vocabularies may be
 ordered differently; a token the LM cannot score is an error when it is loaded (an ARPA file
@@ -20,12 +22,19 @@ from pathlib import Path
 
 import torch
 
+from cbasr.data.vocab import SENTENCEPIECE
 from cbasr.lm.arpa import ArpaModel, read_arpa
 from cbasr.lm.neural import load_lm_checkpoint
 from cbasr.modules.language_model import BOUNDARY, LSTMLanguageModel
 from cbasr.search.rows import reorder_rows
 
-__all__ = ["LabelScorer", "NeuralLMScorer", "ArpaLMScorer", "load_language_model"]
+__all__ = [
+    "LabelScorer",
+    "NeuralLMScorer",
+    "ArpaLMScorer",
+    "WordArpaScorer",
+    "load_language_model",
+]
 
 
 class LabelScorer(abc.ABC):
@@ -183,14 +192,133 @@ class ArpaLMScorer(LabelScorer):
         return self.arpa.sentence_log_prob([self.arpa.words[self.words[v - 1]] for v in labels])
 
 
+class WordArpaScorer(LabelScorer):
+    """A word ARPA n-gram for a recogniser of characters or sentencepiece pieces: the LM scores
+    each word when it ends (end-of-word scoring, no look-ahead).
+
+    A row's state is its last ``order - 1`` words and the word it is spelling. A label that
+    ends that word carries ``ln P(word | history)``: for characters the separator ``|``, for
+    pieces any piece that starts a word (``\u2581...``), which also starts the next one;
+    every other label scores 0. The end of sentence carries the open word's score and
+    ``ln P(</s> | ...)``. The sum over a label sequence is the ARPA's sentence log probability
+    of the words it spells (:meth:`sequence_log_prob`). Words outside the ARPA's vocabulary
+    score as ``<unk>`` when it has one, else ``unk_log_prob``. A separator with no word open
+    (a leading or repeated ``|``) scores 0.
+
+    Since a word's whole LM score arrives at its last label, the search sees no LM evidence
+    while a word is being spelled; a beam wide enough to carry a word's spellings to its end
+    (and the label bonus for the insertions it invites) is the price of scoring words exactly.
+
+    Args:
+        arpa: the word model.
+        tokens: the recogniser's vocabulary (id 0 the blank).
+        units: ``"chars"`` or ``"sp:<model>"``: how labels spell words.
+        unk_log_prob: ``ln P`` of a word the ARPA lacks when it has no ``<unk>``.
+    """
+
+    def __init__(self, arpa: ArpaModel, tokens: list[str], units: str, unk_log_prob: float = -23.0):
+        if units != "chars" and not units.startswith(SENTENCEPIECE):
+            raise ValueError(
+                f"word-level fusion needs character or sentencepiece units, not {units!r}"
+            )
+        self.arpa, self.name = arpa, arpa.source
+        self.pieces = units != "chars"
+        labels = tokens[1:]
+        if self.pieces:
+            self.ends = torch.tensor([t.startswith("\u2581") for t in labels])
+            self.spelling = [t.removeprefix("\u2581") for t in labels]
+        else:
+            self.ends = torch.tensor([t == "|" for t in labels])
+            self.spelling = labels
+        self.is_end = self.ends.tolist()
+        self.unknown = next((arpa.index[u] for u in ("<unk>", "<UNK>") if u in arpa.index), None)
+        self.unk_log_prob = unk_log_prob
+        self.start = (arpa.index["<s>"],)
+        self._scores: dict[tuple[tuple[int, ...], str], tuple[float, float]] = {}
+
+    def _word(self, word: str, history: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
+        """``ln P(word | history)`` and the history after it."""
+        index = self.arpa.index.get(word, self.unknown)
+        if index is None:
+            return self.unk_log_prob, ()  # an n-gram model knows nothing after an unknown word
+        keep = self.arpa.order - 1
+        extended = history + (index,)
+        return self.arpa.log_prob(index, history), extended[len(extended) - keep :] if keep else ()
+
+    def _scores_of(self, history: tuple[int, ...], partial: str) -> tuple[float, float]:
+        """``(score of ending the open word, score of ending the sentence)``."""
+        key = (history, partial)
+        cached = self._scores.get(key)
+        if cached is None:
+            end, after = self._word(partial, history) if partial else (0.0, history)
+            eos = end + self.arpa.log_prob(self.arpa.index["</s>"], after)
+            cached = self._scores[key] = (end, eos)
+        return cached
+
+    def _state(self, histories, partials, device) -> dict:
+        scores = torch.tensor(
+            [self._scores_of(h, p) for h, p in zip(histories, partials)], dtype=torch.float32
+        )  # (N, 2)
+        log_probs = scores[:, :1] * self.ends.float()  # (N, V - 1): only word ends score
+        return {
+            "history": histories,
+            "partial": partials,
+            "log_probs": log_probs.to(device),
+            "eos": scores[:, 1].to(device),
+        }
+
+    def begin(self, rows, device=None):
+        return self._state([self.start] * rows, [""] * rows, device)
+
+    def _step(self, history, partial, label: int) -> tuple[tuple[int, ...], str]:
+        i = label - 1
+        if not self.is_end[i]:
+            return history, partial + self.spelling[i]
+        if partial:
+            _, history = self._word(partial, history)
+        return history, self.spelling[i] if self.pieces else ""
+
+    def advance(self, state, emitted, labels):
+        if not bool(emitted.any()):
+            return state
+        histories, partials = list(state["history"]), list(state["partial"])
+        for row in emitted.nonzero().flatten().tolist():
+            histories[row], partials[row] = self._step(
+                histories[row], partials[row], int(labels[row])
+            )
+        return self._state(histories, partials, state["log_probs"].device)
+
+    def sequence_log_prob(self, labels):
+        """The ARPA's ``ln P(<s> words </s>)`` of the words ``labels`` spell, computed from the
+        words (not the row states), ``<unk>`` (or ``unk_log_prob``) for unknown ones."""
+        if self.pieces:  # a word-initial piece is a space, then its spelling
+            text = "".join(
+                (" " if self.is_end[v - 1] else "") + self.spelling[v - 1] for v in labels
+            )
+        else:  # the separator is a space
+            text = "".join(" " if self.is_end[v - 1] else self.spelling[v - 1] for v in labels)
+        history, total = self.start, 0.0
+        for word in text.split():
+            score, history = self._word(word, history)
+            total += score
+        return total + self.arpa.log_prob(self.arpa.index["</s>"], history)
+
+
 def load_language_model(
-    path: str | Path, tokens: list[str], device: str | torch.device = "cpu"
+    path: str | Path,
+    tokens: list[str],
+    device: str | torch.device = "cpu",
+    words: bool = False,
+    units: str | None = None,
 ) -> LabelScorer:
     """A :class:`LabelScorer` from ``path``: an LM experiment directory of ``cbasr-train-lm``
     (its ``checkpoints/best.pt``), a ``.pt`` checkpoint of one, or an ARPA file (``.gz`` too).
 
     Args:
         tokens: the recogniser's vocabulary, id 0 the blank.
+        words: the ARPA file is a word model for a recogniser of characters or pieces
+            (:class:`WordArpaScorer`; ``units`` says which).
+        units: the recogniser's units (``exp.units``), for ``words``.
     """
     path = Path(path)
     if path.is_dir():
@@ -202,6 +330,10 @@ def load_language_model(
     if not path.exists():
         raise FileNotFoundError(f"{path}: language model not found")
     if path.suffix == ".pt":
+        if words:
+            raise ValueError(f"{path}: word-level fusion takes an ARPA word model, not a .pt")
         model, lm_tokens = load_lm_checkpoint(path, device)
         return NeuralLMScorer(model, lm_tokens, tokens, source=str(path))
+    if words:
+        return WordArpaScorer(read_arpa(path), tokens, units or "")
     return ArpaLMScorer(read_arpa(path), tokens)

@@ -1,12 +1,14 @@
 """A small fake WSJ copy, shaped like the real one: disc directories or the flat wsj0/wsj1
 layout, the real index paths (comments, both entry styles, eval92 without extensions, eval93
 naming the wrong disc), ``.dot`` transcripts exercising every normalisation rule, and
-Shorten-compressed SPHERE ``.wv1`` audio."""
+Shorten-compressed SPHERE ``.wv1`` audio; and the LM disc's text and ARPA files
+(:func:`make_fake_wsj_lm`)."""
 
 from pathlib import Path
 
 import numpy as np
 
+from tests.corpora.compress_writer import compress_bytes
 from tests.corpora.shorten_writer import write_wv1
 
 # (index disc, index path, entry style, [(audio disc, path, utt, transcript)])
@@ -121,3 +123,63 @@ def make_fake_wsj(root: Path, flat: bool = False, seed: int = 0) -> Path:
     for path, lines in dots.items():
         path.write_text("\n".join(lines) + "\n")
     return root
+
+
+LM_WORDS = (
+    "THE COMPANY SAID STOCKS FELL ROSE PRICES BONDS RALLIED LATE MORE CUTS BANKS LEND".split()
+)
+
+
+def lm_sentences(count: int, seed: int = 0) -> list[str]:
+    """``count`` normalised sentences of 3-8 words from :data:`LM_WORDS`."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(LM_WORDS, size=int(rng.integers(3, 9)))) for _ in range(count)]
+
+
+def arpa_of(sentences: list[str], order: int) -> str:
+    """An ARPA text of maximum-likelihood n-grams (back-off weights 0: a fixture, not a
+    smoothed model) over ``sentences`` with ``<s>``/``</s>``."""
+    counts: list[dict[tuple[str, ...], int]] = [{} for _ in range(order)]
+    for sentence in sentences:
+        words = ["<s>", *sentence.split(), "</s>"]
+        for n in range(1, order + 1):
+            for i in range(len(words) - n + 1):
+                gram = tuple(words[i : i + n])
+                counts[n - 1][gram] = counts[n - 1].get(gram, 0) + 1
+    total = sum(c for gram, c in counts[0].items() if gram != ("<s>",))
+    lines = ["\\data\\", *(f"ngram {n + 1}={len(counts[n])}" for n in range(order)), ""]
+    for n in range(order):
+        lines.append(f"\\{n + 1}-grams:")
+        for gram, c in sorted(counts[n].items()):
+            if n == 0:
+                p = -99.0 if gram == ("<s>",) else np.log10(c / total)
+            else:
+                p = np.log10(c / counts[n - 1][gram[:-1]])
+            backoff = " 0.0" if n < order - 1 else ""
+            lines.append(f"{p:.4f} {' '.join(gram)}{backoff}")
+        lines.append("")
+    lines.append("\\end\\")
+    return "\n".join(lines) + "\n"
+
+
+def make_fake_wsj_lm(root: Path, flat: bool = False, per_year: int = 100) -> list[str]:
+    """The LM disc's ``lng_modl``: ``lm_train/np_data/{87,88,89}/*.z`` (lower-case sentences
+    among markup lines, Unix-compressed) and ``base_lm/{bcb20onp,tcb20onp}.z`` (ARPA bigram
+    and trigram of those sentences). Returns the sentences, normalised, in file order."""
+    lng_modl = root / ("" if flat else "13-32.1") / "wsj1/doc/lng_modl"
+    sentences = lm_sentences(3 * per_year)
+    for k, year in enumerate(("87", "88", "89")):
+        ours = sentences[k * per_year : (k + 1) * per_year]
+        for part in range(2):
+            half = ours[part * per_year // 2 : (part + 1) * per_year // 2]
+            lines = [f"<art.{year}0{part}>", "<p>"]
+            lines += [s.lower() for s in half[: len(half) // 2]] + ["</p>", "<p>"]
+            lines += [s.lower() for s in half[len(half) // 2 :]] + ["</p>", "</art>"]
+            path = lng_modl / "lm_train" / "np_data" / year / f"w{year}_{part:02d}.z"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(compress_bytes(("\n".join(lines) + "\n").encode("latin-1")))
+    (lng_modl / "base_lm").mkdir(parents=True, exist_ok=True)
+    for name, order in (("bcb20onp", 2), ("tcb20onp", 3)):
+        text = arpa_of(sentences, order).encode("latin-1")
+        (lng_modl / "base_lm" / f"{name}.z").write_bytes(compress_bytes(text))
+    return sentences

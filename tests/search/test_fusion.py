@@ -179,3 +179,71 @@ def test_arpa_rows_follow_the_trigram_history(tmp_path):
         assert total + float(state["eos"][0]) == pytest.approx(
             scorer.sequence_log_prob(seq), abs=1e-5
         )
+
+
+# Words spelled by the tiny models' labels: characters a, b, d and the separator |.
+WORD_BIGRAM = """\\data\\
+ngram 1=7
+ngram 2=4
+
+\\1-grams:
+-1.0 </s>
+-99 <s> 0.0
+-1.2 a -0.3
+-0.9 ab -0.2
+-0.4 d -0.1
+-1.1 dd -0.4
+-2.0 <unk>
+
+\\2-grams:
+-0.1 <s> d
+-0.3 d ab
+-0.2 ab </s>
+-2.5 a a
+
+\\end\\
+"""
+
+
+@pytest.mark.parametrize("units", ["chars", "sp:pieces.model"])
+@pytest.mark.parametrize("decoder,loss", FAMILIES)
+def test_word_level_fusion_scores_the_words_the_labels_spell(tmp_path, decoder, loss, units):
+    """A word ARPA fused with a character (``|`` between words) or piece (``\u2581`` starting a
+    word) recogniser: each hypothesis's LM score is the ARPA's sentence log probability of
+    the words it spells, unknown words as <unk>, computed here by the ARPA on those words."""
+    from cbasr.data.vocab import tokens_to_words
+
+    path = tmp_path / "words.arpa"
+    path.write_text(WORD_BIGRAM)
+    arpa = read_arpa(path)
+    tokens = (
+        ["<blk>", "a", "b", "|", "d"]
+        if units == "chars"
+        else ["<blk>", "\u2581a", "b", "\u2581d", "d"]
+    )
+    scorer = load_language_model(path, tokens, words=True, units=units)
+    model = _model(decoder, loss)
+    feats, lens = tiny.batch(seed=3)
+    options = BeamSearchOptions(beam=4, nbest=4, lm_weight=0.6, label_bonus=0.2)
+    seen_words = set()
+    for x in (x for n in beam_search(model, feats, lens, options, scorer) for x in n):
+        words = tokens_to_words([tokens[v] for v in x.tokens], units)
+        seen_words.update(words)
+        known = [w if w in arpa.index else "<unk>" for w in words]
+        assert x.lm_score == pytest.approx(arpa.sentence_log_prob(known), abs=1e-4), words
+        assert x.lm_score == pytest.approx(scorer.sequence_log_prob(x.tokens), abs=1e-4)
+        assert x.score == pytest.approx(
+            x.am_score + 0.6 * x.lm_score + 0.2 * len(x.tokens), abs=1e-4
+        )
+    assert len(seen_words) > 2  # the hypotheses spell several different words
+
+
+def test_word_level_fusion_needs_characters_or_pieces_and_an_arpa(tmp_path):
+    path = tmp_path / "words.arpa"
+    path.write_text(WORD_BIGRAM)
+    with pytest.raises(ValueError, match="character or sentencepiece units, not 'phones'"):
+        load_language_model(path, TOKENS, words=True, units="phones")
+    checkpoint = tmp_path / "lm.pt"
+    checkpoint.write_bytes(b"")
+    with pytest.raises(ValueError, match="takes an ARPA word model"):
+        load_language_model(checkpoint, TOKENS, words=True, units="chars")
