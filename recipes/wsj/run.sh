@@ -5,8 +5,13 @@
 #
 #   ./run.sh --corpus-dir DIR [--stage N] [--stop-stage M] [--train-set si284|si84] [--units chars|sp]
 #            [--sp-size N] [--config NAME] [--exp DIR] [--beam N] [--allow-partial] [hydra overrides...]
+#            [--lm-hidden N] [--lm-layers N] [--lm-epochs N] [--lm-valid FILE] [--lm-weight W]
+#            [--word-lm NAME]
 #
-# Stages: 0 manifests, 1 features, 2 units, 3 training, 4 decoding, 5 scoring.
+# Stages: 0 manifests, 1 features, 2 units, 3 training, 4 decoding, 5 scoring; with
+# --stop-stage 8 also the language models: 6 LM data (the LM disc's text and base ARPA n-grams),
+# 7 an LSTM LM of the acoustic model's units on that text, 8 beam decoding with each LM fused
+# (the unit LM, and the word ARPA NAME scored at word ends) and scoring.
 set -euo pipefail
 cd "$(dirname "$0")"
 all_args="$*"
@@ -23,6 +28,12 @@ exp=""
 beam=8
 workers=2
 allow_partial=false
+lm_hidden=512
+lm_layers=2
+lm_epochs=10
+lm_valid=data/wsj/dev93.jsonl  # the LM's validation text: dev93's transcripts
+lm_weight=0.5
+word_lm=tcb20onp  # base_lm/tcb20onp.z: the 20k closed-vocabulary trigram Kaldi decodes with
 source ../shared/parse_options.sh "$@"
 exp=${exp:-exp/${config}_${units}}
 case "$units" in
@@ -71,6 +82,33 @@ if stage_on 5; then
   log "stage 5: scoring (character or piece error rate, and the WER in score.json)"
   cbasr-score --exp-dir "$exp" --splits dev93 eval92
   cbasr-score --exp-dir "$exp" --splits dev93 eval92 --tag "beam$beam"
+  echo
+  cbasr-results "$exp"
+  echo
+fi
+
+lm_exp=exp/lm_${unit_name}
+if stage_on 6; then
+  [[ -n $corpus_dir ]] || { echo "run.sh: stage 6 needs --corpus-dir (the WSJ copy)" >&2; exit 2; }
+  log "stage 6: LM text and base ARPA n-grams from $corpus_dir -> data/wsj_lm"
+  cbasr-prepare wsj-lm --corpus-dir "$corpus_dir" --out data/wsj_lm $([[ $allow_partial == true ]] && echo --allow-partial)
+fi
+
+if stage_on 7; then
+  log "stage 7: LSTM LM of $unit_name units on the LM text -> $lm_exp"
+  cbasr-train-lm exp_dir="$lm_exp" data.train=data/wsj_lm/lm_train.txt data.valid="$lm_valid" \
+    data.vocab="data/lang/$unit_name.txt" data.units="$data_units" lm.hidden="$lm_hidden" \
+    lm.num_layers="$lm_layers" trainer.max_epochs="$lm_epochs"
+fi
+
+if stage_on 8; then
+  log "stage 8: beam-$beam decoding of dev93 and eval92 with the $unit_name LM and with the word LM $word_lm"
+  common=(--exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --splits dev93 eval92 --beam "$beam" --lm-weight "$lm_weight")
+  cbasr-decode "${common[@]}" --lm "$lm_exp"
+  cbasr-decode "${common[@]}" --lm "data/wsj_lm/$word_lm.arpa.gz" --lm-words
+  for tag in "beam${beam}_lm${lm_weight}-lm_${unit_name}" "beam${beam}_lm${lm_weight}-${word_lm}-words"; do
+    cbasr-score --exp-dir "$exp" --splits dev93 eval92 --tag "$tag"
+  done
   echo
   cbasr-results "$exp"
   echo

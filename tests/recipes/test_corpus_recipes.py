@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.corpora.fake_gigaword import make_fake_gigaword
 from tests.corpora.fake_timit import make_fake_timit
-from tests.corpora.fake_wsj import make_fake_wsj
+from tests.corpora.fake_wsj import make_fake_wsj, make_fake_wsj_lm
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TINY = [
@@ -78,7 +78,10 @@ def test_timit_recipe_end_to_end(tmp_path):
 
 
 def test_wsj_recipe_end_to_end(tmp_path):
+    """Through the LM stages too: the LM disc's text, a unit LSTM LM trained on it, and beam
+    decodings fused with it and with the word trigram (scored at word ends)."""
     corpus = make_fake_wsj(tmp_path / "corpus")
+    make_fake_wsj_lm(corpus)
     recipe = _copy_recipe("wsj", tmp_path)
     run = _run(
         recipe,
@@ -89,17 +92,36 @@ def test_wsj_recipe_end_to_end(tmp_path):
         "0",
         "--beam",
         "2",
+        "--stop-stage",
+        "8",
+        "--lm-hidden",
+        "8",
+        "--lm-layers",
+        "1",
+        "--lm-epochs",
+        "1",
+        "--lm-valid",  # the fake dev93 spells words with letters si284 lacks
+        "data/wsj_lm/lm_train.txt",
         "encoder.subsampling=none",
         "data.max_frames=4000",
         *TINY,
     )
-    for stage in range(6):
+    for stage in range(9):
         assert f"stage {stage}:" in run.stdout
     exp = recipe / "exp" / "blstm_ctc_chars"
     score = json.loads((exp / "decode" / "eval92" / "score.json").read_text())
     assert score["utts"] == 2 and "words" in score  # character error rate plus the WER
     dev = json.loads((exp / "decode" / "dev93" / "decode.json").read_text())
     assert dev["utts"] == 2 and dev["failed"] == 1  # the truncated .wv1: an empty hypothesis
+    assert len((recipe / "data" / "wsj_lm" / "lm_train.txt").read_text().splitlines()) == 300
+    assert (recipe / "exp" / "lm_chars" / "checkpoints" / "best.pt").is_file()
+    for tag, words in (("beam2_lm0.5-lm_chars", False), ("beam2_lm0.5-tcb20onp-words", True)):
+        decoded = json.loads((exp / "decode" / f"eval92_{tag}" / "decode.json").read_text())
+        assert decoded["settings"]["lm"].endswith("lm_chars" if not words else "tcb20onp.arpa.gz")
+        assert decoded["settings"].get("lm_words", False) == words
+        assert (
+            json.loads((exp / "decode" / f"eval92_{tag}" / "score.json").read_text())["utts"] == 2
+        )
 
 
 def test_gigaword_recipe_end_to_end(tmp_path):
