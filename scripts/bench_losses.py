@@ -6,9 +6,16 @@ Compares, at equal ``(B, T, U, V)``:
   plain autograd version of the same CB lattice (``T`` logaddexp steps recorded by autograd);
   the CTC and CB rows both start from ``(B, T, V)`` logits and include the log-softmax (and,
   for CB, the gather of the ``L`` reference labels);
-- ``rnnt_nll`` (torchaudio, fused log-softmax over ``V`` classes including blank) and
-  ``hat_nll`` (blank logits ``(B, T, U + 1)`` and label logits over ``V - 1`` labels, with the
-  log-softmax included; a second HAT row takes the log-probabilities as given).
+- ``rnnt_nll`` (torchaudio, fused log-softmax over ``V`` classes including blank),
+  ``rnnt_lattice`` (the same loss by :func:`cbasr.losses.rnnt_lattice_nll`: fused gather and
+  log-sum-exp, then the anti-diagonal lattice), ``hat_nll`` (blank logits ``(B, T, U + 1)``
+  and label logits over ``V - 1`` labels, with the log-softmax included; a second HAT row
+  takes the log-probabilities as given) and ``hat_fused`` (:func:`cbasr.losses.
+  hat_nll_from_logits` on one ``(B, T, U + 1, V)`` joint whose unit 0 is the blank logit, as
+  the model's ``tanh`` joint trains it).
+
+``--json`` prints one object per measurement (shape, implementation, ``ms`` the median,
+``peak_mb``, and which counter measured the memory).
 
 Each measurement runs in a fresh subprocess. Peak extra memory is the growth of the process's
 peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after the inputs exist)
@@ -40,9 +47,25 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cbasr.losses import cb_marginal_nll, ctc_nll, hat_nll, rnnt_nll  # noqa: E402
+from cbasr.losses import (  # noqa: E402
+    cb_marginal_nll,
+    ctc_nll,
+    hat_nll,
+    hat_nll_from_logits,
+    rnnt_lattice_nll,
+    rnnt_nll,
+)
 
-LOSSES = ["ctc", "cb", "cb_autograd", "rnnt", "hat", "hat_given_log_probs"]
+LOSSES = [
+    "ctc",
+    "cb",
+    "cb_autograd",
+    "rnnt",
+    "rnnt_lattice",
+    "hat",
+    "hat_fused",
+    "hat_given_log_probs",
+]
 DEFAULT_SIZES = "8,200,50,64;8,400,80,256;4,1000,200,1000"
 
 
@@ -90,9 +113,13 @@ def _make_inputs(loss, B, T, U, V, device):
             return fn(a, lp, il, tl)
 
         return [z, a], run
-    if loss == "rnnt":
+    if loss in ("rnnt", "rnnt_lattice"):
         z = leaf(B, T, U + 1, V)
-        return [z], lambda: rnnt_nll(z, targets, il, tl, blank=0)
+        fn = rnnt_nll if loss == "rnnt" else rnnt_lattice_nll
+        return [z], lambda: fn(z, targets, il, tl, blank=0)
+    if loss == "hat_fused":  # the model's tanh joint: blank unit 0 beside V - 1 label units
+        z = leaf(B, T, U + 1, V)
+        return [z], lambda: hat_nll_from_logits(None, z, targets - 1, il, tl)
     blank_logits = leaf(B, T, U + 1)
     if loss == "hat":
         z = leaf(B, T, U + 1, V - 1)
@@ -187,6 +214,9 @@ def main() -> None:
         help="OMP_WAIT_POLICY for the measuring processes; 'passive' avoids OpenMP workers "
         "spinning against the main thread on a CPU shared with other jobs",
     )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per measurement instead of tables"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -195,12 +225,13 @@ def main() -> None:
 
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes.split(";")]
     losses = args.losses.split(",")
-    print(
-        f"device={args.device} threads={args.threads} omp_wait_policy={args.omp_wait_policy} "
-        f"torch={torch.__version__}\n"
-    )
-    print("| loss | (B, T, U, V) | fwd+bwd ms | peak extra MiB | extra / joint |")
-    print("|---|---|---:|---:|---:|")
+    if not args.json:
+        print(
+            f"device={args.device} threads={args.threads} omp_wait_policy={args.omp_wait_policy} "
+            f"torch={torch.__version__}\n"
+        )
+        print("| loss | (B, T, U, V) | fwd+bwd ms | peak extra MiB | extra / joint |")
+        print("|---|---|---:|---:|---:|")
     results = {}
     for B, T, U, V in sizes:
         joint = B * T * (U + 1) * V * 4  # float32 bytes of the (B, T, U + 1, V) joint
@@ -210,16 +241,36 @@ def main() -> None:
                 args.omp_wait_policy,
             )
             results[(loss, B, T, U, V)] = r
+            if args.json:
+                memory = "cuda max_memory_allocated" if args.device.startswith("cuda") else "VmHWM"
+                print(
+                    json.dumps(
+                        {
+                            "shape": {"B": B, "T": T, "U": U, "V": V},
+                            "implementation": loss,
+                            "ms": None if "error" in r else round(1e3 * r["time_s"], 3),
+                            "peak_mb": None if "error" in r else round(r["peak_bytes"] / 2**20, 2),
+                            "memory": memory,
+                            "threads": args.threads,
+                            "device": args.device,
+                            **({"error": r["error"]} if "error" in r else {}),
+                        }
+                    ),
+                    flush=True,
+                )
+                continue
             if "error" in r:
                 print(f"| {loss} | ({B}, {T}, {U}, {V}) | error: {r['error']} | | |")
                 continue
-            transducer = loss in ("rnnt", "hat", "hat_given_log_probs")
+            transducer = loss.startswith(("rnnt", "hat"))
             ratio = f"{r['peak_bytes'] / joint:.2f}" if transducer else ""
             print(
                 f"| {loss} | ({B}, {T}, {U}, {V}) | {1e3 * r['time_s']:.1f} "
                 f"| {r['peak_bytes'] / 2**20:.1f} | {ratio} |",
                 flush=True,
             )
+    if args.json:
+        return
     print(
         "\n| (B, T, U, V) | cb / ctc time | cb autograd / cb explicit time | "
         "hat / rnnt time | hat / rnnt memory | hat (given log-probs) / rnnt time | "
@@ -241,6 +292,26 @@ def main() -> None:
             f"| {ratio('hat_given_log_probs', 'rnnt', 'time_s')} "
             f"| {ratio('hat_given_log_probs', 'rnnt', 'peak_bytes')} |"
         )
+    print(
+        "\n| (B, T, U, V) | rnnt_lattice / rnnt time | rnnt_lattice / rnnt memory "
+        "| hat_fused / rnnt time | hat_fused / rnnt memory |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for B, T, U, V in sizes:
+        shape = (B, T, U, V)
+        cells = [
+            _ratio(results, name, "rnnt", key, shape)
+            for name in ("rnnt_lattice", "hat_fused")
+            for key in ("time_s", "peak_bytes")
+        ]
+        print(f"| ({B}, {T}, {U}, {V}) | " + " | ".join(cells) + " |")
+
+
+def _ratio(results, num, den, key, shape) -> str:
+    a, b = results.get((num, *shape), {}), results.get((den, *shape), {})
+    if key not in a or key not in b or b[key] == 0:
+        return "n/a"
+    return f"{a[key] / b[key]:.2f}"
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@
 - :func:`cb_marginal_nll_windowed`, :func:`cb_viterbi_windowed`, :func:`cb_posteriors_windowed`:
   the second-order CB model with emission gaps ``<= W``.
 - :func:`ctc_nll`: CTC (PyTorch's kernel).
-- :func:`rnnt_nll`: RNN-T (torchaudio's kernel); :func:`transducer_lattice_nll`: the same
-  lattice from gathered per-node edge log-weights.
-- :func:`hat_nll`, :func:`hat_internal_lm_score`: HAT paper eqs. (4) and (8).
+- :func:`rnnt_nll`: RNN-T (torchaudio's kernel); :func:`rnnt_lattice_nll`: the same loss
+  without torchaudio, from the fused :func:`gather_logsumexp` and
+  :func:`transducer_lattice_nll` (the lattice from gathered per-node edge log-weights).
+- :func:`hat_nll`, :func:`hat_nll_from_logits`, :func:`hat_internal_lm_score`: HAT paper
+  eqs. (4) and (8).
 """
 
 from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
@@ -17,8 +19,13 @@ from cbasr.losses.conditional_bernoulli_second_order import (
     cb_viterbi_windowed,
 )
 from cbasr.losses.ctc import ctc_nll
-from cbasr.losses.hat import hat_internal_lm_score, hat_nll
-from cbasr.losses.transducer import rnnt_nll, transducer_lattice_nll
+from cbasr.losses.hat import hat_internal_lm_score, hat_nll, hat_nll_from_logits
+from cbasr.losses.transducer import (
+    gather_logsumexp,
+    rnnt_lattice_nll,
+    rnnt_nll,
+    transducer_lattice_nll,
+)
 
 __all__ = [
     "cb_marginal_nll",
@@ -28,8 +35,11 @@ __all__ = [
     "cb_posteriors",
     "cb_viterbi",
     "ctc_nll",
+    "gather_logsumexp",
     "hat_internal_lm_score",
     "hat_nll",
+    "hat_nll_from_logits",
+    "rnnt_lattice_nll",
     "rnnt_nll",
     "transducer_lattice_nll",
 ]

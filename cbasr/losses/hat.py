@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
-from cbasr.losses.transducer import transducer_lattice_nll
+from cbasr.losses.transducer import gather_logsumexp, transducer_lattice_nll
 
-__all__ = ["hat_nll", "hat_internal_lm_score"]
+__all__ = ["hat_nll", "hat_nll_from_logits", "hat_internal_lm_score"]
 
 
 def _gather_labels(
@@ -82,17 +82,67 @@ def hat_nll(
     check_lengths("target_lengths", target_lengths, B, U1 - 1)
     check_label_ids("targets", targets, target_lengths, label_log_probs.shape[-1])
 
+    labels = _gather_labels(label_log_probs, targets, target_lengths)  # (B, T, U)
+    return _hat_lattice(blank_logits, labels, input_lengths, target_lengths)
+
+
+def _hat_lattice(blank_logits, labels, input_lengths, target_lengths) -> torch.Tensor:
+    """HAT eq. (4) on the lattice: ``blank_logits (B, T, U + 1)``, ``labels (B, T, U)`` the
+    reference labels' ``log P_{t,u}(y_{u+1})``."""
+    B, T, U1 = blank_logits.shape
     device = blank_logits.device
     # Padded frames and label positions are zeroed before logsigmoid so that whatever they
     # hold cannot turn into a NaN gradient.
     valid_t = torch.arange(T, device=device)[None, :] < input_lengths.to(device)[:, None]
     valid_u = torch.arange(U1, device=device)[None, :] <= target_lengths.to(device)[:, None]
     b = torch.where(valid_t[:, :, None] & valid_u[:, None, :], blank_logits, 0.0)  # (B, T, U1)
-    labels = _gather_labels(label_log_probs, targets, target_lengths)  # (B, T, U)
     # HAT eq. (4): blank edge b_{t,u}; label edge (1 - b_{t,u}) P_{t,u}(y_{u+1}).
     blank_lp = F.logsigmoid(b)  # (B, T, U + 1)
     emit_lp = F.logsigmoid(-b[:, :, :-1]) + labels  # (B, T, U)
     return transducer_lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths)
+
+
+def hat_nll_from_logits(
+    blank_logits: torch.Tensor | None,
+    label_logits: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`hat_nll` from unnormalised label scores, with the label softmax (eqs. 6-7) fused
+    into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`): no normalised
+    ``(B, T, U + 1, V)`` tensor exists, and the backward's extra memory is one gradient the
+    size of ``label_logits``.
+
+    Args:
+        blank_logits: ``(B, T, U + 1)``, or None when the blank logit is unit 0 of
+            ``label_logits`` (the joint's blank output beside the labels, read from the same
+            tensor so that its gradient lands in the same single gradient).
+        label_logits: ``(B, T, U + 1, V)`` label scores (``V + 1`` units with the blank unit
+            first when ``blank_logits`` is None); contiguous.
+        targets, input_lengths, target_lengths: as :func:`hat_nll`.
+    """
+    check_floating("label_logits", label_logits)
+    check_shape("label_logits", label_logits, "(B, T, U + 1, V)", (None, None, None, None))
+    B, T, U1, V = label_logits.shape
+    start = 1 if blank_logits is None else 0  # the labels' first unit
+    if blank_logits is not None:
+        check_floating("blank_logits", blank_logits)
+        check_shape("blank_logits", blank_logits, "(B, T, U + 1)", (B, T, U1))
+    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    check_label_ids("targets", targets, target_lengths, V - start)
+    device = label_logits.device
+    valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
+    ids = F.pad(torch.where(valid, targets.to(device), 0), (0, 1)) + start  # (B, U + 1)
+    columns = [torch.zeros_like(ids), ids] if blank_logits is None else [ids]
+    index = torch.stack(columns, dim=-1)[:, None].expand(B, T, U1, len(columns))
+    picked, lse = gather_logsumexp(label_logits.contiguous(), index, start)
+    labels = (picked[..., -1] - lse)[:, :, :-1]  # (B, T, U): log P_{t,u}(y_{u+1})
+    labels = torch.where(valid[:, None, :], labels, 0.0)
+    blank = picked[..., 0] if blank_logits is None else blank_logits
+    return _hat_lattice(blank, labels, input_lengths, target_lengths)
 
 
 def hat_internal_lm_score(

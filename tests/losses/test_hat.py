@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 import torchaudio.functional as AF
 
-from cbasr.losses import hat_internal_lm_score, hat_nll
+from cbasr.losses import hat_internal_lm_score, hat_nll, hat_nll_from_logits
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -209,3 +209,29 @@ def test_random_sizes_match_enumeration(seed):
         torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(g_bl[b], want_bl, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(g_lp[b], want_lp, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("blank_unit", [False, True])
+def test_from_logits_equals_the_normalised_loss(blank_unit):
+    """hat_nll_from_logits (fused softmax) equals hat_nll on log_softmax'ed scores, in values
+    and gradients, with the blank logit separate or as unit 0 of the same joint tensor."""
+    bl, lp, targets, il, tl = _batch(3, pad_value=float("nan"))
+    scores = torch.randn(lp.shape, generator=torch.Generator().manual_seed(5), dtype=F64)
+    scores[lp.detach().isnan()] = float("nan")  # padding holds anything: no NaN may leak
+    blank = bl.detach().nan_to_num(0.0)
+    if blank_unit:
+        joint = torch.cat([blank.unsqueeze(-1), scores], -1).requires_grad_()
+        got = hat_nll_from_logits(None, joint, targets, il, tl)
+        (g_joint,) = torch.autograd.grad(got.sum(), (joint,))
+        g_blank, g_scores = g_joint[..., 0], g_joint[..., 1:]
+    else:
+        b, x = blank.clone().requires_grad_(), scores.clone().requires_grad_()
+        got = hat_nll_from_logits(b, x, targets, il, tl)
+        g_blank, g_scores = torch.autograd.grad(got.sum(), (b, x))
+    b, x = blank.clone().requires_grad_(), scores.nan_to_num(0.0).requires_grad_()
+    want = hat_nll(b, x.log_softmax(-1), targets, il, tl)
+    w_blank, w_scores = torch.autograd.grad(want.sum(), (b, x))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_blank, w_blank, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(g_scores, w_scores, rtol=1e-10, atol=1e-12)
+    assert not g_scores.isnan().any() and not g_blank.isnan().any()

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torchaudio.functional as AF
 
-from cbasr.losses import rnnt_nll, transducer_lattice_nll
+from cbasr.losses import gather_logsumexp, rnnt_lattice_nll, rnnt_nll, transducer_lattice_nll
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -127,3 +127,45 @@ def test_lattice_errors():
         transducer_lattice_nll(blank, emit[:, :, :2], il, tl)
     with pytest.raises(ValueError, match=r"target_lengths\[0\] = 4"):
         transducer_lattice_nll(blank, emit, il, torch.tensor([4, 1, 2, 0]))
+
+
+@pytest.mark.parametrize("extra", [(0, 0), (2, 1)])
+def test_rnnt_lattice_matches_enumeration_and_torchaudio(extra):
+    """The fused-gather RNN-T loss: values and gradients against enumeration in float64, and
+    torchaudio's loss and gradient in float32, padding beyond the longest utterance included."""
+    logits, targets, il, tl = _joint(1, extra_t=extra[0], extra_u=extra[1], dtype=F64)
+    nll = rnnt_lattice_nll(logits, targets, il, tl)
+    (grad,) = torch.autograd.grad(nll.sum(), (logits,))
+    for b, (tb, y) in enumerate(UTTERANCES):
+        z = logits[b].detach().clone().requires_grad_()
+        want = -ref.rnnt_log_marginal(z[:tb, : len(y) + 1], y, blank=0)
+        (want_grad,) = torch.autograd.grad(want, (z,))
+        torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[b], want_grad, rtol=1e-10, atol=1e-12)
+    x = logits.detach().float().requires_grad_()
+    ours = rnnt_lattice_nll(x, targets, il, tl)
+    (ours_grad,) = torch.autograd.grad(ours.sum(), (x,))
+    y = logits.detach().float().requires_grad_()
+    theirs = rnnt_nll(y, targets, il, tl)
+    (theirs_grad,) = torch.autograd.grad(theirs.sum(), (y,))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_gather_logsumexp_gradcheck_and_blocks(monkeypatch):
+    """Against gather and logsumexp by autograd, in blocks of rows smaller than the tensor,
+    with a normaliser that skips column 0 and weights on both outputs."""
+    from cbasr.losses import transducer
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 4, 5, generator=g, dtype=F64, requires_grad=True)
+    index = torch.randint(0, 5, (2, 3, 4, 2), generator=g)
+    monkeypatch.setattr(transducer, "_CHUNK_ELEMENTS", 7)  # blocks of one or two rows
+    for start in (0, 1):
+        picked, lse = gather_logsumexp(x, index, start)
+        torch.testing.assert_close(picked, x.gather(-1, index))
+        torch.testing.assert_close(lse, torch.logsumexp(x[..., start:], -1))
+        assert torch.autograd.gradcheck(lambda x, s=start: gather_logsumexp(x, index, s), (x,))
+        (only_lse,) = torch.autograd.grad(gather_logsumexp(x, index, start)[1].sum(), (x,))
+        (want,) = torch.autograd.grad(torch.logsumexp(x[..., start:], -1).sum(), (x,))
+        torch.testing.assert_close(only_lse, want)

@@ -125,10 +125,18 @@ class HatJoint(Joint):
         return (None, units) if self.linear_blank else (units[..., 0], units[..., 1:])
 
     def lattice(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        blank, labels = self._split(self.scores(h, g))
-        if self.linear_blank:
-            blank = self.blank_encoder(h) + self.blank_label(g).transpose(1, 2)  # (B, T, U + 1)
-        return blank, labels.log_softmax(dim=-1)
+        blank, units = self.lattice_scores(h, g)
+        if blank is None:
+            blank, units = units[..., 0], units[..., 1:]
+        return blank, units.log_softmax(dim=-1)
+
+    def lattice_scores(self, h, g) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Unnormalised, for :func:`cbasr.losses.hat_nll_from_logits`: ``(None, units)`` with
+        the blank logit as unit 0 (``tanh``), or ``(blank_logits, label units)`` (``linear``)."""
+        units = self.scores(h, g)
+        if not self.linear_blank:
+            return None, units
+        return self.blank_encoder(h) + self.blank_label(g).transpose(1, 2), units  # (B, T, U + 1)
 
     def prepare(self, h: torch.Tensor) -> dict:
         state = super().prepare(h)
@@ -210,6 +218,11 @@ class TransducerDecoder(nn.Module):
             HAT: ``(blank_logits (B, T, U + 1), label_log_probs (B, T, U + 1, V - 1))``.
         """
         return self.joint.lattice(h, self.prediction(targets))
+
+    def hat_scores(self, h: torch.Tensor, targets: torch.Tensor):
+        """HAT's teacher-forced joint unnormalised (:meth:`HatJoint.lattice_scores`): what
+        :func:`cbasr.losses.hat_nll_from_logits` reads, with the label softmax fused into it."""
+        return self.joint.lattice_scores(h, self.prediction(targets))
 
     def internal_lm_log_probs(self, targets: torch.Tensor) -> torch.Tensor:
         """HAT internal LM: ``log softmax(J(g2_u))``, ``(B, U + 1, V - 1)`` (section 3.2)."""
