@@ -20,6 +20,8 @@ probability 0 (``-inf`` label log-probabilities) also gets ``+inf`` and zero gra
 Memory is ``O(B T L)``.
 """
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -174,7 +176,11 @@ def _cb_emission_posteriors(
     # instead of NaN from -inf - (-inf).
     log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)
     log_post = alpha[:-1, :, 1 : L + 1] + emit_t + beta_next - log_z[None, :, None]
-    return torch.exp(log_post)
+    # Posteriors below about twice the smallest normal number are 0: torch.exp of lower
+    # arguments (-inf included: the unreachable states) is a slow path on CPU, 5-40x.
+    floor = math.log(torch.finfo(log_post.dtype).tiny) + 0.5
+    negligible = log_post < floor
+    return log_post.clamp_(min=floor).exp_().masked_fill_(negligible, 0.0)
 
 
 def _shift_labels(emit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
