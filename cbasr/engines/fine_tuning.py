@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cbasr.data.vocab import Vocabulary
-from cbasr.storage.checkpoint import load_checkpoint
+from cbasr.storage.checkpoint import checkpoint_of, load_checkpoint
 
 __all__ = ["init_source", "load_initial_weights"]
 
@@ -26,18 +26,11 @@ log = logging.getLogger(__name__)
 def init_source(path: str | Path) -> tuple[Path, Path | None]:
     """``(checkpoint file, experiment directory or None)`` of a ``trainer.init_from`` value."""
     path = Path(path)
+    hint = f"={path}: an experiment directory holds checkpoints/best.pt"
+    checkpoint = checkpoint_of(path, "trainer.init_from", hint)
     if path.is_dir():
-        checkpoint = path / "checkpoints" / "best.pt"
-        if not checkpoint.is_file():
-            raise FileNotFoundError(
-                f"{checkpoint} not found (trainer.init_from={path}: an experiment directory "
-                "holds checkpoints/best.pt)"
-            )
         return checkpoint, path
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (trainer.init_from)")
-    exp = path.parent.parent if path.parent.name == "checkpoints" else None
-    return path, exp
+    return checkpoint, (path.parent.parent if path.parent.name == "checkpoints" else None)
 
 
 def _skipped(name: str, patterns: list[str]) -> bool:

@@ -27,6 +27,7 @@ from cbasr.lm.arpa import ArpaModel, read_arpa
 from cbasr.lm.neural import load_lm_checkpoint
 from cbasr.modules.language_model import BOUNDARY, LSTMLanguageModel
 from cbasr.search.rows import reorder_rows
+from cbasr.storage.checkpoint import checkpoint_of
 
 __all__ = [
     "LabelScorer",
@@ -320,15 +321,7 @@ def load_language_model(
             (:class:`WordArpaScorer`; ``units`` says which).
         units: the recogniser's units (``exp.units``), for ``words``.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoints" / "best.pt"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} not found: has this language model been trained (cbasr-train-lm)?"
-            )
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: language model not found")
+    path = checkpoint_of(path, "--lm", ": has this language model been trained (cbasr-train-lm)?")
     if path.suffix == ".pt":
         if words:
             raise ValueError(f"{path}: word-level fusion takes an ARPA word model, not a .pt")

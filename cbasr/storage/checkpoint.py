@@ -27,6 +27,7 @@ from cbasr.storage import faults
 from cbasr.storage.files import atomic_copy, atomic_write
 
 __all__ = [
+    "checkpoint_of",
     "save_checkpoint",
     "load_checkpoint",
     "seed_everything",
@@ -67,6 +68,25 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         return torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:
         raise RuntimeError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
+
+
+def checkpoint_of(path: str | os.PathLike, option: str, hint: str = "") -> Path:
+    """The checkpoint a path names: a ``.pt`` file, or an experiment directory's
+    ``checkpoints/best.pt``.
+
+    Raises:
+        FileNotFoundError: naming the missing file and ``option`` (and ``hint`` for a
+            directory without a best checkpoint).
+    """
+    path = Path(path)
+    if path.is_dir():
+        checkpoint = path / "checkpoints" / "best.pt"
+        if not checkpoint.is_file():
+            raise FileNotFoundError(f"{checkpoint} not found ({option}{hint})")
+        return checkpoint
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found ({option})")
+    return path
 
 
 def seed_everything(seed: int) -> None:

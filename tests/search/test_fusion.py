@@ -160,7 +160,7 @@ def test_load_language_model_reads_checkpoints_and_arpa_files(tmp_path):
     assert isinstance(load_language_model(tmp_path / "x.arpa", TOKENS), ArpaLMScorer)
     with pytest.raises(FileNotFoundError, match="has this language model been trained"):
         load_language_model(tmp_path, TOKENS)
-    with pytest.raises(FileNotFoundError, match="nope.arpa: language model not found"):
+    with pytest.raises(FileNotFoundError, match=r"nope.arpa not found \(--lm\)"):
         load_language_model(tmp_path / "nope.arpa", TOKENS)
 
 
