@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cbasr.cli import decode, results, score
-from tests.cli.training import BIN, train_cli
+from tests.cli.training import train_cli, train_command
 
 
 def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
@@ -218,17 +218,7 @@ def test_a_second_start_on_a_running_experiment_is_refused_and_the_first_finishe
     from cbasr.storage.checkpoint import load_checkpoint
 
     exp = tmp_path / "exp"
-    cmd = [
-        str(BIN / "cbasr-train"),
-        f"exp_dir={exp}",
-        f"data.manifest_dir={tone_data / 'corpus'}",
-        f"data.feature_dir={tone_data / 'fbank'}",
-        f"data.vocab={tone_data / 'lang/phones.txt'}",
-        "encoder.hidden=24",
-        "encoder.num_layers=1",
-        "data.max_frames=1200",
-        "trainer.max_epochs=3",
-    ]
+    cmd = train_command(tone_data, exp, "trainer.max_epochs=3")
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (exp / "config.json").is_file() and time.monotonic() < deadline:

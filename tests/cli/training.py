@@ -11,9 +11,19 @@ BIN = Path(sys.executable).parent
 def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
     """A small BLSTM (one layer of 24) trained on ``tone_data``; ``overrides`` are Hydra's
     (``-m`` among them makes it a sweep)."""
+    return subprocess.run(
+        train_command(tone_data, exp, *overrides),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+
+
+def train_command(tone_data, exp, *overrides) -> list[str]:
+    """The command line of :func:`train_cli`, for a test that starts it itself (Popen)."""
     flags = [o for o in overrides if o.startswith("-")]
     overrides = [o for o in overrides if not o.startswith("-")]
-    cmd = [
+    return [
         str(BIN / "cbasr-train"),
         *flags,
         f"exp_dir={exp}",
@@ -26,9 +36,6 @@ def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
         "optim.lr=5e-3",
         *overrides,
     ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
-    )
 
 
 def decode_args(tone_data, exp, *splits: str) -> list[str]:
