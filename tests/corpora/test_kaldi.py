@@ -16,6 +16,19 @@ from cbasr.engines.trainer import train
 from tests.engines.test_trainer import make_cfg
 
 
+def _same_dev_features(manifest_dir, out, tone_data, *splits) -> FeatureStore:
+    """Features of the imported ``splits``; the dev utterances' are the tone corpus's
+    originals, bit for bit (a segment read from a longer recording is the utterance)."""
+    features.main(
+        ["--manifest-dir", str(manifest_dir), "--out", str(out), "--splits", *splits,
+         "--num-mel-bins", "40", "--workers", "0"]
+    )  # fmt: skip
+    ours, theirs = FeatureStore(out / "dev"), FeatureStore(tone_data / "fbank/dev")
+    for utt in theirs.index:
+        assert torch.equal(ours[utt], theirs[utt]), utt
+    return ours
+
+
 def _manifest(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -95,25 +108,7 @@ def test_import_counts_every_skip_and_cuts_segments_exactly(tone_data, kaldi_dir
     assert (out / "audio/dev/rec0.wav").is_file()  # the command's output, stored
     assert all("start" in r for r in dev_records) and dev_records[1]["speaker"].startswith("dev")
     # each segment's features are the original utterance's, bit for bit
-    features.main(
-        [
-            "--manifest-dir",
-            str(out),
-            "--out",
-            str(tmp_path / "fbank"),
-            "--splits",
-            "train",
-            "dev",
-            "--num-mel-bins",
-            "40",
-            "--workers",
-            "0",
-        ]
-    )
-    ours, theirs = FeatureStore(tmp_path / "fbank/dev"), FeatureStore(tone_data / "fbank/dev")
-    assert len(ours) == 16
-    for utt in theirs.index:
-        assert torch.equal(ours[utt], theirs[utt]), utt
+    assert len(_same_dev_features(out, tmp_path / "fbank", tone_data, "train", "dev")) == 16
     # and a model trains on the import (word units: the transcripts)
     vocab.main(
         [
@@ -246,20 +241,4 @@ def test_lhotse_cuts_and_recording_supervision_pairs(tone_data, kaldi_dirs, tmp_
     skipped = (out / "skipped.tsv").read_text()
     assert "empty text" in skipped and "'url' audio source" in skipped
     assert "beyond recording rec0" in skipped and len(skipped.splitlines()) == 3
-    features.main(
-        [
-            "--manifest-dir",
-            str(out),
-            "--out",
-            str(tmp_path / "fbank"),
-            "--splits",
-            "dev",
-            "--num-mel-bins",
-            "40",
-            "--workers",
-            "0",
-        ]
-    )
-    ours, theirs = FeatureStore(tmp_path / "fbank/dev"), FeatureStore(tone_data / "fbank/dev")
-    for utt in theirs.index:
-        assert torch.equal(ours[utt], theirs[utt]), utt
+    _same_dev_features(out, tmp_path / "fbank", tone_data, "dev")
