@@ -15,9 +15,14 @@ which is the fallback elsewhere but cannot be reset). It counts everything the c
 allocates, the autograd graph included, at page granularity; one-time costs (lazy imports)
 are paid by a tiny warm-up run first.
 
+``--author-src`` adds the CB paper author's implementation (sdrobert/conditional-bernoulli's
+``distributions.py`` with the ``pydrobert.torch`` its ``environment.yml`` pins; not shipped
+here) as an ``author`` row of each operation; ``--json`` prints one object per measurement.
+
 Usage::
 
     .venv/bin/python scripts/bench_distributions.py --threads 1
+    .venv/bin/python scripts/bench_distributions.py --threads 1 --json --author-src SRC:SITE
     .venv/bin/python scripts/bench_distributions.py --device cuda
 """
 
@@ -98,7 +103,28 @@ def make_inputs(args):
     return logits, total, b
 
 
+def _author_module():
+    """The CB paper author's ``distributions`` module (sdrobert/conditional-bernoulli), found
+    on ``sys.path`` (``--author-src``); it needs ``pydrobert.torch`` at the commit the
+    author's ``environment.yml`` pins. Not part of cbasr: a baseline to measure against."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its torch.jit.script deprecation notes
+        import distributions
+
+    return distributions
+
+
 def run_case(operation: str, implementation: str, logits, total, b) -> None:
+    if implementation == "author":  # ConditionalBernoulli(given_count, logits=...)
+        author = _author_module()
+        if operation == "log_prob + backward":
+            x = logits.detach().requires_grad_()
+            author.ConditionalBernoulli(total, logits=x).log_prob(b).sum().backward()
+        else:
+            author.ConditionalBernoulli(total, logits=logits).sample()
+        return
     if operation == "log_prob + backward":
         x = logits.detach().requires_grad_()
         if implementation == "cbasr":
@@ -191,6 +217,15 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per measurement instead of a table"
+    )
+    parser.add_argument(
+        "--author-src",
+        default=None,
+        help="directories (':'-separated) holding the CB paper author's distributions.py and "
+        "its pydrobert.torch: adds an 'author' row to each operation",
+    )
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -200,22 +235,45 @@ def main(argv=None):
     ]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    cases = dict(CASES)
+    if args.author_src:
+        sys.path[:0] = args.author_src.split(":")
+        cases = {operation: (*names, "author") for operation, names in CASES.items()}
     if args.measure is not None:
         measure_in_this_process(*json.loads(args.measure), args)
         return
     inputs = make_inputs(args)
-    print(
-        f"device={args.device} B={args.batch} T={args.frames} k={args.total} dtype={args.dtype} "
-        f"threads={torch.get_num_threads()} repeats={args.repeats}; "
-        f"max |log_prob(cbasr) - log_prob(naive)| in float64 = {check_agreement(*inputs):.2e}\n"
-    )
-    print("| operation | implementation | median ms | min ms | peak extra memory (MiB) |")
-    print("|---|---|---:|---:|---:|")
-    for operation, implementations in CASES.items():
+    agreement = check_agreement(*inputs)
+    if not args.json:
+        print(
+            f"device={args.device} B={args.batch} T={args.frames} k={args.total} "
+            f"dtype={args.dtype} threads={torch.get_num_threads()} repeats={args.repeats}; "
+            f"max |log_prob(cbasr) - log_prob(naive)| in float64 = {agreement:.2e}\n"
+        )
+        print("| operation | implementation | median ms | min ms | peak extra memory (MiB) |")
+        print("|---|---|---:|---:|---:|")
+    for operation, implementations in cases.items():
         times = time_operation(operation, implementations, inputs, args)
         for implementation in implementations:
             median, fastest = statistics.median(times[implementation]), min(times[implementation])
             mib = peak_memory_mib(operation, implementation, inputs, args)
+            if args.json:
+                record = {
+                    "shape": {"B": args.batch, "T": args.frames, "k": args.total},
+                    "operation": operation,
+                    "implementation": implementation,
+                    "ms": round(median, 3),
+                    "min_ms": round(fastest, 3),
+                    "peak_mb": round(mib, 2),
+                    "memory": "cuda max_memory_allocated"
+                    if args.device.startswith("cuda")
+                    else "VmHWM",
+                    "dtype": args.dtype,
+                    "threads": torch.get_num_threads(),
+                    "float64_agreement": agreement,
+                }
+                print(json.dumps(record), flush=True)
+                continue
             print(f"| {operation} | {implementation} | {median:.1f} | {fastest:.1f} | {mib:.1f} |")
 
 
