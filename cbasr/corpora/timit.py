@@ -123,23 +123,30 @@ def _train_test(directory: Path) -> tuple[str, str] | None:
     return None
 
 
+def _subdirectories(directory: Path) -> list[Path]:
+    """Sorted subdirectories; none for one that cannot be listed (``lost+found`` on a disk)."""
+    try:
+        return sorted(c for c in directory.iterdir() if c.is_dir())
+    except OSError:
+        return []
+
+
 def _find_root(corpus_dir: Path) -> tuple[Path, str, str]:
     """``(root, TRAIN dir name, TEST dir name)``: the directory holding TRAIN/ and TEST/.
 
     Accepts that directory, any directory up to three levels above it (``LDC93S1/timit/TIMIT``,
     ``TIMIT/data``: the first found in sorted order), or its ``TRAIN``/``TEST`` directory.
     """
-    candidates = [corpus_dir]
-    if corpus_dir.name.lower() in ("train", "test"):
-        candidates.append(corpus_dir.parent)
     level = [corpus_dir]
-    for _ in range(3):
-        level = [c for d in level if d.is_dir() for c in sorted(d.iterdir()) if c.is_dir()]
-        candidates += level
-    for root in candidates:
-        names = _train_test(root)
-        if names:
-            return (root, *names)
+    if corpus_dir.name.lower() in ("train", "test"):
+        level.append(corpus_dir.parent)
+    for depth in range(4):  # a level is searched only when the ones above it hold no TIMIT
+        for root in level:
+            names = _train_test(root)
+            if names:
+                return (root, *names)
+        if depth < 3:
+            level = [c for d in level for c in _subdirectories(d)]
     found = (
         sorted(p.name for p in corpus_dir.iterdir())
         if corpus_dir.is_dir()

@@ -116,7 +116,8 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
     done = out / DONE
     if done.is_file():
         summary = json.loads(done.read_text())
-        if summary.get("params") == params and (out / "lm_train.txt").is_file():
+        written = [out / "lm_train.txt", *(out / name for name in summary.get("arpa", []))]
+        if summary.get("params") == params and all(p.is_file() for p in written):
             log.info("%s: WSJ LM data complete, nothing to do", out)
             return summary
     lm_dir = _find_lm_dir(corpus_dir)
@@ -131,7 +132,6 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
             "lm_train/np_data/{87,88,89}/*.z and base_lm/*.z",
             f"no {', '.join(missing)}; pass --allow-partial to prepare what is there",
         )
-    out.mkdir(parents=True, exist_ok=True)
     files = [
         p
         for d in years.values()
@@ -139,6 +139,16 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
         for p in walk_files(d)
         if p.suffix.lower() == ".z"
     ]
+    compressed_lms = [p for p in walk_files(base_lm) if p.suffix.lower() == ".z"] if base_lm else []
+    if strict and (not files or not compressed_lms):
+        raise corpus_error(
+            "WSJ's LM data",
+            lm_dir,
+            "lm_train/np_data/{87,88,89}/*.z and base_lm/*.z",
+            f"{len(files)} text files and {len(compressed_lms)} ARPA files; pass "
+            "--allow-partial to prepare what is there",
+        )
+    out.mkdir(parents=True, exist_ok=True)
     counts = {"files": len(files), "sentences": 0, "words": 0, "skipped_lines": 0}
 
     def write_text(f) -> None:
@@ -154,9 +164,7 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
 
     atomic_write(out / "lm_train.txt", write_text)
     arpas = []
-    for path in sorted(walk_files(base_lm)) if base_lm is not None else []:
-        if path.suffix.lower() != ".z":
-            continue
+    for path in compressed_lms:
         name = path.name.split(".")[0].lower() + ".arpa.gz"
         data = read_compressed(path)
         atomic_write(out / name, lambda f, data=data: f.write(gzip.compress(data, 6)), "wb")

@@ -113,6 +113,29 @@ def check_export(acoustic: AcousticModel, path: Path, fmt: str, dim: int) -> flo
     return worst
 
 
+def _write_export(acoustic, tmp: Path, fmt: str, feats, lens, dim: int) -> float:
+    """Trace or export ``acoustic`` into ``tmp``; the largest difference from eager."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
+        if fmt == "torchscript":
+            torch.jit.trace(acoustic, (feats, lens), check_trace=False).save(str(tmp))
+        else:
+            axes = {"feats": {0: "batch", 1: "frames"}, "lens": {0: "batch"}}
+            axes.update({name: {0: "batch", 1: "out_frames"} for name in acoustic.output_names})
+            axes["out_lens"] = {0: "batch"}
+            torch.onnx.export(
+                acoustic,
+                (feats, lens),
+                str(tmp),
+                input_names=["feats", "lens"],
+                output_names=acoustic.output_names,
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
+    return check_export(acoustic, tmp, fmt, dim)
+
+
 def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 1e-5) -> dict:
     """Export ``exp``'s model to ``out`` and ``<out>.json`` (what a decoder needs besides the
     network); returns that description with the measured largest difference from the eager
@@ -133,33 +156,16 @@ def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 
     dim = exp.cmvn[0].numel()
     feats, lens = _example(dim, [200, 150, 90], seed=0)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(
-        b""
-    )  # an unwritable destination fails here, naming the file (the exporters don't)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
-        if fmt == "torchscript":
-            torch.jit.trace(acoustic, (feats, lens), check_trace=False).save(str(tmp))
-        else:
-            axes = {"feats": {0: "batch", 1: "frames"}, "lens": {0: "batch"}}
-            axes.update({name: {0: "batch", 1: "out_frames"} for name in acoustic.output_names})
-            axes["out_lens"] = {0: "batch"}
-            torch.onnx.export(
-                acoustic,
-                (feats, lens),
-                str(tmp),
-                input_names=["feats", "lens"],
-                output_names=acoustic.output_names,
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
+    tmp.write_bytes(b"")  # an unwritable destination fails here, naming it (exporters don't)
+    try:
+        worst = _write_export(acoustic, tmp, fmt, feats, lens, dim)
+        if worst > tolerance:
+            raise RuntimeError(
+                f"the {fmt} export differs from the eager model by {worst:.2e} > {tolerance:g}"
             )
-    worst = check_export(acoustic, tmp, fmt, dim)
-    if worst > tolerance:
-        tmp.unlink()
-        raise RuntimeError(
-            f"the {fmt} export differs from the eager model by {worst:.2e} > {tolerance:g}"
-        )
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no partial file left behind
+        raise
     tmp.replace(out)
     settings = json.loads((exp.exp_dir / FEATURE_SETTINGS).read_text())
     mean, std = exp.cmvn

@@ -110,6 +110,8 @@ class Recognizer:
             raise ValueError(f"beam must be 0 (greedy) or a width >= 1, got {beam}")
         if beam == 0 and (lm is not None or search):
             raise ValueError("an LM and search options need a beam search: give beam >= 1")
+        if lm_words and lm is None:
+            raise ValueError("lm_words needs lm (an ARPA word model)")
         options = None
         if beam > 0:
             options = BeamSearchOptions(

@@ -61,7 +61,7 @@ class ArpaModel:
 
     def _truncate(self, history: tuple[int, ...]) -> tuple[int, ...]:
         """The last ``order - 1`` words: all an n-gram model reads."""
-        return history[len(history) - (self.order - 1) :] if self.order > 1 and history else ()
+        return history[max(0, len(history) - (self.order - 1)) :] if self.order > 1 else ()
 
     def log_prob(self, word: int, history: tuple[int, ...]) -> float:
         """``ln P(word | history)`` by the back-off recursion (module docstring), one word."""

@@ -153,8 +153,8 @@ def _alpha_and_beta(
     T, B, L = emit_t.shape
     start = torch.cat([torch.zeros_like(target_lengths), L - target_lengths])  # (2B,)
     both = _cb_alpha(torch.cat([emit_t, emit_t.flip(0, 2)], 1), start)
-    alpha, reverse = both[:, :B], both[:, B:]  # (T + 1, B, L + 2) each
-    return alpha, reverse[:T, :, 1 : L + 1].flip(0, 2)
+    # copies, so that the stacked table is freed and only these are kept for the backward
+    return both[:, :B].clone(), both[:T, B:, 1 : L + 1].flip(0, 2)
 
 
 def _cb_emission_posteriors(

@@ -143,24 +143,27 @@ def _exp_floor(dtype: torch.dtype) -> float:
 
 class _GatherLogSumExp(torch.autograd.Function):
     """``(x.gather(-1, index), logsumexp(x[..., start:], -1))`` without a joint-sized temporary
-    in forward and with one joint-sized gradient in backward (see :func:`gather_logsumexp`)."""
+    in forward and with one joint-sized gradient in backward (see :func:`gather_logsumexp`).
+
+    Half-precision inputs are computed in float32 block by block (outputs in float32, the
+    gradient cast back), as autocast runs a log-softmax."""
 
     @staticmethod
     def forward(ctx, x, index, start):
         V = x.shape[-1]
+        work = torch.promote_types(x.dtype, torch.float32)
         rows, flat_index = x.reshape(-1, V), index.reshape(-1, index.shape[-1])
-        lse = x.new_empty(rows.shape[0])
-        floor = _exp_floor(x.dtype)
-        step = max(1, _CHUNK_ELEMENTS // max(V - start, 1))
-        for i in range(0, rows.shape[0], step):  # bounded temporaries
-            block = rows[i : i + step, start:]
+        lse = torch.empty(rows.shape[0], dtype=work, device=x.device)
+        floor = _exp_floor(work)
+        for i, step in _blocks(rows.shape[0], V - start, _CHUNK_ELEMENTS, x.is_cuda):
+            block = rows[i : i + step, start:].to(work)
             top = block.amax(-1, keepdim=True)
             top = torch.where(torch.isfinite(top), top, 0.0)  # an all -inf (or inf) row
             # exp below the smallest normal number is a slow path on CPU (and adds nothing
             # to a sum that holds exp(0) = 1): clamped there
             terms = torch.sub(block, top).clamp_(min=floor).exp_()
             torch.log(terms.sum(-1), out=lse[i : i + step]).add_(top[:, 0])
-        picked = rows.gather(-1, flat_index)
+        picked = rows.gather(-1, flat_index).to(work)
         ctx.start = start
         ctx.save_for_backward(x, index, lse)
         return picked.view(index.shape), lse.view(x.shape[:-1])
@@ -177,25 +180,39 @@ class _GatherLogSumExp(torch.autograd.Function):
             grad[:, start:] = 0.0
         else:
             # d lse / d x = softmax(x[start:]), times grad_lse, written in place. With weights
-            # >= 0 (a loss's occupancies) the weight joins the exponent: two passes, not three.
-            g = grad_lse.reshape(-1)
-            signed = bool((g < 0).any())
+            # >= 0 (a loss's occupancies) the weight joins the exponent: two passes, not three
+            # (on a CPU: deciding costs a GPU a synchronisation).
+            g = grad_lse.reshape(-1).to(lse.dtype)
+            signed = x.is_cuda or bool((g < 0).any())
             shift = lse if signed else lse - g.log()  # log 0 = -inf: rows zeroed below
-            floor = _exp_floor(x.dtype)
-            step = max(1, _BACKWARD_ELEMENTS // max(V - start, 1))
-            for i in range(0, rows.shape[0], step):
-                block = grad[i : i + step, start:]
+            floor = _exp_floor(lse.dtype)
+            same = x.dtype == lse.dtype  # else half precision: each block in float32
+            for i, step in _blocks(rows.shape[0], V - start, _BACKWARD_ELEMENTS, x.is_cuda):
+                out = grad[i : i + step, start:]
+                block = out if same else torch.empty(out.shape, dtype=lse.dtype, device=x.device)
                 torch.sub(rows[i : i + step, start:], shift[i : i + step, None], out=block)
                 block.clamp_(min=floor).exp_()
                 if signed:
                     block.mul_(g[i : i + step, None])
-            unread = (g == 0).nonzero().flatten()  # padding may hold anything: exactly 0 there
-            if unread.numel():
-                grad.index_fill_(0, unread, 0.0)
+                if not same:
+                    out.copy_(block)
+            # rows the loss does not read (padding) may hold anything: exactly 0 there
+            if x.is_cuda:
+                grad.masked_fill_((g == 0)[:, None], 0.0)
+            else:
+                grad.index_fill_(0, (g == 0).nonzero().flatten(), 0.0)
         if grad_picked is not None:
             flat_index = index.reshape(-1, index.shape[-1])
-            grad.scatter_add_(-1, flat_index, grad_picked.reshape(flat_index.shape))
+            grad.scatter_add_(-1, flat_index, grad_picked.reshape(flat_index.shape).to(x.dtype))
         return grad.view(x.shape), None, None
+
+
+def _blocks(rows: int, width: int, elements: int, whole: bool):
+    """``(first row, rows)`` of the blocks of a ``(rows, width)`` pass: about ``elements``
+    entries each (cache-sized on a CPU); one block when ``whole`` (a GPU, where each block
+    costs kernel launches instead)."""
+    step = rows if whole else max(1, elements // max(width, 1))
+    return [(i, step) for i in range(0, rows, max(step, 1))]
 
 
 def gather_logsumexp(

@@ -186,7 +186,7 @@ class ArpaLMScorer(LabelScorer):
         histories = list(state["history"])
         for row in emitted.nonzero().flatten().tolist():
             extended = histories[row] + (self.words[int(labels[row]) - 1],)
-            histories[row] = extended[len(extended) - keep :] if keep > 0 else ()
+            histories[row] = extended[max(0, len(extended) - keep) :] if keep > 0 else ()
         return self._state(histories, state["log_probs"].device)
 
     def sequence_log_prob(self, labels):
@@ -244,7 +244,9 @@ class WordArpaScorer(LabelScorer):
             return self.unk_log_prob, ()  # an n-gram model knows nothing after an unknown word
         keep = self.arpa.order - 1
         extended = history + (index,)
-        return self.arpa.log_prob(index, history), extended[len(extended) - keep :] if keep else ()
+        return self.arpa.log_prob(index, history), extended[
+            max(0, len(extended) - keep) :
+        ] if keep else ()
 
     def _scores_of(self, history: tuple[int, ...], partial: str) -> tuple[float, float]:
         """``(score of ending the open word, score of ending the sentence)``."""

@@ -102,11 +102,14 @@ if stage_on 7; then
 fi
 
 if stage_on 8; then
+  [[ $lm_weight != *,* ]] || { echo "run.sh: --lm-weight takes one number here (grids: cbasr-decode)" >&2; exit 2; }
+  word_lm=${word_lm,,}  # stage 6 writes the ARPA names in lower case
+  weight=$(printf '%g' "$lm_weight")  # as cbasr-decode writes it in the directory name
   log "stage 8: beam-$beam decoding of dev93 and eval92 with the $unit_name LM and with the word LM $word_lm"
-  common=(--exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --splits dev93 eval92 --beam "$beam" --lm-weight "$lm_weight")
+  common=(--exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --splits dev93 eval92 --beam "$beam" --lm-weight "$weight")
   cbasr-decode "${common[@]}" --lm "$lm_exp"
   cbasr-decode "${common[@]}" --lm "data/wsj_lm/$word_lm.arpa.gz" --lm-words
-  for tag in "beam${beam}_lm${lm_weight}-lm_${unit_name}" "beam${beam}_lm${lm_weight}-${word_lm}-words"; do
+  for tag in "beam${beam}_lm${weight}-lm_${unit_name}" "beam${beam}_lm${weight}-${word_lm}-words"; do
     cbasr-score --exp-dir "$exp" --splits dev93 eval92 --tag "$tag"
   done
   echo

@@ -256,3 +256,21 @@ def test_the_corpus_root_is_found_above_or_below_the_given_directory(tmp_path, w
     for split in ("train", "dev", "test"):
         ours = [r["id"] for r in _manifest(tmp_path / "out" / f"{split}.jsonl")]
         assert ours == [r["id"] for r in _manifest(tmp_path / "plain_out" / f"{split}.jsonl")]
+
+
+def test_an_unreadable_directory_beside_the_copy_is_passed_over(tmp_path, monkeypatch):
+    """A disk's ``lost+found`` (unreadable) next to ``LDC93S1/timit/TIMIT`` is not an error."""
+    from pathlib import Path
+
+    make_fake_timit(tmp_path / "disk" / "LDC93S1")
+    (tmp_path / "disk" / "lost+found").mkdir()
+    listing = Path.iterdir
+
+    def iterdir(self):
+        if self.name == "lost+found":
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    summary = prepare_timit(tmp_path / "disk", tmp_path / "out", "48", strict=False)
+    assert summary["utterances"] == {"train": 7, "dev": 3, "test": 6}

@@ -69,3 +69,14 @@ def test_lm_lines_are_normalised_as_transcripts():
     assert normalize_lm_line("the u.\\s. [noise] company's %percent rise") == (
         "THE U.S. COMPANY'S PERCENT RISE".split()
     )
+
+
+def test_directories_without_compressed_files_are_not_a_complete_copy(tmp_path):
+    make_fake_wsj(tmp_path / "wsj")
+    make_fake_wsj_lm(tmp_path / "wsj")
+    base_lm = tmp_path / "wsj" / "13-32.1" / "wsj1" / "doc" / "lng_modl" / "base_lm"
+    for path in base_lm.iterdir():
+        path.unlink()
+    with pytest.raises(CorpusError, match="6 text files and 0 ARPA files; pass --allow-partial"):
+        prepare_wsj_lm(tmp_path / "wsj", tmp_path / "lm")
+    assert prepare_wsj_lm(tmp_path / "wsj", tmp_path / "lm", strict=False)["arpa"] == []

@@ -109,3 +109,21 @@ def test_malformed_files_are_named_with_the_line(tmp_path, edit, message):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.arpa: ARPA language model not found"):
         read_arpa(tmp_path / "nope.arpa")
+
+
+def test_a_history_shorter_than_the_order_is_kept_whole(tmp_path):
+    """A 4-gram model after two words reads the trigram of both, not of the last alone."""
+    path = tmp_path / "four.arpa"
+    path.write_text(
+        TRIGRAM.replace("ngram 3=2\n", "ngram 3=2\nngram 4=1\n").replace(
+            "\\end\\", "\\4-grams:\n-0.5 <s> a b a\n\n\\end\\"
+        )
+    )
+    model = read_arpa(path)
+    assert model.order == 4
+    assert _lp(model, "b", "<s>", "a") == pytest.approx(-0.1)  # the listed trigram <s> a b
+    assert _lp(model, "a", "<s>", "a", "b") == pytest.approx(-0.5)
+    # </s> after <s> a b: no 4-gram, bo(<s> a b) = 0; no trigram a b </s>: bo(a b) = -0.2; no
+    # bigram b </s>: bo(b) = -0.47712; then the unigram
+    want = -0.17609 - 0.1 + (0.0 - 0.2 - 0.47712 - 0.60206)
+    assert model.sentence_log_prob(["a", "b"]) / LN10 == pytest.approx(want)

@@ -171,3 +171,22 @@ def test_gather_logsumexp_gradcheck_and_blocks(monkeypatch):
         (only_lse,) = torch.autograd.grad(gather_logsumexp(x, index, start)[1].sum(), (x,))
         (want,) = torch.autograd.grad(torch.logsumexp(x[..., start:], -1).sum(), (x,))
         torch.testing.assert_close(only_lse, want)
+
+
+def test_gather_logsumexp_computes_half_precision_in_float32():
+    """A float16 joint (autocast's) gives float32 outputs equal to the float32 computation on
+    the same values, and a gradient equal to it rounded to float16: peaky rows, tiny weights."""
+    g = torch.Generator().manual_seed(7)
+    x16 = (5 * torch.randn(16, 300, generator=g)).half().requires_grad_()
+    x32 = x16.detach().float().requires_grad_()
+    index = torch.randint(0, 300, (16, 2), generator=g)
+    weights = 1e-3 * torch.rand(16, 2, generator=g), 1e-3 * torch.rand(16, generator=g)
+    outputs = []
+    for x in (x16, x32):
+        picked, lse = gather_logsumexp(x, index)
+        assert picked.dtype == lse.dtype == torch.float32
+        ((picked * weights[0]).sum() + (lse * weights[1]).sum()).backward()
+        outputs.append((picked, lse))
+    torch.testing.assert_close(outputs[0], outputs[1])
+    assert x16.grad.dtype == torch.float16
+    torch.testing.assert_close(x16.grad, x32.grad.half())

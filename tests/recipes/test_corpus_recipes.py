@@ -102,6 +102,10 @@ def test_wsj_recipe_end_to_end(tmp_path):
         "1",
         "--lm-valid",  # the fake dev93 spells words with letters si284 lacks
         "data/wsj_lm/lm_train.txt",
+        "--lm-weight",  # written 0.5 in the decode directory's name
+        "0.50",
+        "--word-lm",  # written in lower case by stage 6
+        "TCB20ONP",
         "encoder.subsampling=none",
         "data.max_frames=4000",
         *TINY,
