@@ -20,7 +20,9 @@ def scene(tmp_path, trained, tone_data):
     """A decoded copy of the trained experiment and a read-only directory ``ro``, both
     read-only once the test has built what it needs."""
     exp = tmp_path / "exp"
-    shutil.copytree(trained, exp)
+    # without what other tests decoded into the shared experiment (an up-to-date decoding
+    # would be skipped, writing nothing)
+    shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("decode", "align"))
     decode = subprocess.run(
         [str(BIN / "cbasr-decode"), *decode_args(tone_data, exp)], capture_output=True, text=True
     )
