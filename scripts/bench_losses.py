@@ -4,9 +4,8 @@ Compares, at equal ``(B, T, U, V)``:
 
 - ``ctc_nll`` (PyTorch's kernel) and ``cb_marginal_nll`` (explicit forward-backward), plus a
   plain autograd version of the same CB lattice (``T`` logaddexp steps recorded by autograd);
-  the CTC and CB rows both start from ``(B, T, V)`` logits: CTC's include the log-softmax,
-  CB's read the emission logit (unit 0) and the ``L`` reference labels with their softmax
-  normaliser fused (:func:`cbasr.losses.gather_logsumexp`), as the pointwise decoder trains;
+  the CTC and CB rows both start from ``(B, T, V)`` logits and include the log-softmax (and,
+  for CB, the gather of the ``L`` reference labels);
 - ``rnnt_nll`` (torchaudio, fused log-softmax over ``V`` classes including blank),
   ``rnnt_lattice`` (the same loss by :func:`cbasr.losses.rnnt_lattice_nll`: fused gather and
   log-sum-exp, then the anti-diagonal lattice), ``hat_nll`` (blank logits ``(B, T, U + 1)``
@@ -51,7 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cbasr.losses import (  # noqa: E402
     cb_marginal_nll,
     ctc_nll,
-    gather_logsumexp,
     hat_nll,
     hat_nll_from_logits,
     rnnt_lattice_nll,
@@ -106,21 +104,13 @@ def _make_inputs(loss, B, T, U, V, device):
     if loss == "ctc":
         z = leaf(B, T, V)
         return [z], lambda: ctc_nll(z.log_softmax(-1), targets, il, tl)
-    if loss == "cb":  # as the pointwise decoder trains: unit 0 the emission logit
-        z = leaf(B, T, V)
-        index = torch.cat([targets.new_zeros(B, 1), targets], 1)[:, None].expand(B, T, U + 1)
-
-        def run():
-            picked, lse = gather_logsumexp(z, index, start=1)  # the label softmax, fused
-            return cb_marginal_nll(picked[..., 0], picked[..., 1:] - lse[..., None], il, tl)
-
-        return [z], run
-    if loss == "cb_autograd":
+    if loss in ("cb", "cb_autograd"):
         z, a = leaf(B, T, V), leaf(B, T)
+        fn = cb_marginal_nll if loss == "cb" else cb_autograd_lattice
 
         def run():
             lp = z.log_softmax(-1).gather(2, targets[:, None, :].expand(B, T, U))  # (B, T, L)
-            return cb_autograd_lattice(a, lp, il, tl)
+            return fn(a, lp, il, tl)
 
         return [z, a], run
     if loss in ("rnnt", "rnnt_lattice"):

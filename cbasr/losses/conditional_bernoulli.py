@@ -99,7 +99,7 @@ def _cb_weights(
     return stay, emit
 
 
-def _cb_alpha(emit_t: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
+def _cb_alpha(emit_t: torch.Tensor) -> torch.Tensor:
     """Forward variables of eq. (38), vectorised over labels: ``T`` serial steps.
 
     ``alpha[t, b, l + 1] = log sum over paths through frames < t having emitted l labels``
@@ -109,17 +109,13 @@ def _cb_alpha(emit_t: torch.Tensor, start: torch.Tensor | None = None) -> torch.
 
     Args:
         emit_t: ``(T, B, L)`` emission weights, frame-major.
-        start: ``(B,)`` the state each row starts in (default 0: no label emitted yet).
 
     Returns:
         ``(T + 1, B, L + 2)``.
     """
     T, B, L = emit_t.shape
     alpha = emit_t.new_full((T + 1, B, L + 2), _NEG_INF)
-    if start is None:
-        alpha[0, :, 1] = 0.0
-    else:
-        alpha[0, torch.arange(B, device=emit_t.device), start + 1] = 0.0
+    alpha[0, :, 1] = 0.0
     arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1): weight of arriving in l
     # Per-frame views made once (unbind) rather than sliced in the loop: the loop is
     # dispatch-bound, each step being two small ops.
@@ -132,39 +128,39 @@ def _cb_alpha(emit_t: torch.Tensor, start: torch.Tensor | None = None) -> torch.
     return alpha
 
 
-def _alpha_and_beta(
-    emit_t: torch.Tensor, target_lengths: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward variables and, from the same ``T`` serial steps, the backward variables.
+def _cb_beta(emit_t: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """Backward variables: ``beta[t, b, l]`` = log weight of completing from state (t, l).
 
-    The lattice run backwards (frames and labels flipped, ``emit[T - 1 - t, L - 1 - l]``)
-    rides along as ``B`` more rows of one forward recursion. Flipped, utterance ``b``'s labels
-    sit in columns ``L - L_b .. L - 1`` and its padded frames come first (identity steps, as
-    emissions there are ``-inf``), so its row starts in state ``L - L_b``; its forward variable
-    after ``s`` frames in state ``L - L_b + m`` is then ``beta[T - s, L_b - m]``, the weight of
-    completing from state ``(T - s, L_b - m)``, where ``beta[t, l] = logaddexp(beta[t + 1, l],
-    beta[t + 1, l + 1] + emit[t, l])`` and ``beta[T, l] = 0`` iff ``l = L_b``.
+    ``beta[T, l] = 0`` iff ``l = L_b``; padded frames carry weight 0 for not emitting and
+    ``-inf`` for emitting, so ``beta[T_b] = beta[T]``. Recursion:
+    ``beta[t, l] = logaddexp(beta[t+1, l], beta[t+1, l+1] + emit[t, l])``.
+
+    Args:
+        emit_t: ``(T, B, L)``.
+        target_lengths: ``(B,)``.
 
     Returns:
-        ``alpha`` ``(T + 1, B, L + 2)`` of :func:`_cb_alpha`, and ``beta_next`` ``(T, B, L)``:
-        ``beta[t + 1, l + 1]`` (``-inf`` for ``l >= L_b``), what the emission posteriors read;
-        it is ``reverse[T - 1 - t, b, L - l]``, a flip.
+        ``(T + 1, B, L + 2)``; column ``l`` is state ``l``, column ``L + 1`` a ``-inf`` sentinel.
     """
     T, B, L = emit_t.shape
-    start = torch.cat([torch.zeros_like(target_lengths), L - target_lengths])  # (2B,)
-    both = _cb_alpha(torch.cat([emit_t, emit_t.flip(0, 2)], 1), start)
-    # copies, so that the stacked table is freed and only these are kept for the backward
-    return both[:, :B].clone(), both[:T, B:, 1 : L + 1].flip(0, 2)
+    beta = emit_t.new_full((T + 1, B, L + 2), _NEG_INF)
+    beta[T, torch.arange(B, device=emit_t.device), target_lengths.to(emit_t.device)] = 0.0
+    leave = F.pad(emit_t, (0, 1), value=_NEG_INF)  # (T, B, L + 1): weight of emitting from l
+    go_to, stay_at, leave = beta[:, :, 1:].unbind(0), beta[:, :, :-1].unbind(0), leave.unbind(0)
+    step = emit_t.new_empty(B, L + 1)
+    for t in range(T - 1, -1, -1):
+        torch.add(go_to[t + 1], leave[t], out=step)
+        torch.logaddexp(stay_at[t + 1], step, out=stay_at[t])
+    return beta
 
 
 def _cb_emission_posteriors(
-    alpha: torch.Tensor, beta_next: torch.Tensor, emit_t: torch.Tensor, log_z: torch.Tensor
+    alpha: torch.Tensor, beta: torch.Tensor, emit_t: torch.Tensor, log_z: torch.Tensor
 ) -> torch.Tensor:
     """``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t+1, l+1] - log Z)``.
 
     Args:
-        alpha: ``(T + 1, B, L + 2)`` from :func:`_cb_alpha`.
-        beta_next: ``(T, B, L)`` ``beta[t + 1, l + 1]`` (:func:`_alpha_and_beta`).
+        alpha, beta: ``(T + 1, B, L + 2)`` from :func:`_cb_alpha` / :func:`_cb_beta`.
         emit_t: ``(T, B, L)``.
         log_z: ``(B,)``; ``-inf`` (no path) gives all-zero posteriors.
 
@@ -175,7 +171,7 @@ def _cb_emission_posteriors(
     # With no path every alpha + emit + beta is -inf too; log Z := 0 there gives exp(-inf) = 0
     # instead of NaN from -inf - (-inf).
     log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)
-    log_post = alpha[:-1, :, 1 : L + 1] + emit_t + beta_next - log_z[None, :, None]
+    log_post = alpha[:-1, :, 1 : L + 1] + emit_t + beta[1:, :, 1 : L + 1] - log_z[None, :, None]
     # Posteriors below about twice the smallest normal number are 0: torch.exp of lower
     # arguments (-inf included: the unreachable states) is a slow path on CPU, 5-40x.
     floor = math.log(torch.finfo(log_post.dtype).tiny) + 0.5
@@ -206,26 +202,25 @@ def _shift_labels(emit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class _CBForwardBackward(torch.autograd.Function):
     """``log Z = log sum_paths exp(sum of emission weights)`` with an explicit backward.
 
-    The gradient of ``log Z`` w.r.t. each emission weight is its edge posterior. The forward
-    runs the alpha and the beta recursions as one (``T`` serial steps over ``2B`` rows,
-    :func:`_alpha_and_beta`), so the backward is one vectorised ``exp``: no serial steps and
-    no per-step autograd graph.
+    The gradient of ``log Z`` w.r.t. each emission weight is its edge posterior, so backward is
+    one beta recursion (``T`` steps) plus one vectorised ``exp``; no per-step autograd graph.
     """
 
     @staticmethod
-    def forward(ctx, emit, target_lengths):
+    def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
         emit_t, shift = _shift_labels(emit.detach())  # (T, B, L), (B,)
-        alpha, beta_next = _alpha_and_beta(emit_t, target_lengths)
+        alpha = _cb_alpha(emit_t)
         batch = torch.arange(emit.shape[0], device=emit.device)
         log_z = alpha[-1, batch, target_lengths.to(emit.device) + 1]  # (B,)
-        ctx.save_for_backward(emit_t, alpha, beta_next, log_z)
+        ctx.save_for_backward(emit_t, alpha, target_lengths, log_z)
         return log_z + shift
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_log_z: torch.Tensor):
-        emit_t, alpha, beta_next, log_z = ctx.saved_tensors
-        post = _cb_emission_posteriors(alpha, beta_next, emit_t, log_z)  # (T, B, L)
+        emit_t, alpha, target_lengths, log_z = ctx.saved_tensors
+        beta = _cb_beta(emit_t, target_lengths)
+        post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
         grad = post * grad_log_z[None, :, None]
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
@@ -252,9 +247,8 @@ def cb_marginal_nll(
 
     ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, y_<l)`` over every emission pattern
     ``b`` with exactly ``L`` ones, which equals ``P(L) E_{b|L}[P(y|b)]`` (eq. 18).
-    Forward: ``T`` serial steps vectorised over ``(2B, L)``, the alpha and the beta recursions
-    at once; backward: the edge posteriors from those tables, one vectorised ``exp``, not
-    autograd through the loop. Memory ``O(B T L)``.
+    Forward: ``T`` serial steps vectorised over ``(B, L)``; backward: an explicit beta
+    recursion (edge posteriors), not autograd through the loop. Memory ``O(B T L)``.
 
     Args:
         emit_logits: ``(B, T)`` logits ``a_t`` of ``P(B_t = 1) = sigmoid(a_t)``.
@@ -298,9 +292,10 @@ def cb_posteriors(
     _, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, _ = _shift_labels(emit)  # (T, B, L)
     target_lengths = target_lengths.to(emit.device)
-    alpha, beta_next = _alpha_and_beta(emit_t, target_lengths)
+    alpha = _cb_alpha(emit_t)
     log_z = alpha[-1, torch.arange(emit.shape[0], device=emit.device), target_lengths + 1]
-    post = _cb_emission_posteriors(alpha, beta_next, emit_t, log_z)  # (T, B, L)
+    beta = _cb_beta(emit_t, target_lengths)
+    post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
     return post.transpose(0, 1)  # (T, B, L) -> (B, T, L)
 
 

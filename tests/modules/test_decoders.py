@@ -372,23 +372,3 @@ def test_a_checkpoint_from_before_the_joint_classes_loads(joint, blank_joint):
         new.eval()(h, torch.tensor([3, 3]), targets), again.eval()(h, torch.tensor([3, 3]), targets)
     ):
         torch.testing.assert_close(a, b)
-
-
-def test_pointwise_cb_terms_fuse_the_softmax_exactly():
-    """cb_terms (gather with the label normaliser fused) equals the reference labels' entries
-    of frame_outputs' log-softmax, in value and in the gradient it sends to the network."""
-    torch.manual_seed(0)
-    decoder = PointwiseDecoder(D, V, hidden=5).double()
-    h = torch.randn(2, 6, D, dtype=torch.float64)
-    targets = torch.tensor([[1, 3, 2], [2, 2, 0]])  # 0: padding
-    emit, labels = decoder.cb_terms(h, torch.tensor([6, 4]), targets, torch.tensor([3, 2]))
-    weights = torch.randn(labels.shape, dtype=torch.float64)
-    fused = torch.autograd.grad((labels * weights).sum() + emit.sum(), decoder.parameters())
-    want_emit, log_probs = decoder.frame_outputs(h)
-    index = (targets.clamp(min=1) - 1)[:, None, :].expand(2, 6, 3)
-    want = log_probs.gather(-1, index)
-    reference = torch.autograd.grad((want * weights).sum() + want_emit.sum(), decoder.parameters())
-    torch.testing.assert_close(emit, want_emit)
-    torch.testing.assert_close(labels, want)
-    for got, expected in zip(fused, reference):
-        torch.testing.assert_close(got, expected)

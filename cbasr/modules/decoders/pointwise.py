@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import PointwiseDecoderConfig
-from cbasr.losses import gather_logsumexp
-from cbasr.modules.decoders.base import CBDecoder, LabelOrder
+from cbasr.modules.decoders.base import CBDecoder, LabelOrder, gather_targets
 
 __all__ = ["PointwiseDecoder"]
 
@@ -55,17 +54,13 @@ class PointwiseDecoder(CBDecoder):
         return out[..., 0], out[..., 1:].log_softmax(dim=-1)
 
     def cb_terms(self, h, lens, targets, target_lens):
-        """``(emit_logits (B, T), log P(y_l | t_l = t) (B, T, L))``.
-
-        The label softmax is fused into the gather (:func:`cbasr.losses.gather_logsumexp`):
-        unit 0 (the emission logit) and the reference labels' units are read, with the
-        normaliser of units ``1:``, and no ``(B, T, V - 1)`` log-softmax is made."""
-        out = self.net(h)  # (B, T, V): unit 0 the emission logit, unit v label v
-        B, T, V = out.shape
-        ids = targets.clamp(1, V - 1).to(out.device)  # padding: any label
-        index = torch.cat([ids.new_zeros(B, 1), ids], dim=1)[:, None].expand(B, T, -1)
-        picked, lse = gather_logsumexp(out, index, start=1)  # (B, T, L + 1), (B, T)
-        return picked[..., 0], picked[..., 1:] - lse.unsqueeze(-1)
+        """``(emit_logits (B, T), log P(y_l | t_l = t) (B, T, L))``."""
+        emit_logits, log_probs = self.frame_outputs(h)
+        L = targets.shape[1]
+        per_label = log_probs.unsqueeze(2).expand(
+            -1, -1, L, -1
+        )  # (B, T, V-1) -> (B, T, L, V-1), a view
+        return emit_logits, gather_targets(per_label, targets)
 
     def begin(self, h, lens):
         emit_logits, log_probs = self.frame_outputs(h)
