@@ -288,6 +288,19 @@ def transducer_lattice_nll(
     return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
 
 
+def _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank: int) -> None:
+    """The argument checks both RNN-T losses make, each error naming the argument."""
+    check_floating("logits", logits)
+    check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
+    B, T, U1, V = logits.shape
+    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    if not 0 <= blank < V:
+        raise ValueError(f"blank = {blank} must be in [0, {V})")
+    check_label_ids("targets", targets, target_lengths, V, blank=blank)
+
+
 def rnnt_lattice_nll(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -304,15 +317,8 @@ def rnnt_lattice_nll(
     Args:
         logits, targets, input_lengths, target_lengths, blank: as :func:`rnnt_nll`.
     """
-    check_floating("logits", logits)
-    check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
+    _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
     B, T, U1, V = logits.shape
-    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    if not 0 <= blank < V:
-        raise ValueError(f"blank = {blank} must be in [0, {V})")
-    check_label_ids("targets", targets, target_lengths, V, blank=blank)
     device = logits.device
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     labels = torch.where(valid, targets.to(device), blank)  # (B, U): padding -> any valid id
@@ -358,12 +364,7 @@ def rnnt_nll(
             f"logits must be float32 or float16 for torchaudio's rnnt_loss; got {logits.dtype} "
             "(transducer_lattice_nll accepts float64)"
         )
-    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    if not 0 <= blank < V:
-        raise ValueError(f"blank = {blank} must be in [0, {V})")
-    check_label_ids("targets", targets, target_lengths, V, blank=blank)
+    _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
     max_t, max_u = int(input_lengths.max()), int(target_lengths.max())
     if (max_t, max_u + 1) != (T, U1):
         logits = logits[:, :max_t, : max_u + 1]
