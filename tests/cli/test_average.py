@@ -8,6 +8,7 @@ import torch
 from cbasr.cli import average, decode
 from cbasr.engines.trainer import train
 from cbasr.storage.checkpoint import load_checkpoint
+from tests.cli.training import decode_args
 from tests.engines.test_trainer import make_cfg
 
 
@@ -36,14 +37,7 @@ def test_average_last_and_best_then_decode(tone_data, tmp_path, capsys, restore_
 
     decode.main(
         [
-            "--exp-dir",
-            str(exp),
-            "--manifest-dir",
-            str(tone_data / "corpus"),
-            "--feature-dir",
-            str(tone_data / "fbank"),
-            "--splits",
-            "dev",
+            *decode_args(tone_data, exp, "dev"),
             "--checkpoint",
             "averaged",
         ]

@@ -7,19 +7,13 @@ import re
 import pytest
 
 from cbasr.cli import decode
+from tests.cli.training import decode_args
 from tests.engines.fake_experiment import make_experiment
 
 
 def _args(exp, tone_data, *extra):
     return [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "dev",
+        *decode_args(tone_data, exp, "dev"),
         "--num-threads",
         "1",
         *extra,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.training import decode_args
+
 BIN = Path(sys.executable).parent
 
 
@@ -68,14 +70,7 @@ def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
 
     exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
     args = [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "dev",
+        *decode_args(tone_data, exp, "dev"),
         "--num-threads",
         "1",
         "--beam",
