@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_train.py                       # both presets, CPU (and CUDA if present)
     .venv/bin/python scripts/bench_train.py --presets blstm_ctc --device cpu --num-threads 1 --steps 20
 
+    .venv/bin/python scripts/bench_train.py --presets blstm_ctc --set encoder.stack=4 encoder.stride=4
     .venv/bin/python scripts/bench_train.py --presets cb_monotonic,cb_monotonic_variable --device cpu \
         --num-threads 1 --synthetic --json     # one JSON object per line on stdout
 
@@ -117,6 +118,7 @@ def make_config(preset: str, data: Path, exp_dir: Path, args, device: str) -> di
                 f"trainer.num_threads={args.num_threads}",
                 f"trainer.precision={args.precision}",
                 "trainer.progress_bar=false",
+                *args.overrides,
             ],
         )
     return to_plain(cfg)
@@ -203,6 +205,15 @@ def main(argv: list[str] | None = None) -> None:
         metavar="PATH",
         help="print one JSON object per row on stdout instead of the table, or with PATH also "
         "write the rows there as a JSON list",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra overrides applied to every preset, e.g. --set encoder.stack=4 encoder.stride=4",
     )
     args = parser.parse_args(argv)
     args.presets = [name for names in args.presets for name in names]

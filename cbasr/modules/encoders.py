@@ -114,6 +114,9 @@ def make_front_end(
     raise ValueError(f"subsampling must be none, stack, conv or embed, got {subsampling!r}")
 
 
+_RNN_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+
+
 class RNNEncoder(nn.Module):
     """(B)LSTM or GRU stack after optional frame stacking or convolutional subsampling.
 
@@ -164,12 +167,61 @@ class RNNEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.subsampling is not None:
             x, lens = self.subsampling(x, lens)
+        h = self._run_packed(x, lens) if x.is_cuda else self._run_padded(x, lens)
+        return self.dropout(h), lens
+
+    def _run_packed(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """The stack on a packed batch: cuDNN's way (one fused call for every layer)."""
         packed = nn.utils.rnn.pack_padded_sequence(
             x, lens.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
         )
         h, _ = self.rnn(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
-        return self.dropout(h), lens
+        return h
+
+    def _run_padded(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """The same stack on the padded batch, one layer and direction at a time: on CPU.
+
+        PyTorch's CPU LSTM/GRU runs a packed batch as one small step per frame, and the
+        backward of each step's slice of the input projection writes a zero tensor the size of
+        the whole batch: quadratic in T, about half of a BLSTM-CTC step at the synth recipe's
+        batches. On a padded batch the fused (oneDNN) kernel runs instead. The forward direction
+        reads frames ``< lens`` before any padding, so its valid outputs are exact; the reverse
+        direction runs forward over each utterance reversed within its length (padding stays at
+        the end) and is reversed back. Same parameters, same outputs as the packed stack
+        (padded frames are zero, as ``pad_packed_sequence`` leaves them). Under CPU autocast it
+        computes in the parameters' precision, as the packed stack does (oneDNN has no mixed
+        bfloat16 LSTM).
+        """
+        with torch.autocast("cpu", enabled=False):
+            return self._run_layers(x.to(self.rnn.weight_ih_l0.dtype), lens)
+
+    def _run_layers(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        rnn = self.rnn
+        B, T, _ = x.shape
+        steps = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
+        ends = lens.clamp(min=1).unsqueeze(1)  # (B, 1)
+        valid = (steps < ends).unsqueeze(-1)  # (B, T, 1)
+        reverse = torch.where(steps < ends, ends - 1 - steps, steps)  # an involution per row
+        run = torch.lstm if isinstance(rnn, nn.LSTM) else torch.gru
+        h = x
+        for layer in range(rnn.num_layers):
+            if layer > 0:
+                h = nn.functional.dropout(h, rnn.dropout, self.training)
+            outputs = []
+            for suffix in ("", "_reverse") if rnn.bidirectional else ("",):
+                weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in _RNN_WEIGHTS]
+                flip = reverse.unsqueeze(-1).expand(B, T, h.shape[-1])
+                start = h.new_zeros(1, B, rnn.hidden_size)
+                state = (start, start) if run is torch.lstm else start
+                inputs = h.gather(1, flip) if suffix else h
+                # biases, 1 layer, no dropout inside, train, unidirectional, batch first
+                out = run(inputs, state, weights, True, 1, 0.0, self.training, False, True)[0]
+                if suffix:
+                    out = out.gather(1, reverse.unsqueeze(-1).expand_as(out))
+                outputs.append(out)
+            h = torch.cat(outputs, -1) if len(outputs) > 1 else outputs[0]
+        return h * valid
 
 
 class _MaskPadding(nn.Module):

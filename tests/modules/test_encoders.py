@@ -131,3 +131,34 @@ def test_token_embedding_front_end_reads_ids():
         embedding_dim=6,
     ).eval()
     assert conformer(ids, lens)[0].shape == (2, 4, 8)
+
+
+@pytest.mark.parametrize(
+    "rnn_type, bidirectional, num_layers",
+    [("lstm", True, 2), ("lstm", False, 3), ("gru", True, 2), ("gru", False, 1)],
+)
+def test_padded_rnn_equals_the_packed_rnn(rnn_type, bidirectional, num_layers):
+    # The CPU path (fused kernel on the padded batch, the reverse direction run on each
+    # utterance reversed within its length) against PyTorch's packed stack: outputs and every
+    # gradient, in float64, in training mode (no dropout, so both are deterministic).
+    torch.manual_seed(0)
+    enc = RNNEncoder(
+        input_dim=6,
+        hidden=5,
+        num_layers=num_layers,
+        bidirectional=bidirectional,
+        rnn_type=rnn_type,
+        dropout=0.0,
+        subsampling="none",
+    ).double()
+    lens = torch.tensor([9, 4, 1, 7])
+    x = torch.randn(4, 11, 6, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(4, 11, enc.output_dim, dtype=torch.float64)
+    outputs, grads = [], []
+    for run in (enc._run_packed, enc._run_padded):
+        h = run(x, lens)
+        outputs.append(h)
+        grads.append(torch.autograd.grad((h * weights).sum(), [x, *enc.parameters()]))
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-12, rtol=1e-10)
+    for packed, padded in zip(*grads):
+        torch.testing.assert_close(padded, packed, atol=1e-12, rtol=1e-10)
