@@ -135,9 +135,9 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
             make_config(preset, data, Path(tmp) / "exp", args, device), Path(tmp) / "exp"
         )
         dev = trainer.device
-        batches = trainer.sampler.batches()[: args.warmup + args.steps]
-        frames = [sum(trainer.train_set.num_frames[i] for i in b) for b in batches]
-        tokens = [sum(trainer.train_set.target_lens[i] for i in b) for b in batches]
+        batches = trainer.task.sampler.batches()[: args.warmup + args.steps]
+        frames = [sum(trainer.task.train_set.num_frames[i] for i in b) for b in batches]
+        tokens = [sum(trainer.task.train_set.target_lens[i] for i in b) for b in batches]
         step_s, wait_s = [], []
         waited = time.perf_counter()
         for k, batch in enumerate(trainer.loader(batches)):
@@ -153,7 +153,7 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
         load_s = []  # the data pipeline alone, in this process
         for b in batches[args.warmup :]:
             start = time.perf_counter()
-            collate([trainer.train_set[i] for i in b]).to(dev)
+            collate([trainer.task.train_set[i] for i in b]).to(dev)
             _sync(dev)
             load_s.append(time.perf_counter() - start)
     measured = sum(frames[args.warmup :])

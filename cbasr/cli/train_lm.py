@@ -11,7 +11,6 @@ Use the result with ``cbasr-decode --beam N --lm exp/lm --lm-weight W``.
 import logging
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from cbasr.cli.common import one_line_errors
@@ -25,14 +24,10 @@ log = logging.getLogger("cbasr-train-lm")
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train_lm")
 @one_line_errors("cbasr-train-lm")
 def main(cfg: DictConfig) -> None:
-    from cbasr.engines.lm_training import train_lm
-    from cbasr.engines.training_options import select_device  # after Hydra has set up logging
+    from cbasr.engines.lm_task import train_lm  # after Hydra has set up logging
 
-    container = to_plain(cfg)
-    if container["trainer"]["num_threads"] > 0:
-        torch.set_num_threads(container["trainer"]["num_threads"])
     log.info("language model %s", cfg.exp_dir)
-    history = train_lm(container, cfg.exp_dir, select_device(container["trainer"]["device"]))
+    history = train_lm(to_plain(cfg), cfg.exp_dir)
     if history:
         log.info(
             "done: validation perplexity %.3f after epoch %d",

@@ -8,13 +8,11 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from cbasr.config.schema import Resume
+from cbasr.config.schema import OptimConfig, TrainerConfig
 
 __all__ = [
     "LSTMLMConfig",
     "LMDataConfig",
-    "LMOptimConfig",
-    "LMTrainerConfig",
     "TrainLMConfig",
     "register_lm_configs",
 ]
@@ -45,29 +43,13 @@ class LMDataConfig:
 
 
 @dataclass
-class LMOptimConfig:
-    lr: float = 2e-3
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0  # max gradient norm (0: no clipping)
-
-
-@dataclass
-class LMTrainerConfig:
-    max_epochs: int = 10
-    seed: int = 1
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
-    # auto: from the newest checkpoint that loads, never over an earlier run without one;
-    # never: start from scratch, removing an earlier run's checkpoints and history
-    resume: Resume = Resume.auto
-
-
-@dataclass
 class TrainLMConfig:
     lm: Any = MISSING
     data: LMDataConfig = field(default_factory=LMDataConfig)
-    optim: LMOptimConfig = field(default_factory=LMOptimConfig)
-    trainer: LMTrainerConfig = field(default_factory=LMTrainerConfig)
+    # the acoustic trainer's groups: one training loop drives both (conf/train_lm.yaml sets
+    # the LM's constant learning rate, clipping and best metric)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     exp_dir: str = MISSING
 
 

@@ -84,7 +84,7 @@ class ProgressMeter:
 
 
 def plot_history(history: list[dict], path: Path) -> None:
-    """Training and validation loss and validation error rate per epoch, as a PNG."""
+    """Training and validation loss and validation error rate (or perplexity) per epoch, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,8 +96,13 @@ def plot_history(history: list[dict], path: Path) -> None:
     ax_loss.plot(epochs, [h["valid_loss"] for h in history], "s-", label="valid")
     ax_loss.set(xlabel="epoch", ylabel="loss per token", yscale="log")
     ax_loss.legend()
-    ax_err.plot(epochs, [h["valid_error_rate"] for h in history], "s-", color="C1")
-    ax_err.set(xlabel="epoch", ylabel="valid error rate (%)")
+    key, label = (
+        ("valid_error_rate", "valid error rate (%)")
+        if "valid_error_rate" in history[0]
+        else ("valid_ppl", "valid perplexity")  # a language model
+    )
+    ax_err.plot(epochs, [h[key] for h in history], "s-", color="C1")
+    ax_err.set(xlabel="epoch", ylabel=label)
     ax_err.grid(alpha=0.3)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")

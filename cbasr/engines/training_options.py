@@ -42,9 +42,11 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
-def check_options(cfg: dict, device: torch.device) -> None:
-    """Fail at start, naming the option, for values the schema's types cannot rule out."""
-    trainer, data, optim = cfg["trainer"], cfg["data"], cfg["optim"]
+def check_options(cfg: dict, device: torch.device, metrics: tuple[str, ...] = METRICS) -> None:
+    """Fail at start, naming the option, for values the schema's types cannot rule out in the
+    ``trainer`` and ``optim`` groups; ``metrics``: those the task reports, which
+    ``trainer.best_metric`` must name."""
+    trainer, optim = cfg["trainer"], cfg["optim"]
     if trainer["precision"] not in PRECISIONS:
         raise ValueError(
             f"trainer.precision must be one of {sorted(PRECISIONS)}, got {trainer['precision']!r}"
@@ -54,12 +56,10 @@ def check_options(cfg: dict, device: torch.device) -> None:
             "trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
             "use trainer.precision=bf16 or fp32 on CPU"
         )
-    if trainer["best_metric"] not in METRICS:
+    if trainer["best_metric"] not in metrics:
         raise ValueError(
-            f"trainer.best_metric must be one of {METRICS}, got {trainer['best_metric']!r}"
+            f"trainer.best_metric must be one of {metrics}, got {trainer['best_metric']!r}"
         )
-    if data["features"] not in ("cached", "on_the_fly"):
-        raise ValueError(f"data.features must be cached or on_the_fly, got {data['features']!r}")
     if trainer["max_bad_steps"] < 1:
         raise ValueError(f"trainer.max_bad_steps must be >= 1, got {trainer['max_bad_steps']}")
     for key in ("early_stopping_patience", "checkpoint_every_steps", "max_epochs"):

@@ -18,6 +18,7 @@ with ``<unk>`` scores unknown tokens as ``<unk>``).
 """
 
 import abc
+import functools
 from pathlib import Path
 
 import torch
@@ -215,9 +216,19 @@ class WordArpaScorer(LabelScorer):
         tokens: the recogniser's vocabulary (id 0 the blank).
         units: ``"chars"`` or ``"sp:<model>"``: how labels spell words.
         unk_log_prob: ``ln P`` of a word the ARPA lacks when it has no ``<unk>``.
+        cache_size: the ``(history, open word)`` scores kept for reuse, least recently used out
+            (the search asks for the same rows again and again; a corpus would fill any
+            unbounded cache).
     """
 
-    def __init__(self, arpa: ArpaModel, tokens: list[str], units: str, unk_log_prob: float = -23.0):
+    def __init__(
+        self,
+        arpa: ArpaModel,
+        tokens: list[str],
+        units: str,
+        unk_log_prob: float = -23.0,
+        cache_size: int = 200_000,
+    ):
         if units != "chars" and not units.startswith(SENTENCEPIECE):
             raise ValueError(
                 f"word-level fusion needs character or sentencepiece units, not {units!r}"
@@ -235,7 +246,7 @@ class WordArpaScorer(LabelScorer):
         self.unknown = next((arpa.index[u] for u in ("<unk>", "<UNK>") if u in arpa.index), None)
         self.unk_log_prob = unk_log_prob
         self.start = (arpa.index["<s>"],)
-        self._scores: dict[tuple[tuple[int, ...], str], tuple[float, float]] = {}
+        self._scores_of = functools.lru_cache(maxsize=cache_size)(self._score_open_word)
 
     def _word(self, word: str, history: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
         """``ln P(word | history)`` and the history after it."""
@@ -248,15 +259,11 @@ class WordArpaScorer(LabelScorer):
             max(0, len(extended) - keep) :
         ] if keep else ()
 
-    def _scores_of(self, history: tuple[int, ...], partial: str) -> tuple[float, float]:
-        """``(score of ending the open word, score of ending the sentence)``."""
-        key = (history, partial)
-        cached = self._scores.get(key)
-        if cached is None:
-            end, after = self._word(partial, history) if partial else (0.0, history)
-            eos = end + self.arpa.log_prob(self.arpa.index["</s>"], after)
-            cached = self._scores[key] = (end, eos)
-        return cached
+    def _score_open_word(self, history: tuple[int, ...], partial: str) -> tuple[float, float]:
+        """``(score of ending the open word, score of ending the sentence)``; cached as
+        ``_scores_of``."""
+        end, after = self._word(partial, history) if partial else (0.0, history)
+        return end, end + self.arpa.log_prob(self.arpa.index["</s>"], after)
 
     def _state(self, histories, partials, device) -> dict:
         scores = torch.tensor(

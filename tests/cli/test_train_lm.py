@@ -53,7 +53,7 @@ def test_perplexity_drops_and_a_rerun_resumes(tone_data, trained_lm):
     assert run.returncode == 0, run.stderr[-3000:]
     resumed = json.loads((trained_lm / "history.json").read_text())
     assert resumed[:3] == history and resumed[3]["epoch"] == 4
-    assert "resuming" in run.stderr + run.stdout
+    assert "resumed from" in run.stderr + run.stdout
 
 
 def test_a_changed_model_or_a_misspelt_key_is_refused(tone_data, trained_lm, tmp_path):

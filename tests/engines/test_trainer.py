@@ -415,11 +415,11 @@ def test_augmentation_is_for_training_only(tone_data, tmp_path):
         ),
         tmp_path / "b",
     )
-    assert augmented.valid_set.augmentation is None and augmented.train_set.augmentation.masks
+    assert augmented.task.valid_set.augmentation is None and augmented.task.train_set.augmentation.masks
     assert (
         augmented.validate() == plain.validate()
     )  # the same initial model sees the same validation data
-    assert not torch.equal(augmented.train_set[0][1], plain.train_set[0][1])
+    assert not torch.equal(augmented.task.train_set[0][1], plain.task.train_set[0][1])
 
 
 def test_on_the_fly_features_with_speed_perturbation_train(tone_data, tmp_path):
@@ -435,7 +435,7 @@ def test_on_the_fly_features_with_speed_perturbation_train(tone_data, tmp_path):
         ),
         exp,
     )
-    assert t.train_set.store is None and t.state.bad_steps == 0
+    assert t.task.train_set.store is None and t.state.bad_steps == 0
     assert t.state.history[-1]["train_loss"] < t.state.history[0]["train_loss"]
 
 
@@ -571,4 +571,4 @@ def test_text_input_trains_a_cb_model_on_source_tokens(tmp_path):
     assert t.model.encoder.subsampling.embedding.num_embeddings == len(
         (tmp_path / "src/source_vocab.txt").read_text().split()
     )
-    assert len(t.train_set) == 3 and history[-1]["train_loss"] < 0.7 * history[0]["train_loss"]
+    assert len(t.task.train_set) == 3 and history[-1]["train_loss"] < 0.7 * history[0]["train_loss"]

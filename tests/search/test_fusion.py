@@ -247,3 +247,21 @@ def test_word_level_fusion_needs_characters_or_pieces_and_an_arpa(tmp_path):
     checkpoint.write_bytes(b"")
     with pytest.raises(ValueError, match="takes an ARPA word model"):
         load_language_model(checkpoint, TOKENS, words=True, units="chars")
+
+
+def test_word_level_fusion_cache_is_bounded_and_changes_no_score(tmp_path):
+    from cbasr.search.fusion import WordArpaScorer
+
+    path = tmp_path / "words.arpa"
+    path.write_text(WORD_BIGRAM)
+    tokens = ["<blk>", "a", "b", "|", "d"]
+    model = _model("pointwise", "cb_marginal")
+    feats, lens = tiny.batch(seed=3)
+    options = BeamSearchOptions(beam=4, nbest=4, lm_weight=0.6)
+    scores = []
+    for size in (200_000, 2):
+        scorer = WordArpaScorer(read_arpa(path), tokens, "chars", cache_size=size)
+        hyps = beam_search(model, feats, lens, options, scorer)
+        scores.append([(x.tokens, x.lm_score) for n in hyps for x in n])
+        assert scorer._scores_of.cache_info().currsize <= size
+    assert scores[0] == scores[1] and len(scores[0]) > 4
