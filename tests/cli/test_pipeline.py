@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cbasr.cli import decode, results, score
-from tests.cli.training import train_cli, train_command
+from tests.cli.training import decode_args, train_cli, train_command
 
 
 def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
@@ -109,18 +109,7 @@ def test_beam_search_lm_fusion_comparison_and_alignment(tone_data, trained, tmp_
         + "".join(f"-0.778 {t}\n" for t in "abcde")
         + "\n\\end\\\n"
     )
-    args = [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "dev",
-        "--num-threads",
-        "1",
-    ]
+    args = [*decode_args(tone_data, exp, "dev"), "--num-threads", "1"]
     decode.main(args + ["--force"])
     decode.main(args + ["--beam", "4"])
     decode.main(
@@ -172,18 +161,7 @@ def test_each_checkpoint_and_lm_decodes_into_its_own_labelled_directory(
 
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
-    args = [
-        "--exp-dir",
-        str(exp),
-        "--manifest-dir",
-        str(tone_data / "corpus"),
-        "--feature-dir",
-        str(tone_data / "fbank"),
-        "--splits",
-        "dev",
-        "--num-threads",
-        "1",
-    ]
+    args = [*decode_args(tone_data, exp, "dev"), "--num-threads", "1"]
     decode.main(args + ["--force"])
     decode.main(args + ["--checkpoint", "epoch-6"])
     for tag in (None, "epoch-6"):
