@@ -415,7 +415,10 @@ def test_augmentation_is_for_training_only(tone_data, tmp_path):
         ),
         tmp_path / "b",
     )
-    assert augmented.task.valid_set.augmentation is None and augmented.task.train_set.augmentation.masks
+    assert (
+        augmented.task.valid_set.augmentation is None
+        and augmented.task.train_set.augmentation.masks
+    )
     assert (
         augmented.validate() == plain.validate()
     )  # the same initial model sees the same validation data
