@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
 	touch $@
 
-demo: $(STAMP)  ## synthetic corpus -> features -> BLSTM-CTC -> decode -> PER table (recipes/synth)
-	PATH="$(CURDIR)/$(BIN):$$PATH" recipes/synth/run.sh
+demo: $(STAMP)  ## synthetic corpus -> features -> BLSTM-HAT -> decode -> PER table (recipes/synth)
+	PATH="$(CURDIR)/$(BIN):$$PATH" recipes/synth/run.sh --config demo_hat
 
 test: $(STAMP)  ## the fast test suite (a few minutes on 2 CPU cores)
 	$(BIN)/python -m pytest -q -m "not slow and not gpu"
