@@ -8,10 +8,14 @@ directory per config group (``encoder/``, ``decoder/``, ``loss/``, ...).
 """
 
 from pathlib import Path
+from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
 
-__all__ = ["CONF_DIR", "to_plain"]
+__all__ = ["CONF_DIR", "to_plain", "typed"]
+
+Schema = TypeVar("Schema")
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -20,3 +24,14 @@ def to_plain(cfg: DictConfig) -> dict:
     """A composed config as plain containers: interpolations resolved, a missing value an error,
     each choice (``Enum``) as its string value."""
     return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True)
+
+
+def typed(schema: type[Schema], values: dict, group: str) -> Schema:
+    """A plain config group (composed, or read back from ``config.json`` or a checkpoint) as an
+    instance of its ``schema`` dataclass: every value checked against the schema's types and
+    choices, an entry the schema lacks an error, an entry an older config lacks the schema's
+    default. A bad entry is a ``ValueError`` naming it as ``<group>.<key>``."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    except (ValidationError, ConfigKeyError) as e:
+        raise ValueError(f"{group}.{e.full_key}: {str(e.msg).splitlines()[0]}") from None

@@ -36,10 +36,19 @@ __all__ = [
 ]
 
 
+class _Choice(str, Enum):
+    """A string-valued choice that prints as its value (``f"{Precision.fp16}"`` is ``fp16``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 def choice(name: str, *values: str) -> type[Enum]:
     """An ``Enum`` whose member names are its values: OmegaConf matches an override by name, so
-    ``optim.name=adamw`` selects ``adamw`` and anything else fails with the list of names."""
-    return Enum(name, [(value, value) for value in values], module=__name__, qualname=name)
+    ``optim.name=adamw`` selects ``adamw`` and anything else fails with the list of names. Its
+    members are strings (``Precision.fp16 == "fp16"``), so code that reads a typed config
+    and code that reads its plain form (``config.json``) compare them alike."""
+    return _Choice(name, [(value, value) for value in values], module=__name__, qualname=name)
 
 
 RnnType = choice("RnnType", "lstm", "gru")

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from cbasr.config import typed
+from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.engines import distributed
 from cbasr.engines.asr_task import BATCH_KEYS, MODEL_KEYS, AsrTask
 from cbasr.engines.checkpointing import RunCheckpoints
@@ -105,43 +107,46 @@ class Trainer:
         self.cfg = cfg
         self.exp_dir = Path(exp_dir)
         self.dist = distributed.from_environment() if dist_ctx is None else dist_ctx
-        trainer, optim = cfg["trainer"], cfg["optim"]
-        if trainer["num_threads"] > 0:
-            torch.set_num_threads(trainer["num_threads"])
-        self.device = select_device(trainer["device"], self.dist.local_rank)
+        # the loop's own groups, typed: every option below is an attribute of these two
+        self.options: TrainerConfig = typed(TrainerConfig, cfg["trainer"], "trainer")
+        self.optim: OptimConfig = typed(OptimConfig, cfg["optim"], "optim")
+        trainer, optim = self.options, self.optim
+        if trainer.num_threads > 0:
+            torch.set_num_threads(trainer.num_threads)
+        self.device = select_device(trainer.device, self.dist.local_rank)
         self.task = AsrTask(cfg, self.exp_dir) if task is None else task
-        check_options(cfg, self.device, self.task.metrics)
+        check_options(trainer, optim, self.device, self.task.metrics)
         distributed.init_process_group(self.dist, self.device)
-        self.checkpoints = RunCheckpoints(self.exp_dir, self.dist, trainer["keep_checkpoints"])
+        self.checkpoints = RunCheckpoints(self.exp_dir, self.dist, trainer.keep_checkpoints)
         if self.dist.is_main:
             lock_experiment(self.exp_dir)  # held already when the command started us
             self.checkpoints.prepare()
             self.task.prepare(self.exp_dir)
         distributed.barrier(self.dist)
-        seed_everything(trainer["seed"])  # the same initial model in every process
+        seed_everything(trainer.seed)  # the same initial model in every process
         self.model = self.task.build_model(self.device)
         if self.dist.rank > 0:
-            seed_everything(trainer["seed"] + self.dist.rank)  # dropout: a stream per process
+            seed_everything(trainer.seed + self.dist.rank)  # dropout: a stream per process
         self.task.build_data(self.dist)
         self.steps_per_epoch = self.task.steps_per_epoch
         self.optimizer = make_optimizer(self.model, optim)
         self.schedule = LearningRateSchedule(
             self.optimizer,
-            optim["scheduler"],
-            optim["warmup_steps"],
-            self.steps_per_epoch * trainer["max_epochs"],
-            optim["final_lr_scale"],
-            optim["plateau_factor"],
-            optim["plateau_patience"],
-            optim["min_lr_scale"],
+            optim.scheduler,
+            optim.warmup_steps,
+            self.steps_per_epoch * trainer.max_epochs,
+            optim.final_lr_scale,
+            optim.plateau_factor,
+            optim.plateau_patience,
+            optim.min_lr_scale,
         )
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=trainer["precision"] == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=trainer.precision == "fp16")
         self.ddp = self.model
         if self.dist.enabled:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.model,
                 device_ids=[self.device] if self.device.type == "cuda" else None,
-                find_unused_parameters=trainer["find_unused_parameters"],
+                find_unused_parameters=trainer.find_unused_parameters,
             )
         self.noise_generator = torch.Generator(device=self.device)
         self.state = TrainState()
@@ -176,7 +181,7 @@ class Trainer:
     def resume(self) -> bool:
         """Restore the newest checkpoint that loads (:meth:`RunCheckpoints.newest`); the task
         refuses one it cannot continue (a changed model config)."""
-        mode = self.cfg["trainer"].get("resume", "auto")  # older configs lack it
+        mode = self.options.resume
         found = self.checkpoints.newest(mode, self.device)
         if found is None:
             return False
@@ -223,28 +228,26 @@ class Trainer:
     def initialise(self) -> None:
         """Resume (:meth:`resume`), or start a new run as the task starts one (e.g. from
         ``trainer.init_from``'s weights when it names a model to fine-tune)."""
-        trainer = self.cfg["trainer"]
+        trainer = self.options
         if self.resume():
             self.reports.write_history(self.state.history)
-            if trainer.get("init_from"):
-                log.info("resuming: trainer.init_from=%s is not used", trainer["init_from"])
+            if trainer.init_from:
+                log.info("resuming: trainer.init_from=%s is not used", trainer.init_from)
         else:
             self.task.start_new_run(self.model)
 
     # --- steps -------------------------------------------------------------------------
     def _autocast(self):
-        dtype = PRECISIONS[self.cfg["trainer"]["precision"]]
+        dtype = PRECISIONS[self.options.precision]
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _noise(self):
         """Weight noise for this step (from ``optim.weight_noise_start``), the same in every process."""
-        optim = self.cfg["optim"]
-        if optim["weight_noise"] <= 0 or self.state.step < optim["weight_noise_start"]:
+        optim = self.optim
+        if optim.weight_noise <= 0 or self.state.step < optim.weight_noise_start:
             return nullcontext()
-        self.noise_generator.manual_seed(_step_seed(self.cfg["trainer"]["seed"], self.state.step))
-        return weight_noise(
-            noisy_parameters(self.model), optim["weight_noise"], self.noise_generator
-        )
+        self.noise_generator.manual_seed(_step_seed(self.options.seed, self.state.step))
+        return weight_noise(noisy_parameters(self.model), optim.weight_noise, self.noise_generator)
 
     def train_step(self, batch, global_tokens: int, want_save: bool = False) -> StepResult:
         """One optimizer step on this process's shard of a global batch of ``global_tokens`` labels.
@@ -287,7 +290,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
-        clip = self.cfg["optim"]["grad_clip"]
+        clip = self.optim.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), clip if clip > 0 else math.inf
         )
@@ -318,9 +321,9 @@ class Trainer:
 
     # --- the loop ----------------------------------------------------------------------
     def fit(self) -> None:
-        trainer = self.cfg["trainer"]
+        trainer = self.options
         self.initialise()
-        if self.state.epoch >= trainer["max_epochs"] or self.state.stopped_early:
+        if self.state.epoch >= trainer.max_epochs or self.state.stopped_early:
             log.info(
                 "training complete (%d epochs%s); nothing to do",
                 self.state.epoch,
@@ -337,13 +340,13 @@ class Trainer:
         )
         self.reports.open(self.state.step)
         try:
-            while self.state.epoch < trainer["max_epochs"] and not self.state.stopped_early:
+            while self.state.epoch < trainer.max_epochs and not self.state.stopped_early:
                 self._run_epoch()
         finally:
             self.reports.close()
         order = [
-            trainer["best_metric"],
-            *(m for m in self.task.metrics if m != trainer["best_metric"]),
+            trainer.best_metric,
+            *(m for m in self.task.metrics if m != trainer.best_metric),
         ]
         log.info(
             "training complete: best epoch %d (%s)",
@@ -355,30 +358,28 @@ class Trainer:
         """This process's shards of ``batches``, loaded by the task."""
         # A generator of its own: iterating a DataLoader draws a base seed, which must not come
         # from the global RNG, or a resumed epoch would draw once more than the original did.
-        generator = torch.Generator().manual_seed(
-            self.cfg["trainer"]["seed"] * 1000 + self.state.epoch
-        )
+        generator = torch.Generator().manual_seed(self.options.seed * 1000 + self.state.epoch)
         return self.task.loader(batches, self.dist, generator)
 
     def _run_epoch(self) -> None:
-        trainer, state = self.cfg["trainer"], self.state
+        trainer, state = self.options, self.state
         batches = self.task.epoch_batches(state.epoch)[state.batch_in_epoch :]
         bar = tqdm(
             total=self.steps_per_epoch,
             initial=state.batch_in_epoch,
             desc=f"epoch {state.epoch + 1}",
-            disable=not (trainer["progress_bar"] and sys.stderr.isatty() and self.dist.is_main),
+            disable=not (trainer.progress_bar and sys.stderr.isatty() and self.dist.is_main),
             leave=False,
         )
         meter = ProgressMeter()
-        every = trainer["checkpoint_every_steps"]
+        every = trainer.checkpoint_every_steps
         waited = time.perf_counter()
         for batch, global_batch in zip(self.loader(batches), batches):
             meter.data_ready(time.perf_counter() - waited)
             tokens, units = self.task.batch_size(global_batch)
             want_save = (
                 self.dist.is_main
-                and time.monotonic() - self._last_save > 60 * trainer["checkpoint_minutes"]
+                and time.monotonic() - self._last_save > 60 * trainer.checkpoint_minutes
             )
             result = self.train_step(batch, tokens, want_save)
             state.batch_in_epoch += 1
@@ -386,11 +387,11 @@ class Trainer:
             if result.nll is None:
                 state.bad_steps += 1
                 state.bad_in_a_row += 1
-                if state.bad_in_a_row >= trainer["max_bad_steps"]:
+                if state.bad_in_a_row >= trainer.max_bad_steps:
                     self.save()
                     raise RuntimeError(
                         f"{state.bad_in_a_row} steps in a row had a non-finite loss or gradient "
-                        f"(trainer.max_bad_steps={trainer['max_bad_steps']}); stopping "
+                        f"(trainer.max_bad_steps={trainer.max_bad_steps}); stopping "
                         f"(last checkpoint: {self.checkpoints.file('last')})"
                     )
             else:
@@ -399,7 +400,7 @@ class Trainer:
                 state.epoch_nll += result.nll
                 state.epoch_tokens += tokens
                 meter.step_done(units, result)
-                if state.step % trainer["log_every"] == 0:
+                if state.step % trainer.log_every == 0:
                     self.reports.progress(
                         meter,
                         epoch=state.epoch + 1,
@@ -418,11 +419,11 @@ class Trainer:
 
     def _score(self, metrics: dict) -> tuple[float, ...]:
         """``trainer.best_metric``, then the task's other metrics to break ties (lower is better)."""
-        first = self.cfg["trainer"]["best_metric"]
+        first = self.options.best_metric
         return (metrics[first], *(metrics[m] for m in self.task.metrics if m != first))
 
     def _end_epoch(self, meter: ProgressMeter) -> None:
-        state, trainer = self.state, self.cfg["trainer"]
+        state, trainer = self.state, self.options
         totals = meter.epoch_totals()
         metrics = {
             "epoch": state.epoch + 1,
@@ -459,16 +460,16 @@ class Trainer:
         if self.schedule.end_epoch(improved):
             log.info(
                 "%s has not improved for %d epochs: learning rate down to %.2e",
-                trainer["best_metric"],
-                self.cfg["optim"]["plateau_patience"],
+                trainer.best_metric,
+                self.optim.plateau_patience,
                 self.schedule.get_last_lr()[0],
             )
-        patience = trainer["early_stopping_patience"]
+        patience = trainer.early_stopping_patience
         if patience and state.epochs_since_best >= patience:
             state.stopped_early = True
             log.info(
                 "early stopping: %s has not improved for %d epochs (best: epoch %d)",
-                trainer["best_metric"],
+                trainer.best_metric,
                 patience,
                 state.best_epoch,
             )

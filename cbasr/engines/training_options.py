@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions, extraction_options
 
@@ -42,43 +43,41 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
-def check_options(cfg: dict, device: torch.device, metrics: tuple[str, ...] = METRICS) -> None:
-    """Fail at start, naming the option, for values the schema's types cannot rule out in the
-    ``trainer`` and ``optim`` groups; ``metrics``: those the task reports, which
+def check_options(
+    trainer: TrainerConfig,
+    optim: OptimConfig,
+    device: torch.device,
+    metrics: tuple[str, ...] = METRICS,
+) -> None:
+    """Fail at start, naming the option, for values of the ``trainer`` and ``optim`` groups that
+    the schema's types cannot rule out; ``metrics``: those the task reports, which
     ``trainer.best_metric`` must name."""
-    trainer, optim = cfg["trainer"], cfg["optim"]
-    if trainer["precision"] not in PRECISIONS:
-        raise ValueError(
-            f"trainer.precision must be one of {sorted(PRECISIONS)}, got {trainer['precision']!r}"
-        )
-    if trainer["precision"] == "fp16" and device.type != "cuda":
+    if trainer.precision == "fp16" and device.type != "cuda":
         raise ValueError(
             "trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
             "use trainer.precision=bf16 or fp32 on CPU"
         )
-    if trainer["best_metric"] not in metrics:
+    if trainer.best_metric not in metrics:
         raise ValueError(
-            f"trainer.best_metric must be one of {metrics}, got {trainer['best_metric']!r}"
+            f"trainer.best_metric must be one of {metrics}, got {trainer.best_metric!s}"
         )
-    if trainer["max_bad_steps"] < 1:
-        raise ValueError(f"trainer.max_bad_steps must be >= 1, got {trainer['max_bad_steps']}")
+    if trainer.max_bad_steps < 1:
+        raise ValueError(f"trainer.max_bad_steps must be >= 1, got {trainer.max_bad_steps}")
     for key in ("early_stopping_patience", "checkpoint_every_steps", "max_epochs"):
-        if trainer[key] < 0:
-            raise ValueError(f"trainer.{key} must be >= 0, got {trainer[key]}")
-    if optim["weight_noise"] < 0:
-        raise ValueError(f"optim.weight_noise must be >= 0, got {optim['weight_noise']}")
+        if getattr(trainer, key) < 0:
+            raise ValueError(f"trainer.{key} must be >= 0, got {getattr(trainer, key)}")
+    if optim.weight_noise < 0:
+        raise ValueError(f"optim.weight_noise must be >= 0, got {optim.weight_noise}")
 
 
-def make_optimizer(model: torch.nn.Module, optim: dict) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     """``optim.name``: Adam, AdamW or SGD with momentum (Graves et al.'s TIMIT optimizer)."""
-    params, lr, decay = model.parameters(), optim["lr"], optim["weight_decay"]
-    if optim["name"] == "adam":
+    params, lr, decay = model.parameters(), optim.lr, optim.weight_decay
+    if optim.name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=decay)
-    if optim["name"] == "adamw":
+    if optim.name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=decay)
-    if optim["name"] == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=optim["momentum"], weight_decay=decay)
-    raise ValueError(f"optim.name must be one of ['adam', 'adamw', 'sgd'], got {optim['name']!r}")
+    return torch.optim.SGD(params, lr=lr, momentum=optim.momentum, weight_decay=decay)
 
 
 def augmentation_of(data: dict) -> Augmentation | None:

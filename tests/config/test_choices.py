@@ -47,3 +47,19 @@ def test_a_misspelt_choice_fails_at_composition_naming_the_values(presets, optio
     message = str(error.value.__cause__)
     assert f"Invalid value '{value}x', expected one of [" in message
     assert value in message.split("expected one of")[1]
+
+
+def test_a_plain_group_becomes_its_typed_config():
+    """typed(): the loop's view of a plain group (a composed config, or an older config.json):
+    the schema's defaults fill what it lacks, choices are members that compare and print as
+    their strings, and a bad entry names itself."""
+    from cbasr.config import typed
+    from cbasr.config.schema import Precision, TrainerConfig
+
+    options = typed(TrainerConfig, {"max_epochs": 3, "precision": "bf16"}, "trainer")
+    assert isinstance(options, TrainerConfig) and options.max_epochs == 3
+    assert options.resume == TrainerConfig.resume and options.log_every == TrainerConfig.log_every
+    assert options.precision is Precision.bf16 and options.precision == "bf16"
+    assert f"{options.precision}" == "bf16" and {"bf16": 1}[options.precision] == 1
+    with pytest.raises(ValueError, match=r"trainer.resume: Invalid value 'sometimes'"):
+        typed(TrainerConfig, {"resume": "sometimes"}, "trainer")

@@ -124,3 +124,10 @@ def test_a_first_layout_lm_checkpoint_resumes(tone_data, tmp_path):
     assert history[0]["valid_ppl"] == old_history[0]["valid_ppl"]
     assert history[0]["valid_loss"] == pytest.approx(math.log(old_history[0]["valid_ppl"]))
     assert json.loads((exp / "history.json").read_text())[0] == history[0]
+
+
+def test_a_language_model_has_no_error_rate_to_pick_the_best_epoch(tone_data, tmp_path):
+    exp = tmp_path / "lm"
+    cfg = make_lm_cfg(tone_data, exp, "trainer.best_metric=valid_error_rate")
+    with pytest.raises(ValueError, match=r"trainer.best_metric must be one of \('valid_loss',\)"):
+        Trainer(cfg, exp, task=LmTask(cfg, exp))

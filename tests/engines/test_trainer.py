@@ -352,11 +352,13 @@ def test_options_are_checked_at_start(tone_data, tmp_path):
             tmp_path / "exp",
         )
     for group, key, value, message in (
-        ("trainer", "precision", "fp8", "trainer.precision must be one of"),
-        ("trainer", "best_metric", "wer", "trainer.best_metric must be one of"),
+        ("trainer", "precision", "fp8", r"trainer.precision: Invalid value 'fp8', expected one of"),
+        ("trainer", "best_metric", "wer", "trainer.best_metric: Invalid value 'wer'"),
+        ("trainer", "max_epochs", "ten", "trainer.max_epochs: Value 'ten' of type 'str' could not"),
+        ("trainer", "max_epoch", 3, "trainer.max_epoch: Key 'max_epoch' not in 'TrainerConfig'"),
         ("data", "features", "mp3", "data.features must be cached or on_the_fly"),
-        ("optim", "name", "lion", "optim.name must be one of"),
-        ("optim", "scheduler", "step", "optim.scheduler must be one of"),
+        ("optim", "name", "lion", "optim.name: Invalid value 'lion', expected one of"),
+        ("optim", "scheduler", "step", "optim.scheduler: Invalid value 'step'"),
     ):
         cfg = make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu")
         cfg[group][key] = value
