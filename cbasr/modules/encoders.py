@@ -198,11 +198,15 @@ class RNNEncoder(nn.Module):
 
     def _run_layers(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         rnn = self.rnn
-        B, T, _ = x.shape
+        B, T = x.shape[:2]
         steps = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
         ends = lens.clamp(min=1).unsqueeze(1)  # (B, 1)
         valid = (steps < ends).unsqueeze(-1)  # (B, T, 1)
         reverse = torch.where(steps < ends, ends - 1 - steps, steps)  # an involution per row
+
+        def flip(t: torch.Tensor) -> torch.Tensor:  # each row reversed within its length
+            return t.gather(1, reverse.unsqueeze(-1).expand_as(t))
+
         run = torch.lstm if isinstance(rnn, nn.LSTM) else torch.gru
         h = x
         for layer in range(rnn.num_layers):
@@ -211,15 +215,12 @@ class RNNEncoder(nn.Module):
             outputs = []
             for suffix in ("", "_reverse") if rnn.bidirectional else ("",):
                 weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in _RNN_WEIGHTS]
-                flip = reverse.unsqueeze(-1).expand(B, T, h.shape[-1])
                 start = h.new_zeros(1, B, rnn.hidden_size)
                 state = (start, start) if run is torch.lstm else start
-                inputs = h.gather(1, flip) if suffix else h
+                inputs = flip(h) if suffix else h
                 # biases, 1 layer, no dropout inside, train, unidirectional, batch first
                 out = run(inputs, state, weights, True, 1, 0.0, self.training, False, True)[0]
-                if suffix:
-                    out = out.gather(1, reverse.unsqueeze(-1).expand_as(out))
-                outputs.append(out)
+                outputs.append(flip(out) if suffix else out)
             h = torch.cat(outputs, -1) if len(outputs) > 1 else outputs[0]
         return h * valid
 
