@@ -5,8 +5,6 @@ headline results are reported (Rush et al., 2015). ``rouge-score``'s tokenizer l
 keeps only ``[a-z0-9]`` runs, so ``#`` digit placeholders and punctuation do not count.
 """
 
-from rouge_score import rouge_scorer
-
 __all__ = ["ROUGE_TYPES", "rouge_f1"]
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -16,6 +14,8 @@ def rouge_f1(refs: list[str], hyps: list[str]) -> dict[str, float]:
     """Mean F1 per ROUGE type over aligned reference and hypothesis strings, in percent."""
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
+    from rouge_score import rouge_scorer  # here: rouge-score imports NLTK, which ASR never needs
+
     scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=False)
     totals = dict.fromkeys(ROUGE_TYPES, 0.0)
     for ref, hyp in zip(refs, hyps):

@@ -110,15 +110,19 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict | torch.Tensor) -> None:
     """Restore :func:`rng_state`'s generators (a bare tensor: torch's only, as older
-    checkpoints of the LM trainer stored it)."""
+    checkpoints of the LM trainer stored it).
+
+    The states are CPU byte tensors wherever the checkpoint was loaded to: a resume on CUDA
+    maps the whole checkpoint to the GPU, and torch's setters take only CPU tensors.
+    """
     if isinstance(state, torch.Tensor):
-        torch.set_rng_state(state)
+        torch.set_rng_state(state.cpu())
         return
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 _EPOCH_FILE = re.compile(r"epoch-(\d+)\.pt")
