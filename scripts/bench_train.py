@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_train.py --presets blstm_ctc --device cpu --num-threads 1 --steps 20
 
     .venv/bin/python scripts/bench_train.py --presets blstm_ctc --set encoder.stack=4 encoder.stride=4
+    .venv/bin/python scripts/bench_train.py --presets demo_hat --device cpu --steps 6 --profile 15
     .venv/bin/python scripts/bench_train.py --presets cb_monotonic,cb_monotonic_variable --device cpu \
         --num-threads 1 --synthetic --json     # one JSON object per line on stdout
 
@@ -24,6 +25,7 @@ For each run it reports, over ``--steps`` steps after ``--warmup`` steps:
 """
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -129,6 +131,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _profiler(device: torch.device) -> torch.profiler.profile:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities, record_shapes=True)
+
+
 def bench(preset: str, data: Path, args, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(
@@ -139,8 +148,11 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
         frames = [sum(trainer.task.train_set.num_frames[i] for i in b) for b in batches]
         tokens = [sum(trainer.task.train_set.target_lens[i] for i in b) for b in batches]
         step_s, wait_s = [], []
+        profiler = _profiler(dev) if args.profile else contextlib.nullcontext()
         waited = time.perf_counter()
         for k, batch in enumerate(trainer.loader(batches)):
+            if k == args.warmup:
+                profiler.__enter__()
             ready = time.perf_counter()
             batch = batch.to(dev, non_blocking=True)
             trainer.train_step(batch, tokens[k])
@@ -150,6 +162,13 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
                 wait_s.append(ready - waited)
                 step_s.append(done - ready)
             waited = time.perf_counter()
+        profiler.__exit__(None, None, None)
+        if args.profile:
+            sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+            table = profiler.key_averages().table(
+                sort_by=sort, row_limit=args.profile, max_name_column_width=40
+            )
+            print(f"{preset} on {dev}, {len(step_s)} steps:\n{table}", file=sys.stderr)
         load_s = []  # the data pipeline alone, in this process
         for b in batches[args.warmup :]:
             start = time.perf_counter()
@@ -205,6 +224,15 @@ def main(argv: list[str] | None = None) -> None:
         metavar="PATH",
         help="print one JSON object per row on stdout instead of the table, or with PATH also "
         "write the rows there as a JSON list",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile the measured steps (torch.profiler) and print the N operators with "
+        "the most self time to stderr; the profiler's overhead counts in the "
+        "figures, so take them from a run without it",
     )
     parser.add_argument(
         "--set",

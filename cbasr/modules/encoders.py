@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from cbasr.config.schema import ConformerEncoderConfig, RNNEncoderConfig
+from cbasr.modules.dropout import Dropout, dropout
 
 __all__ = [
     "FrameStacking",
@@ -158,7 +159,7 @@ class RNNEncoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if num_layers > 1 else 0.0,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output_dim = hidden * (2 if bidirectional else 1)
 
     def output_lengths(self, lens: torch.Tensor) -> torch.Tensor:
@@ -211,7 +212,7 @@ class RNNEncoder(nn.Module):
         h = x
         for layer in range(rnn.num_layers):
             if layer > 0:
-                h = nn.functional.dropout(h, rnn.dropout, self.training)
+                h = dropout(h, rnn.dropout, self.training)
             outputs = []
             for suffix in ("", "_reverse") if rnn.bidirectional else ("",):
                 weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in _RNN_WEIGHTS]
@@ -281,7 +282,7 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"kernel_size must be odd, got {kernel_size}")
         self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
         front_dim = input_dim if self.subsampling is None else self.subsampling.output_dim
-        self.proj = nn.Sequential(nn.Linear(front_dim, d_model), nn.Dropout(dropout))
+        self.proj = nn.Sequential(nn.Linear(front_dim, d_model), Dropout(dropout))
         self.conformer = Conformer(d_model, num_heads, ffn_dim, num_layers, kernel_size, dropout)
         self.masks = []
         for layer in self.conformer.conformer_layers:

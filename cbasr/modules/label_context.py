@@ -17,6 +17,8 @@ same vectors (tested), so search and training agree.
 import torch
 from torch import nn
 
+from cbasr.modules.dropout import Dropout
+
 __all__ = ["LabelContext", "START"]
 
 START = 0  # the start symbol <S>; shares id 0 with the blank, which is never a label
@@ -49,7 +51,7 @@ class LabelContext(nn.Module):
         self.context = context
         self.output_dim = hidden
         self.embedding = nn.Embedding(vocab_size, embed_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         if context == -1:
             self.rnn = nn.LSTM(embed_dim, hidden, num_layers=num_layers, batch_first=True)
         elif context == 0:

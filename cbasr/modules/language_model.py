@@ -12,6 +12,8 @@ the teacher-forced :meth:`LSTMLanguageModel.forward` (tested).
 import torch
 from torch import nn
 
+from cbasr.modules.dropout import Dropout
+
 __all__ = ["LSTMLanguageModel", "BOUNDARY"]
 
 BOUNDARY = 0  # <s> as input, </s> as output
@@ -43,7 +45,7 @@ class LSTMLanguageModel(nn.Module):
             )
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = nn.LSTM(
             embed_dim,
             hidden,

@@ -16,6 +16,7 @@ from torch import nn
 
 from cbasr.config.schema import AttentionEmissionDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
+from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["AttentionEmissionDecoder"]
@@ -54,7 +55,7 @@ class AttentionEmissionDecoder(CBDecoder):
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.encoder_proj = nn.Linear(input_dim, joint_dim)
         self.label_proj = nn.Linear(hidden, joint_dim, bias=False)
-        self.out = nn.Sequential(nn.Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
+        self.out = nn.Sequential(Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
 
     def _joint(self, enc: torch.Tensor, lab: torch.Tensor) -> torch.Tensor:
         """``W_o tanh(enc + lab)`` log-softmaxed over the ``V - 1`` labels."""

@@ -28,6 +28,7 @@ from cbasr.modules.decoders.base import (
     gather_frames,
     gather_targets,
 )
+from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START
 
 __all__ = ["AutoregressiveDecoder"]
@@ -65,9 +66,9 @@ class AutoregressiveDecoder(CBDecoder):
             raise ValueError(f"emission must be 'encoder' or 'decoder', got {emission!r}")
         self.emission_source = emission
         self.embedding = nn.Embedding(vocab_size, embed_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = nn.LSTM(input_dim + embed_dim, hidden, num_layers=num_layers, batch_first=True)
-        self.out = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, vocab_size - 1))
+        self.out = nn.Sequential(Dropout(dropout), nn.Linear(hidden, vocab_size - 1))
         if emission == "encoder":
             self.emission = EmissionHead(input_dim, emission_hidden)
         else:

@@ -40,6 +40,7 @@ from torch import nn
 
 from cbasr.config.schema import MonotonicDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
+from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["MonotonicAttentionDecoder"]
@@ -99,7 +100,7 @@ class MonotonicAttentionDecoder(CBDecoder):
         self.query = nn.Linear(hidden, attention_dim, bias=False)
         self.context_proj = nn.Linear(attention_dim, joint_dim)
         self.label_proj = nn.Linear(hidden, joint_dim, bias=False)
-        self.out = nn.Sequential(nn.Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
+        self.out = nn.Sequential(Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
         self.dropout = dropout
         self.scale = 1.0 / math.sqrt(attention_dim)
 

@@ -13,6 +13,7 @@ from torch import nn
 
 from cbasr.config.schema import PointwiseDecoderConfig
 from cbasr.modules.decoders.base import CBDecoder, LabelOrder, gather_targets
+from cbasr.modules.dropout import Dropout
 
 __all__ = ["PointwiseDecoder"]
 
@@ -39,7 +40,7 @@ class PointwiseDecoder(CBDecoder):
         super().__init__()
         layers: list[nn.Module] = []
         if hidden > 0:
-            layers += [nn.Linear(input_dim, hidden), nn.Tanh(), nn.Dropout(dropout)]
+            layers += [nn.Linear(input_dim, hidden), nn.Tanh(), Dropout(dropout)]
             input_dim = hidden
         layers.append(nn.Linear(input_dim, vocab_size))
         self.net = nn.Sequential(*layers)

@@ -33,6 +33,7 @@ from torch import nn
 
 from cbasr.config.schema import TransducerDecoderConfig
 from cbasr.modules.decoders.base import reorder_state
+from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
 
 __all__ = ["TransducerDecoder", "Joint", "RnntJoint", "HatJoint", "JOINTS", "BLANK_JOINTS"]
@@ -53,7 +54,7 @@ class Joint(nn.Module, metaclass=abc.ABCMeta):
         super().__init__()
         self.encoder_proj = nn.Linear(input_dim, joint_dim)  # f (RNN-T) or f2 (HAT)
         self.label_proj = nn.Linear(hidden, joint_dim, bias=False)  # g or g2
-        self.out = nn.Sequential(nn.Tanh(), nn.Dropout(dropout), nn.Linear(joint_dim, outputs))
+        self.out = nn.Sequential(nn.Tanh(), Dropout(dropout), nn.Linear(joint_dim, outputs))
 
     def scores(self, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         """The output units at every ``(t, u)``: ``h (B, T, D)``, ``g (B, U + 1, H)`` ->

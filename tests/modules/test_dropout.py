@@ -1,0 +1,55 @@
+"""cbasr's Dropout: torch's distribution and scaling with a cheaper CPU mask."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from cbasr.modules.dropout import Dropout, dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.75])
+def test_keeps_each_element_with_probability_one_minus_p_and_preserves_the_mean(p):
+    torch.manual_seed(0)
+    n = 2_000_000
+    y = dropout(torch.ones(n, dtype=torch.float64), p)
+    kept = (y != 0).double().mean().item()
+    assert abs(kept - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)  # 5 standard errors
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - p)), rtol=1e-9)
+    assert abs(y.mean().item() - 1) < 5 * math.sqrt(p / (1 - p) / n)
+
+
+def test_masks_are_independent_of_position():
+    """Neighbouring elements are dropped independently (no structure from the integer draw)."""
+    torch.manual_seed(1)
+    kept = dropout(torch.ones(1_000_000), 0.5) != 0
+    pairs = (kept[:-1] & kept[1:]).double().mean().item()
+    assert abs(pairs - 0.25) < 5 * math.sqrt(0.25 * 0.75 / 1_000_000)
+
+
+def test_gradient_is_the_scaled_mask():
+    torch.manual_seed(2)
+    x = torch.randn(7, 11, 5, dtype=torch.float64, requires_grad=True)
+    y = dropout(x, 0.4)
+    g = torch.randn_like(y)
+    y.backward(g)
+    mask = (y != 0).double()
+    torch.testing.assert_close(x.grad, g * mask / 0.6)
+    torch.testing.assert_close(y, x.detach() * mask / 0.6)
+
+
+def test_module_is_torch_dropout_in_eval_with_p0_and_p1_and_reproducible_under_a_seed():
+    x = torch.randn(4, 9)
+    module = Dropout(0.2)
+    assert isinstance(module, nn.Dropout) and module.state_dict() == {}
+    assert torch.equal(module.eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+    module.train()
+    torch.manual_seed(3)
+    a = module(x)
+    torch.manual_seed(3)
+    assert torch.equal(module(x), a)
+    with pytest.raises(ValueError, match="probability"):
+        dropout(x, 1.5)
