@@ -1,13 +1,36 @@
 """Config names to classes: the one place that knows which names exist.
 
-The builder takes plain dicts (a config group's contents), pops ``name`` and passes the
-remaining keys as keyword arguments, so modules never see a config object. Whether a loss can
-train a decoder is each model class's :meth:`~cbasr.models.base.AsrModel.supports`; an
-incompatible pair fails here, at start, naming the losses the decoder does support.
+The builder takes typed configs: an instance of a schema dataclass of
+:mod:`cbasr.config.schema` for each of the encoder, decoder and loss groups. :func:`model_configs`
+makes them from a plain config (a composed one, ``config.json`` or a checkpoint's), checking each
+value against its schema: an unknown name, a misspelt key or a bad choice is a ``ValueError``
+naming the group and the key. Each module is constructed from its config's fields, so a default
+lives in the schema alone. Whether a loss can train a decoder is each model class's
+:meth:`~cbasr.models.base.AsrModel.supports`; an incompatible pair fails here, at start, naming
+the losses the decoder does support.
 """
+
+import dataclasses
+import enum
 
 from torch import nn
 
+from cbasr.config import typed
+from cbasr.config.schema import (
+    AttentionEmissionDecoderConfig,
+    AutoregressiveDecoderConfig,
+    CBMarginalLossConfig,
+    CBMonteCarloLossConfig,
+    CBReinforceLossConfig,
+    ConformerEncoderConfig,
+    CTCLossConfig,
+    ForcedSuffixLossConfig,
+    MonotonicDecoderConfig,
+    PointwiseDecoderConfig,
+    RNNEncoderConfig,
+    TransducerDecoderConfig,
+    TransducerLossConfig,
+)
 from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
@@ -22,8 +45,10 @@ __all__ = [
     "ENCODERS",
     "DECODERS",
     "LOSSES",
+    "SCHEMAS",
     "build_model",
     "build_decoder",
+    "model_configs",
     "refusal",
     "supported_losses",
 ]
@@ -48,24 +73,71 @@ LOSSES = {
 }
 
 
-def _pick(table: dict, group: str, options: dict):
-    options = dict(options)
-    name = options.pop("name")
-    if name not in table:
-        raise ValueError(f"unknown {group} {name!r}; choose one of {sorted(table)}")
-    return table[name], options
+# Each group's schema per name: what a config of that name may hold, with its defaults.
+SCHEMAS = {
+    "encoder": {"rnn": RNNEncoderConfig, "conformer": ConformerEncoderConfig},
+    "decoder": {
+        "pointwise": PointwiseDecoderConfig,
+        "autoregressive": AutoregressiveDecoderConfig,
+        "monotonic": MonotonicDecoderConfig,
+        "attention_emission": AttentionEmissionDecoderConfig,
+        "transducer": TransducerDecoderConfig,
+    },
+    "loss": {
+        "ctc": CTCLossConfig,
+        "cb_marginal": CBMarginalLossConfig,
+        "cb_reinforce": CBReinforceLossConfig,
+        "cb_mc": CBMonteCarloLossConfig,
+        "forced_suffix": ForcedSuffixLossConfig,
+        "rnnt": TransducerLossConfig,
+        "hat": TransducerLossConfig,
+    },
+}
 
 
-def build_decoder(decoder: dict, input_dim: int, vocab_size: int) -> nn.Module:
-    """The decoder of a ``decoder`` config for encoder width ``input_dim``."""
-    decoder_cls, kwargs = _pick(DECODERS, "decoder", decoder)
-    return decoder_cls(input_dim=input_dim, vocab_size=vocab_size, **kwargs)
+def group_config(group: str, options):
+    """One group's typed config: ``options`` as it is when already typed, else a plain dict
+    checked against the schema its ``name`` selects."""
+    if dataclasses.is_dataclass(options):
+        return options
+    schemas = SCHEMAS[group]
+    name = options.get("name")
+    if name not in schemas:
+        raise ValueError(f"unknown {group} {name!r}; choose one of {sorted(schemas)}")
+    return typed(schemas[name], options, group)
 
 
-def refusal(loss: dict, decoder: nn.Module) -> str | None:
+def model_configs(cfg: dict) -> tuple:
+    """``(encoder, decoder, loss)`` typed configs of a plain training config."""
+    return tuple(group_config(group, cfg[group]) for group in ("encoder", "decoder", "loss"))
+
+
+def _options(config) -> dict:
+    """A typed config's fields but its name, as constructor keywords (choices as strings)."""
+    return {
+        f.name: (value.value if isinstance(value, enum.Enum) else value)
+        for f in dataclasses.fields(config)
+        if f.name != "name"
+        for value in [getattr(config, f.name)]
+    }
+
+
+def _loss(loss) -> tuple[type, dict]:
+    """The model class of a typed loss config and its keyword arguments."""
+    model_cls, fixed = LOSSES[loss.name]
+    return model_cls, {**fixed, **_options(loss)}
+
+
+def build_decoder(decoder, input_dim: int, vocab_size: int) -> nn.Module:
+    """The decoder of a typed ``decoder`` config (or a plain one) for encoder width ``input_dim``."""
+    decoder = group_config("decoder", decoder)
+    return DECODERS[decoder.name](input_dim=input_dim, vocab_size=vocab_size, **_options(decoder))
+
+
+def refusal(loss, decoder: nn.Module) -> str | None:
     """Why the loss of config ``loss`` (its options included) cannot train ``decoder``, or None."""
-    (model_cls, fixed), loss_kwargs = _pick(LOSSES, "loss", loss)
-    return model_cls.supports(decoder, **fixed, **loss_kwargs)
+    model_cls, kwargs = _loss(group_config("loss", loss))
+    return model_cls.supports(decoder, **kwargs)
 
 
 def supported_losses(decoder: nn.Module) -> list[str]:
@@ -73,32 +145,36 @@ def supported_losses(decoder: nn.Module) -> list[str]:
     return [name for name in LOSSES if refusal({"name": name}, decoder) is None]
 
 
-def build_model(
-    encoder: dict, decoder: dict, loss: dict, input_dim: int, vocab_size: int
-) -> nn.Module:
-    """The model for an ``encoder``/``decoder``/``loss`` config triple.
+def build_model(encoder, decoder, loss, input_dim: int, vocab_size: int) -> nn.Module:
+    """The model for an ``encoder``/``decoder``/``loss`` config triple (typed, see
+    :func:`model_configs`; a plain group is checked against its schema first).
 
     Args:
         input_dim: feature dimension F (source vocabulary size for a text encoder).
         vocab_size: number of target ids, blank included.
 
     Raises:
-        ValueError: for an unknown name, or a decoder the loss cannot train, naming the
-            losses that decoder supports.
+        ValueError: for an unknown name or option, or a decoder the loss cannot train, naming
+            the losses that decoder supports.
     """
-    encoder_cls, encoder_kwargs = _pick(ENCODERS, "encoder", encoder)
-    (model_cls, fixed), loss_kwargs = _pick(LOSSES, "loss", loss)
-    enc = encoder_cls(input_dim=input_dim, **encoder_kwargs)
+    encoder = group_config("encoder", encoder)
+    decoder = group_config("decoder", decoder)
+    loss = group_config("loss", loss)
+    model_cls, loss_kwargs = _loss(loss)
+    enc = ENCODERS[encoder.name](input_dim=input_dim, **_options(encoder))
     dec = build_decoder(decoder, enc.output_dim, vocab_size)
-    reason = refusal(loss, dec)
+    reason = model_cls.supports(dec, **loss_kwargs)
     if reason:
         raise ValueError(
-            f"loss {loss['name']!r} cannot train decoder {decoder['name']!r} "
+            f"loss {loss.name!r} cannot train decoder {decoder.name!r} "
             f"({_describe(decoder)}): {reason}. This decoder trains with losses "
             f"{supported_losses(dec)}"
         )
-    return model_cls(enc, dec, **fixed, **loss_kwargs)
+    return model_cls(enc, dec, **loss_kwargs)
 
 
-def _describe(options: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items() if k != "name") or "default options"
+def _describe(decoder) -> str:
+    """The decoder's options that differ from its schema's defaults."""
+    defaults = _options(type(decoder)())
+    changed = {k: v for k, v in _options(decoder).items() if v != defaults[k]}
+    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "default options"

@@ -92,9 +92,7 @@ def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int)
     for name in args.models:
         cfg = compose_model_config(ENCODER + MODELS[name])
         torch.manual_seed(0)
-        model = builder.build_model(
-            cfg["encoder"], cfg["decoder"], cfg["loss"], 80, len(vocab)
-        ).eval()
+        model = builder.build_model(*cfg.values(), 80, len(vocab)).eval()
         calib = padded[0] if len(padded[0][1]) >= 4 else padded[-1]
         calibrate(model, *calib, round(ref_labels * int(calib[1].sum()) / frames))
         yield name, model

@@ -1,7 +1,42 @@
 import pytest
+import torch
 
 from cbasr import builder
-from cbasr.models import CTCModel
+from cbasr.config.schema import (
+    CTCLossConfig,
+    PointwiseDecoderConfig,
+    RNNEncoderConfig,
+    TransducerDecoderConfig,
+    TransducerLossConfig,
+)
+from cbasr.models import CTCModel, TransducerModel
+
+
+def test_builds_from_typed_configs():
+    model = builder.build_model(
+        RNNEncoderConfig(hidden=6, num_layers=1, rnn_type="gru"),
+        TransducerDecoderConfig(joint="hat", embed_dim=4, hidden=5, joint_dim=3),
+        TransducerLossConfig(name="hat", max_symbols=2),
+        input_dim=8,
+        vocab_size=7,
+    )
+    assert isinstance(model, TransducerModel) and model.criterion == "hat"
+    assert isinstance(model.encoder.rnn, torch.nn.GRU) and model.encoder.output_dim == 12
+    assert model.decoder.joint.name == "hat" and model.decoder.joint.encoder_proj.out_features == 3
+    assert model.max_symbols == 2
+
+
+def test_model_configs_types_each_group_and_fills_the_schema_defaults():
+    encoder, decoder, loss = builder.model_configs(
+        {
+            "encoder": {"name": "rnn", "hidden": 6},
+            "decoder": {"name": "pointwise"},
+            "loss": {"name": "ctc"},
+        }
+    )
+    assert encoder == RNNEncoderConfig(hidden=6)
+    assert (decoder, loss) == (PointwiseDecoderConfig(), CTCLossConfig())
+    assert encoder.rnn_type == "lstm" and encoder.rnn_type.name == "lstm"  # an Enum member
 
 
 def test_builds_from_plain_dicts():
@@ -31,7 +66,19 @@ def test_unknown_names_and_incompatible_pairs_fail_with_the_choices():
         builder.build_model(
             {"name": "rnn"}, {"name": "transducer", "joint": "hat"}, {"name": "ctc"}, 8, 7
         )
-    with pytest.raises(TypeError, match="hiden"):
+    with pytest.raises(ValueError, match=r"encoder\.hiden: Key 'hiden' not in 'RNNEncoderConfig'"):
         builder.build_model(
             {"name": "rnn", "hiden": 3}, {"name": "pointwise"}, {"name": "ctc"}, 8, 7
+        )
+    with pytest.raises(ValueError, match=r"decoder\.joint: .*'hta'.*\[rnnt, hat\]"):
+        builder.build_model(
+            {"name": "rnn"}, {"name": "transducer", "joint": "hta"}, {"name": "hat"}, 8, 7
+        )
+    with pytest.raises(ValueError, match=r"loss\.num_samples: .*'four'"):
+        builder.model_configs(
+            {
+                "encoder": {"name": "rnn"},
+                "decoder": {"name": "pointwise"},
+                "loss": {"name": "cb_mc", "num_samples": "four"},
+            }
         )

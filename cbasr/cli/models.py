@@ -18,11 +18,13 @@ from cbasr.config.schema import register_configs
 
 
 def compose_model_config(overrides: list[str]) -> dict:
-    """The ``encoder``, ``decoder`` and ``loss`` groups of ``conf/train.yaml`` with ``overrides``."""
+    """The ``encoder``, ``decoder`` and ``loss`` groups of ``conf/train.yaml`` with ``overrides``,
+    typed (:func:`cbasr.builder.model_configs`)."""
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["exp_dir=unused", *overrides])
-    return {k: to_plain(cfg[k]) for k in ("encoder", "decoder", "loss")}
+    groups = ("encoder", "decoder", "loss")
+    return dict(zip(groups, builder.model_configs({k: to_plain(cfg[k]) for k in groups})))
 
 
 def presets(group: str) -> list[str]:
@@ -72,13 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         print(compatibility_table(args.input_dim, args.vocab_size), end="")
         return
     cfg = compose_model_config(args.overrides)
-    model = builder.build_model(
-        cfg["encoder"], cfg["decoder"], cfg["loss"], args.input_dim, args.vocab_size
-    )
+    model = builder.build_model(*cfg.values(), args.input_dim, args.vocab_size)
     total, enc = count_parameters(model), count_parameters(model.encoder)
     print(
-        f"encoder {cfg['encoder']['name']}: {enc:,}\ndecoder {cfg['decoder']['name']}: {total - enc:,}\n"
-        f"total ({type(model).__name__}, loss {cfg['loss']['name']}): {total:,}"
+        f"encoder {cfg['encoder'].name}: {enc:,}\ndecoder {cfg['decoder'].name}: {total - enc:,}\n"
+        f"total ({type(model).__name__}, loss {cfg['loss'].name}): {total:,}"
     )
 
 

@@ -1,6 +1,7 @@
 """Structured configs of ``cbasr-train-lm``: every YAML file under ``conf/lm/`` and
 ``conf/train_lm.yaml`` is a preset of one of these dataclasses, checked when the config is
-composed (a misspelt key fails at start). Only the entry point imports this module.
+composed (a misspelt key fails at start). The LM task and :func:`cbasr.lm.neural.build_lm` read
+their groups as these types (:func:`cbasr.config.typed`).
 """
 
 from dataclasses import dataclass, field

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from cbasr.builder import build_model
+from cbasr.builder import build_model, model_configs
+from cbasr.config import typed
+from cbasr.config.schema import DataConfig, TrainerConfig
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
@@ -56,21 +58,20 @@ class AsrTask:
 
     def __init__(self, cfg: dict, exp_dir: str | Path):
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
-        data = cfg["data"]
-        if data["features"] not in ("cached", "on_the_fly"):
-            raise ValueError(
-                f"data.features must be cached or on_the_fly, got {data['features']!r}"
-            )
+        # Typed at the door: a bad entry fails here, naming it, before any data is read.
+        self.data: DataConfig = typed(DataConfig, cfg["data"], "data")
+        self.options: TrainerConfig = typed(TrainerConfig, cfg["trainer"], "trainer")
+        self.model_config = model_configs(cfg)
         self.model: torch.nn.Module | None = None
         self.device = torch.device("cpu")
 
     def prepare(self, exp_dir: Path) -> None:
         """Copy the vocabulary and the input description (CMVN statistics, or the source
         vocabulary of a text corpus) in, so the directory stands alone; write the config."""
-        data = self.cfg["data"]
-        features = Path(data["feature_dir"])
+        data = self.data
+        features = Path(data.feature_dir)
         described = SOURCE_VOCAB if (features / SOURCE_VOCAB).is_file() else "cmvn.json"
-        for src, dst in ((data["vocab"], "vocab.txt"), (features / described, described)):
+        for src, dst in ((data.vocab, "vocab.txt"), (features / described, described)):
             if not (exp_dir / dst).exists():
                 if not Path(src).is_file():
                     raise FileNotFoundError(
@@ -78,10 +79,10 @@ class AsrTask:
                     )
                 shutil.copyfile(src, exp_dir / dst)
         if described == "cmvn.json" and not (exp_dir / FEATURE_SETTINGS).is_file():
-            split_dir = features / data["train_split"]
+            split_dir = features / data.train_split
             dim = load_cmvn(exp_dir / "cmvn.json")[0].numel()
             write_feature_settings(
-                exp_dir, fbank_options_of(split_dir, dim), data["features"] == "cached"
+                exp_dir, fbank_options_of(split_dir, dim), data.features == "cached"
             )
         write_json(exp_dir / "config.json", self.cfg)
 
@@ -90,28 +91,24 @@ class AsrTask:
         self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
         self.input_dim, self.cmvn = experiment_input(self.exp_dir)  # fbank, or source tokens
         self.model = build_model(
-            self.cfg["encoder"],
-            self.cfg["decoder"],
-            self.cfg["loss"],
+            *self.model_config,
             input_dim=self.input_dim,
             vocab_size=len(self.vocab),
         ).to(device)
         return self.model
 
     def build_data(self, dist: distributed.DistContext) -> None:
-        data, seed = self.cfg["data"], self.cfg["trainer"]["seed"]
+        data, seed = self.data, self.options.seed
         self.dist = dist
         fbank = None
-        if data["features"] == "on_the_fly":
-            fbank = fbank_options_of(
-                Path(data["feature_dir"]) / data["train_split"], self.input_dim
-            )
+        if data.features == "on_the_fly":
+            fbank = fbank_options_of(Path(data.feature_dir) / data.train_split, self.input_dim)
         self.train_set, self.valid_set = (
             AsrDataset(
-                Path(data["manifest_dir"]) / f"{split}.jsonl",
-                Path(data["feature_dir"]) / split,
+                Path(data.manifest_dir) / f"{split}.jsonl",
+                Path(data.feature_dir) / split,
                 self.vocab,
-                data["units"],
+                data.units,
                 self.cmvn,
                 check=self.model.check_utterance,
                 fbank=fbank,
@@ -119,24 +116,24 @@ class AsrTask:
                 seed=seed,
             )
             for split, augmentation in (
-                (data["train_split"], augmentation_of(data)),
-                (data["valid_split"], None),
+                (data.train_split, augmentation_of(data)),
+                (data.valid_split, None),
             )
         )
         if len(self.train_set) == 0:
             raise RuntimeError(
-                f"no usable training utterances in {data['manifest_dir']} (data.manifest_dir)"
+                f"no usable training utterances in {data.manifest_dir} (data.manifest_dir)"
             )
         if len(self.valid_set) == 0:
             log.warning(
                 "no usable %s utterances (data.valid_split): validation metrics are meaningless and "
                 "best.pt, reduce-on-plateau and early stopping follow them",
-                data["valid_split"],
+                data.valid_split,
             )
         self.sampler = BucketBatchSampler(
             self.train_set.num_frames,
-            data["max_frames"],
-            data["max_utts"],
+            data.max_frames,
+            data.max_utts,
             shuffle=True,
             seed=seed,
             min_utts=dist.world_size,
@@ -162,7 +159,7 @@ class AsrTask:
         self, batches: list[list[int]], dist: distributed.DistContext, generator: torch.Generator
     ) -> torch.utils.data.DataLoader:
         """This process's shards of ``batches``, loaded in ``data.num_workers`` worker processes."""
-        workers = self.cfg["data"]["num_workers"]
+        workers = self.data.num_workers
         return torch.utils.data.DataLoader(
             self.train_set,
             batch_sampler=[shard(b, dist.rank, dist.world_size) for b in batches],
@@ -184,9 +181,7 @@ class AsrTask:
     def validate(self, model: torch.nn.Module, autocast) -> dict:
         """Per-token loss and greedy error rate on the validation split (shared among processes)."""
         model.eval()
-        sampler = BucketBatchSampler(
-            self.valid_set.num_frames, self.cfg["data"]["max_frames"], shuffle=False
-        )
+        sampler = BucketBatchSampler(self.valid_set.num_frames, self.data.max_frames, shuffle=False)
         totals = {"nll": 0.0, "tokens": 0, "errors": 0, "ref_tokens": 0}
         stats, batches = {}, 0
         for indices in sampler.batches()[self.dist.rank :: self.dist.world_size]:
@@ -243,8 +238,7 @@ class AsrTask:
 
     def start_new_run(self, model: torch.nn.Module) -> None:
         """Fine-tuning: start from ``trainer.init_from``'s weights when it names a model."""
-        trainer = self.cfg["trainer"]
-        if trainer.get("init_from"):
+        if self.options.init_from:
             load_initial_weights(
-                model, trainer["init_from"], list(trainer.get("init_skip") or []), self.vocab
+                model, self.options.init_from, list(self.options.init_skip), self.vocab
             )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.builder import build_model
+from cbasr.builder import build_model, model_configs
 from cbasr.data.batching import BucketBatchSampler
 from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
@@ -77,9 +77,7 @@ class Experiment:
         input_dim, self.cmvn = experiment_input(self.exp_dir)  # cmvn None: text input (source ids)
         self.device = torch.device(device)
         self.model = build_model(
-            self.cfg["encoder"],
-            self.cfg["decoder"],
-            self.cfg["loss"],
+            *model_configs(self.cfg),
             input_dim=input_dim,
             vocab_size=len(self.vocab),
         )

@@ -16,13 +16,16 @@ from pathlib import Path
 
 import torch
 
+from cbasr.config import typed
+from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig
+from cbasr.config.schema import TrainerConfig
 from cbasr.data.batching import shard
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
 from cbasr.engines.task import TaskOutput
 from cbasr.engines.trainer import Trainer
 from cbasr.lm.corpus import read_sentences
-from cbasr.lm.neural import build_lm, pad_sentences, perplexity, token_batches
+from cbasr.lm.neural import build_lm, lm_config, pad_sentences, perplexity, token_batches
 from cbasr.storage.files import write_json, write_text
 
 __all__ = ["LmTask", "train_lm"]
@@ -43,17 +46,21 @@ class LmTask:
 
     def __init__(self, cfg: dict, exp_dir: str | Path):
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
-        data = cfg["data"]
-        self.vocab = Vocabulary.load(data["vocab"])
-        self.train_set, skipped = read_sentences(data["train"], self.vocab, data["units"])
-        self.valid_set, skipped_valid = read_sentences(data["valid"], self.vocab, data["units"])
+        # Typed at the door: a bad entry fails here, naming it, before any text is read.
+        self.lm: LSTMLMConfig = lm_config(cfg["lm"])
+        self.data: LMDataConfig = typed(LMDataConfig, cfg["data"], "data")
+        self.seed = typed(TrainerConfig, cfg["trainer"], "trainer").seed
+        data = self.data
+        self.vocab = Vocabulary.load(data.vocab)
+        self.train_set, skipped = read_sentences(data.train, self.vocab, data.units)
+        self.valid_set, skipped_valid = read_sentences(data.valid, self.vocab, data.units)
         self.skipped = skipped + skipped_valid
         if not self.train_set:
             raise ValueError(
-                f"{data['train']}: no usable sentence (see {self.exp_dir / 'skipped.tsv'})"
+                f"{data.train}: no usable sentence (see {self.exp_dir / 'skipped.tsv'})"
             )
         if not self.valid_set:
-            raise ValueError(f"{data['valid']}: no usable sentence")
+            raise ValueError(f"{data.valid}: no usable sentence")
         if skipped or skipped_valid:
             log.warning(
                 "skipped %d training and %d validation sentences (see %s)",
@@ -70,12 +77,12 @@ class LmTask:
 
     def build_model(self, device: torch.device) -> torch.nn.Module:
         self.device = device
-        return build_lm(self.cfg["lm"], len(self.vocab)).to(device)
+        return build_lm(self.lm, len(self.vocab)).to(device)
 
     def build_data(self, dist: distributed.DistContext) -> None:
         if dist.enabled:
             raise ValueError("cbasr-train-lm trains in one process: run it without torchrun")
-        self._steps = len(token_batches(self.train_set, self.cfg["data"]["max_tokens"]))
+        self._steps = len(token_batches(self.train_set, self.data.max_tokens))
 
     @property
     def steps_per_epoch(self) -> int:
@@ -85,8 +92,8 @@ class LmTask:
         return f"{len(self.train_set)} training and {len(self.valid_set)} validation sentences"
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        seed = self.cfg["trainer"]["seed"] * 1000 + epoch + 1  # the seeds of the first LM trainer
-        return token_batches(self.train_set, self.cfg["data"]["max_tokens"], seed=seed)
+        seed = self.seed * 1000 + epoch + 1  # the seeds of the first LM trainer
+        return token_batches(self.train_set, self.data.max_tokens, seed=seed)
 
     def batch_size(self, batch: Sequence[int]) -> tuple[int, int]:
         predicted = sum(len(self.train_set[i]) + 1 for i in batch)  # the end of sentence too
@@ -107,7 +114,7 @@ class LmTask:
 
     def validate(self, model: torch.nn.Module, autocast) -> dict:
         with autocast():
-            ppl = perplexity(model, self.valid_set, self.cfg["data"]["max_tokens"], self.device)
+            ppl = perplexity(model, self.valid_set, self.data.max_tokens, self.device)
         return {"valid_loss": math.log(ppl), "valid_ppl": ppl}
 
     def epoch_metrics(self, metrics: dict) -> dict:
@@ -137,14 +144,14 @@ class LmTask:
         return {**ckpt, "state": state, "scheduler": None}
 
     def check_resumed(self, ckpt: dict) -> None:
-        if ckpt["lm_config"] != self.cfg["lm"]:
+        if lm_config(ckpt["lm_config"]) != self.lm:
             raise ValueError(
                 f"{self.exp_dir} holds a language model with config {ckpt['lm_config']}, "
                 f"not {self.cfg['lm']}: use another exp_dir"
             )
         if ckpt["tokens"] != self.vocab.tokens:
             raise ValueError(
-                f"{self.exp_dir} was trained with another vocabulary than {self.cfg['data']['vocab']}"
+                f"{self.exp_dir} was trained with another vocabulary than {self.data.vocab}"
             )
 
     def start_new_run(self, model: torch.nn.Module) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.config.schema import OptimConfig, TrainerConfig
+from cbasr.config.schema import DataConfig, OptimConfig, TrainerConfig
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions, extraction_options
 
@@ -80,16 +80,16 @@ def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Op
     return torch.optim.SGD(params, lr=lr, momentum=optim.momentum, weight_decay=decay)
 
 
-def augmentation_of(data: dict) -> Augmentation | None:
+def augmentation_of(data: DataConfig) -> Augmentation | None:
     """The training data's augmentation from ``data.speed_perturb`` and ``data.spec_augment``; None: off."""
-    spec = data["spec_augment"]
+    spec = data.spec_augment
     aug = Augmentation(
-        tuple(data["speed_perturb"]),
-        spec["freq_masks"],
-        spec["freq_mask_width"],
-        spec["time_masks"],
-        spec["time_mask_width"],
-        spec["time_mask_ratio"],
+        tuple(data.speed_perturb),
+        spec.freq_masks,
+        spec.freq_mask_width,
+        spec.time_masks,
+        spec.time_mask_width,
+        spec.time_mask_ratio,
     )
     return aug if aug.masks or aug.speed_factors else None
 

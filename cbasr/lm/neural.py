@@ -5,34 +5,47 @@ Perplexity is ``exp`` of the mean negative log probability per predicted token, 
 sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
 """
 
+import dataclasses
 import math
 import random
 from pathlib import Path
 
 import torch
 
+from cbasr.config import typed
+from cbasr.config.lm_schema import LSTMLMConfig
 from cbasr.modules.language_model import LSTMLanguageModel
 from cbasr.storage.checkpoint import load_checkpoint
 
 __all__ = [
     "LM_MODELS",
     "build_lm",
+    "lm_config",
     "load_lm_checkpoint",
     "perplexity",
     "token_batches",
     "pad_sentences",
 ]
 
-LM_MODELS = {"lstm": LSTMLanguageModel}
+LM_MODELS = {"lstm": (LSTMLanguageModel, LSTMLMConfig)}  # name: (class, its config schema)
 
 
-def build_lm(lm: dict, vocab_size: int) -> LSTMLanguageModel:
-    """The LM of an ``lm`` config group (its ``name`` picks the class)."""
-    options = dict(lm)
-    name = options.pop("name")
+def lm_config(lm: LSTMLMConfig | dict) -> LSTMLMConfig:
+    """An ``lm`` config group typed: as it is when typed, else checked against the schema its
+    ``name`` selects (a bad entry is a ``ValueError`` naming ``lm.<key>``)."""
+    if dataclasses.is_dataclass(lm):
+        return lm
+    name = lm.get("name")
     if name not in LM_MODELS:
         raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
-    return LM_MODELS[name](vocab_size=vocab_size, **options)
+    return typed(LM_MODELS[name][1], lm, "lm")
+
+
+def build_lm(lm: LSTMLMConfig | dict, vocab_size: int) -> LSTMLanguageModel:
+    """The LM of an ``lm`` config group (its ``name`` picks the class)."""
+    lm = lm_config(lm)
+    options = {f.name: getattr(lm, f.name) for f in dataclasses.fields(lm) if f.name != "name"}
+    return LM_MODELS[lm.name][0](vocab_size=vocab_size, **options)
 
 
 def token_batches(

@@ -356,7 +356,16 @@ def test_options_are_checked_at_start(tone_data, tmp_path):
         ("trainer", "best_metric", "wer", "trainer.best_metric: Invalid value 'wer'"),
         ("trainer", "max_epochs", "ten", "trainer.max_epochs: Value 'ten' of type 'str' could not"),
         ("trainer", "max_epoch", 3, "trainer.max_epoch: Key 'max_epoch' not in 'TrainerConfig'"),
-        ("data", "features", "mp3", "data.features must be cached or on_the_fly"),
+        (
+            "data",
+            "features",
+            "mp3",
+            r"data.features: Invalid value 'mp3', expected one of \[cached",
+        ),
+        ("data", "max_frames", "many", "data.max_frames: Value 'many' of type 'str' could not"),
+        ("encoder", "rnn_type", "lsmt", r"encoder.rnn_type: Invalid value 'lsmt'.*\[lstm, gru\]"),
+        ("decoder", "hiden", 3, "decoder.hiden: Key 'hiden' not in 'PointwiseDecoderConfig'"),
+        ("loss", "name", "cbb", r"unknown loss 'cbb'; choose one of \['cb_marginal'"),
         ("optim", "name", "lion", "optim.name: Invalid value 'lion', expected one of"),
         ("optim", "scheduler", "step", "optim.scheduler: Invalid value 'step'"),
     ):
