@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ from hydra import compose, initialize_config_dir
 from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
+from cbasr.data.features import FbankOptions
 from cbasr.engines.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,8 +93,9 @@ def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0)
                         "phones": labels,
                     }
                 )
+        params = {"manifest": str(root / f"synth/{split}.jsonl"), **asdict(FbankOptions(dim))}
         (out / ".done").write_text(
-            json.dumps({"dim": dim, "frames": int(lengths.sum()), "kept": count})
+            json.dumps({"params": params, "dim": dim, "frames": int(lengths.sum()), "kept": count})
         )
         (root / "synth").mkdir(exist_ok=True)
         (root / f"synth/{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

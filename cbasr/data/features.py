@@ -279,7 +279,12 @@ def extraction_options(split_dir: str | Path) -> FbankOptions:
         raise FileNotFoundError(
             f"{done} not found: {split_dir} holds no complete features (cbasr-features)"
         )
-    params = json.loads(done.read_text())["params"]
+    params = json.loads(done.read_text()).get("params")
+    if not isinstance(params, dict):
+        raise ValueError(
+            f"{done} records no extraction options (no 'params'): not written by cbasr-features; "
+            f"extract {split_dir} again with cbasr-features"
+        )
     return FbankOptions(
         **{f.name: params[f.name] for f in fields(FbankOptions) if f.name in params}
     )

@@ -10,6 +10,7 @@ from cbasr.data.features import (
     FeatureStore,
     compute_fbank,
     extract_split,
+    extraction_options,
     frames_of,
     load_cmvn,
     write_cmvn,
@@ -113,3 +114,13 @@ def test_deltas_are_appended_and_match_torchaudio():
     t = 10
     hand = (2 * (static[t + 2] - static[t - 2]) + (static[t + 1] - static[t - 1])) / 10
     torch.testing.assert_close(both[t, 23:46], hand)
+
+
+def test_extraction_options_of_a_foreign_feature_directory_name_the_file(tmp_path):
+    """A ``.done`` not written by cbasr-features (no recorded options) is refused by name, not
+    with a KeyError."""
+    (tmp_path / ".done").write_text(json.dumps({"dim": 80, "frames": 10, "kept": 1}))
+    with pytest.raises(ValueError, match=r"\.done records no extraction options"):
+        extraction_options(tmp_path)
+    (tmp_path / ".done").write_text(json.dumps({"params": {"num_mel_bins": 40, "deltas": 1}}))
+    assert extraction_options(tmp_path) == FbankOptions(num_mel_bins=40, deltas=1)
