@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -82,3 +85,13 @@ def test_unknown_names_and_incompatible_pairs_fail_with_the_choices():
                 "loss": {"name": "cb_mc", "num_samples": "four"},
             }
         )
+
+
+def test_the_readme_builder_example_runs():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"<!-- builder example -->\n```python\n(.*?)```", readme, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    model = namespace["model"]
+    assert isinstance(model, TransducerModel) and model.criterion == "hat"
+    assert model.encoder.output_dim == 320 and model.decoder.joint.name == "hat"
