@@ -38,10 +38,21 @@ MODEL_KEYS = ("encoder", "decoder", "loss", "data.units")
 BATCH_KEYS = ("data.max_frames", "data.max_utts", "data.train_split", "trainer.seed")
 
 
-def _lookup(cfg: dict, dotted: str):
-    for key in dotted.split("."):
-        cfg = cfg.get(key) if isinstance(cfg, dict) else None
-    return cfg
+def _settings(cfg: dict) -> dict:
+    """The typed values of :data:`MODEL_KEYS` and :data:`BATCH_KEYS` in a plain config, so that
+    an older config (a checkpoint's) compares equal where it only lacks today's defaults."""
+    encoder, decoder, loss = model_configs(cfg)
+    data = typed(DataConfig, cfg["data"], "data")
+    return {
+        "encoder": encoder,
+        "decoder": decoder,
+        "loss": loss,
+        "data.units": data.units,
+        "data.max_frames": data.max_frames,
+        "data.max_utts": data.max_utts,
+        "data.train_split": data.train_split,
+        "trainer.seed": typed(TrainerConfig, cfg["trainer"], "trainer").seed,
+    }
 
 
 class AsrTask:
@@ -223,13 +234,21 @@ class AsrTask:
         return ckpt
 
     def check_resumed(self, ckpt: dict) -> None:
-        changed = [k for k in MODEL_KEYS if _lookup(ckpt["config"], k) != _lookup(self.cfg, k)]
+        try:
+            then = _settings(ckpt["config"])
+        except ValueError as e:
+            raise ValueError(
+                f"{self.exp_dir}: the checkpoint's config is not valid today ({e}); "
+                "use a new exp_dir"
+            ) from None
+        now = _settings(self.cfg)
+        changed = [k for k in MODEL_KEYS if then[k] != now[k]]
         if changed:
             raise ValueError(
                 f"{self.exp_dir} holds a run with different {changed}; "
                 "use a new exp_dir or restore those settings"
             )
-        moved = [k for k in BATCH_KEYS if _lookup(ckpt["config"], k) != _lookup(self.cfg, k)]
+        moved = [k for k in BATCH_KEYS if then[k] != now[k]]
         if moved:
             log.warning(
                 "%s changed since the checkpoint: the rest of this epoch uses different batches",

@@ -114,6 +114,25 @@ def test_finished_run_is_a_no_op_and_a_changed_model_is_refused(tone_data, tmp_p
         train(make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp)
 
 
+def test_a_resumed_run_refuses_another_model_but_not_an_older_configs_defaults(
+    tone_data, tmp_path, caplog
+):
+    exp = tmp_path / "exp"
+    train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
+    with pytest.raises(ValueError, match=r"holds a run with different \['encoder'\]"):
+        Trainer(make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp).fit()
+    # A checkpoint written before the schema had some of today's entries: they take the
+    # defaults, so nothing changed.
+    last = exp / "checkpoints/last.pt"
+    ckpt = load_checkpoint(last)
+    del ckpt["config"]["encoder"]["rnn_type"], ckpt["config"]["data"]["max_utts"]
+    torch.save(ckpt, last)
+    with caplog.at_level(logging.WARNING, logger="cbasr.engines.trainer"):
+        t = train(make_cfg(tone_data, exp, "trainer.max_epochs=2", "trainer.seed=7"), exp)
+    assert t.state.epoch == 2
+    assert "['trainer.seed'] changed since the checkpoint" in caplog.text
+
+
 def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tone_data, tmp_path, caplog):
     """A truncated last.pt: resume from the newest epoch file, naming the skipped one; a deleted
     last.pt: the same, never a silent restart over the earlier run."""
