@@ -128,30 +128,59 @@ def _cb_alpha(emit_t: torch.Tensor) -> torch.Tensor:
     return alpha
 
 
-def _cb_beta(emit_t: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
-    """Backward variables: ``beta[t, b, l]`` = log weight of completing from state (t, l).
+def _reverse_lattice(emit_t: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """The lattice read backwards: frames reversed, and each utterance's ``L_b`` labels reversed.
 
-    ``beta[T, l] = 0`` iff ``l = L_b``; padded frames carry weight 0 for not emitting and
-    ``-inf`` for emitting, so ``beta[T_b] = beta[T]``. Recursion:
-    ``beta[t, l] = logaddexp(beta[t+1, l], beta[t+1, l+1] + emit[t, l])``.
+    ``reversed[s, b, l] = emit[T - 1 - s, b, L_b - 1 - l]`` for ``l < L_b``. Its forward
+    variables are the backward variables of ``emit_t`` (:func:`_cb_beta_of`). Padded frames
+    (weight 0 for staying, ``-inf`` for emitting) are the identity wherever they stand, so
+    reversing all ``T`` frames is exact for every ``T_b``. Labels ``l >= L_b`` repeat the first
+    label's weights: they lead only to states beyond ``L_b``, which no backward variable
+    reads (the states of a prefix never depend on later labels).
+    """
+    T, B, L = emit_t.shape
+    labels = torch.arange(L, device=emit_t.device)[None, :]  # (1, L)
+    lengths = target_lengths.to(emit_t.device)[:, None]  # (B, 1)
+    index = (lengths - 1 - labels).clamp(min=0)  # (B, L)
+    return emit_t.flip(0).gather(2, index[None].expand(T, B, L))
+
+
+def _cb_beta_of(alpha_reversed: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """Backward variables from the forward variables of :func:`_reverse_lattice`.
+
+    ``beta[t, b, l]`` = log weight of completing from state ``(t, l)``: the paths from
+    ``(t, l)`` to ``(T, L_b)`` are, read backwards, the paths of the reversed lattice from
+    ``(0, 0)`` to ``(T - t, L_b - l)``, with the same weights. So
+    ``beta[t, b, l] = alpha_reversed[T - t, b, L_b - l + 1]`` for ``l <= L_b`` (the ``+ 1``:
+    alpha's column 0 is its ``-inf`` sentinel), ``-inf`` beyond.
 
     Args:
-        emit_t: ``(T, B, L)``.
+        alpha_reversed: ``(T + 1, B, L + 2)``.
         target_lengths: ``(B,)``.
 
     Returns:
         ``(T + 1, B, L + 2)``; column ``l`` is state ``l``, column ``L + 1`` a ``-inf`` sentinel.
     """
-    T, B, L = emit_t.shape
-    beta = emit_t.new_full((T + 1, B, L + 2), _NEG_INF)
-    beta[T, torch.arange(B, device=emit_t.device), target_lengths.to(emit_t.device)] = 0.0
-    leave = F.pad(emit_t, (0, 1), value=_NEG_INF)  # (T, B, L + 1): weight of emitting from l
-    go_to, stay_at, leave = beta[:, :, 1:].unbind(0), beta[:, :, :-1].unbind(0), leave.unbind(0)
-    step = emit_t.new_empty(B, L + 1)
-    for t in range(T - 1, -1, -1):
-        torch.add(go_to[t + 1], leave[t], out=step)
-        torch.logaddexp(stay_at[t + 1], step, out=stay_at[t])
-    return beta
+    T1, B, L2 = alpha_reversed.shape
+    states = torch.arange(L2, device=alpha_reversed.device)[None, :]  # (1, L + 2)
+    lengths = target_lengths.to(alpha_reversed.device)[:, None]  # (B, 1)
+    index = torch.where(states <= lengths, lengths - states + 1, 0)  # column 0: -inf
+    return alpha_reversed.flip(0).gather(2, index[None].expand(T1, B, L2))
+
+
+def _cb_alpha_beta(
+    emit_t: torch.Tensor, target_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward variables from one pass of :func:`_cb_alpha`: the reversed
+    lattice rides along as ``B`` more batch rows, so the ``T`` serial steps are paid once.
+
+    Returns:
+        ``alpha`` and ``beta``, ``(T + 1, B, L + 2)`` each (see :func:`_cb_alpha`,
+        :func:`_cb_beta_of`).
+    """
+    B = emit_t.shape[1]
+    both = _cb_alpha(torch.cat([emit_t, _reverse_lattice(emit_t, target_lengths)], dim=1))
+    return both[:, :B], _cb_beta_of(both[:, B:], target_lengths)
 
 
 def _cb_emission_posteriors(
@@ -160,7 +189,7 @@ def _cb_emission_posteriors(
     """``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t+1, l+1] - log Z)``.
 
     Args:
-        alpha, beta: ``(T + 1, B, L + 2)`` from :func:`_cb_alpha` / :func:`_cb_beta`.
+        alpha, beta: ``(T + 1, B, L + 2)`` from :func:`_cb_alpha_beta`.
         emit_t: ``(T, B, L)``.
         log_z: ``(B,)``; ``-inf`` (no path) gives all-zero posteriors.
 
@@ -203,23 +232,23 @@ class _CBForwardBackward(torch.autograd.Function):
     """``log Z = log sum_paths exp(sum of emission weights)`` with an explicit backward.
 
     The gradient of ``log Z`` w.r.t. each emission weight is its edge posterior, so backward is
-    one beta recursion (``T`` steps) plus one vectorised ``exp``; no per-step autograd graph.
+    one vectorised ``exp`` of ``alpha + emit + beta``; no per-step autograd graph. The forward
+    pass runs the alpha and beta recursions together (:func:`_cb_alpha_beta`).
     """
 
     @staticmethod
     def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
         emit_t, shift = _shift_labels(emit.detach())  # (T, B, L), (B,)
-        alpha = _cb_alpha(emit_t)
+        alpha, beta = _cb_alpha_beta(emit_t, target_lengths)
         batch = torch.arange(emit.shape[0], device=emit.device)
         log_z = alpha[-1, batch, target_lengths.to(emit.device) + 1]  # (B,)
-        ctx.save_for_backward(emit_t, alpha, target_lengths, log_z)
+        ctx.save_for_backward(emit_t, alpha, beta, log_z)
         return log_z + shift
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_log_z: torch.Tensor):
-        emit_t, alpha, target_lengths, log_z = ctx.saved_tensors
-        beta = _cb_beta(emit_t, target_lengths)
+        emit_t, alpha, beta, log_z = ctx.saved_tensors
         post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
         grad = post * grad_log_z[None, :, None]
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
@@ -247,8 +276,9 @@ def cb_marginal_nll(
 
     ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, y_<l)`` over every emission pattern
     ``b`` with exactly ``L`` ones, which equals ``P(L) E_{b|L}[P(y|b)]`` (eq. 18).
-    Forward: ``T`` serial steps vectorised over ``(B, L)``; backward: an explicit beta
-    recursion (edge posteriors), not autograd through the loop. Memory ``O(B T L)``.
+    Forward: ``T`` serial steps vectorised over ``(B, L)`` that compute the alpha and the beta
+    variables together (the reversed lattice as more batch rows); backward: the edge posteriors
+    from both, not autograd through the loop. Memory ``O(B T L)``.
 
     Args:
         emit_logits: ``(B, T)`` logits ``a_t`` of ``P(B_t = 1) = sigmoid(a_t)``.
@@ -292,9 +322,8 @@ def cb_posteriors(
     _, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, _ = _shift_labels(emit)  # (T, B, L)
     target_lengths = target_lengths.to(emit.device)
-    alpha = _cb_alpha(emit_t)
+    alpha, beta = _cb_alpha_beta(emit_t, target_lengths)
     log_z = alpha[-1, torch.arange(emit.shape[0], device=emit.device), target_lengths + 1]
-    beta = _cb_beta(emit_t, target_lengths)
     post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
     return post.transpose(0, 1)  # (T, B, L) -> (B, T, L)
 
