@@ -8,6 +8,7 @@ sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
 import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -49,17 +50,18 @@ def build_lm(lm: LSTMLMConfig | dict, vocab_size: int) -> LSTMLanguageModel:
 
 
 def token_batches(
-    sentences: list[list[int]], max_tokens: int, seed: int | None = None
+    sentences: Sequence[Sequence[int]], max_tokens: int, seed: int | None = None
 ) -> list[list[int]]:
     """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
     (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    lengths = [len(s) for s in sentences]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches, batch, longest = [], [], 0
     for i in order:
-        longest_if_added = max(longest, len(sentences[i]) + 1)
+        longest_if_added = max(longest, lengths[i] + 1)
         if batch and longest_if_added * (len(batch) + 1) > max_tokens:
             batches.append(batch)
-            batch, longest_if_added = [], len(sentences[i]) + 1
+            batch, longest_if_added = [], lengths[i] + 1
         batch.append(i)
         longest = longest_if_added
     if batch:
@@ -69,7 +71,7 @@ def token_batches(
     return batches
 
 
-def pad_sentences(sentences: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sentences(sentences: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(targets (B, U) padded with 1, lengths (B,))`` of token-id sentences on ``device``."""
     lens = torch.tensor([len(s) for s in sentences], device=device)
     targets = torch.ones(len(sentences), int(lens.max()), dtype=torch.long, device=device)
@@ -81,7 +83,7 @@ def pad_sentences(sentences: list[list[int]], device) -> tuple[torch.Tensor, tor
 @torch.no_grad()
 def perplexity(
     model: LSTMLanguageModel,
-    sentences: list[list[int]],
+    sentences: Sequence[Sequence[int]],
     max_tokens: int = 4000,
     device: str | torch.device = "cpu",
 ) -> float:
