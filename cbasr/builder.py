@@ -10,12 +10,9 @@ lives in the schema alone. Whether a loss can train a decoder is each model clas
 the losses the decoder does support.
 """
 
-import dataclasses
-import enum
-
 from torch import nn
 
-from cbasr.config import typed
+from cbasr.config import constructor_options, typed_by_name
 from cbasr.config.schema import (
     AttentionEmissionDecoderConfig,
     AutoregressiveDecoderConfig,
@@ -98,13 +95,7 @@ SCHEMAS = {
 def group_config(group: str, options):
     """One group's typed config: ``options`` as it is when already typed, else a plain dict
     checked against the schema its ``name`` selects."""
-    if dataclasses.is_dataclass(options):
-        return options
-    schemas = SCHEMAS[group]
-    name = options.get("name")
-    if name not in schemas:
-        raise ValueError(f"unknown {group} {name!r}; choose one of {sorted(schemas)}")
-    return typed(schemas[name], options, group)
+    return typed_by_name(SCHEMAS[group], options, group)
 
 
 def model_configs(cfg: dict) -> tuple:
@@ -112,26 +103,18 @@ def model_configs(cfg: dict) -> tuple:
     return tuple(group_config(group, cfg[group]) for group in ("encoder", "decoder", "loss"))
 
 
-def _options(config) -> dict:
-    """A typed config's fields but its name, as constructor keywords (choices as strings)."""
-    return {
-        f.name: (value.value if isinstance(value, enum.Enum) else value)
-        for f in dataclasses.fields(config)
-        if f.name != "name"
-        for value in [getattr(config, f.name)]
-    }
-
-
 def _loss(loss) -> tuple[type, dict]:
     """The model class of a typed loss config and its keyword arguments."""
     model_cls, fixed = LOSSES[loss.name]
-    return model_cls, {**fixed, **_options(loss)}
+    return model_cls, {**fixed, **constructor_options(loss)}
 
 
 def build_decoder(decoder, input_dim: int, vocab_size: int) -> nn.Module:
     """The decoder of a typed ``decoder`` config (or a plain one) for encoder width ``input_dim``."""
     decoder = group_config("decoder", decoder)
-    return DECODERS[decoder.name](input_dim=input_dim, vocab_size=vocab_size, **_options(decoder))
+    return DECODERS[decoder.name](
+        input_dim=input_dim, vocab_size=vocab_size, **constructor_options(decoder)
+    )
 
 
 def refusal(loss, decoder: nn.Module) -> str | None:
@@ -161,7 +144,7 @@ def build_model(encoder, decoder, loss, input_dim: int, vocab_size: int) -> nn.M
     decoder = group_config("decoder", decoder)
     loss = group_config("loss", loss)
     model_cls, loss_kwargs = _loss(loss)
-    enc = ENCODERS[encoder.name](input_dim=input_dim, **_options(encoder))
+    enc = ENCODERS[encoder.name](input_dim=input_dim, **constructor_options(encoder))
     dec = build_decoder(decoder, enc.output_dim, vocab_size)
     reason = model_cls.supports(dec, **loss_kwargs)
     if reason:
@@ -175,6 +158,6 @@ def build_model(encoder, decoder, loss, input_dim: int, vocab_size: int) -> nn.M
 
 def _describe(decoder) -> str:
     """The decoder's options that differ from its schema's defaults."""
-    defaults = _options(type(decoder)())
-    changed = {k: v for k, v in _options(decoder).items() if v != defaults[k]}
+    defaults = constructor_options(type(decoder)())
+    changed = {k: v for k, v in constructor_options(decoder).items() if v != defaults[k]}
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "default options"

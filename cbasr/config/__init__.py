@@ -7,13 +7,15 @@ Hydra config tree of ``cbasr-train``, ``cbasr-train-lm`` and ``cbasr-models``, w
 directory per config group (``encoder/``, ``decoder/``, ``loss/``, ...).
 """
 
+import dataclasses
+import enum
 from pathlib import Path
 from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-__all__ = ["CONF_DIR", "to_plain", "typed"]
+__all__ = ["CONF_DIR", "to_plain", "typed", "typed_by_name", "constructor_options"]
 
 Schema = TypeVar("Schema")
 
@@ -35,3 +37,26 @@ def typed(schema: type[Schema], values: dict, group: str) -> Schema:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
     except (ValidationError, ConfigKeyError) as e:
         raise ValueError(f"{group}.{e.full_key}: {str(e.msg).splitlines()[0]}") from None
+
+
+def typed_by_name(schemas: dict[str, type], options, group: str, what: str | None = None):
+    """A config group whose ``name`` picks its schema, typed: ``options`` as it is when already
+    a dataclass instance, else checked by :func:`typed` against ``schemas[options["name"]]``.
+    An unknown name is a ``ValueError`` listing the choices (``what``: the word for them,
+    default ``group``)."""
+    if dataclasses.is_dataclass(options):
+        return options
+    name = options.get("name")
+    if name not in schemas:
+        raise ValueError(f"unknown {what or group} {name!r}; choose one of {sorted(schemas)}")
+    return typed(schemas[name], options, group)
+
+
+def constructor_options(config) -> dict:
+    """A typed config's fields but its ``name``, as constructor keywords (choices as strings)."""
+    return {
+        f.name: (value.value if isinstance(value, enum.Enum) else value)
+        for f in dataclasses.fields(config)
+        if f.name != "name"
+        for value in [getattr(config, f.name)]
+    }

@@ -5,7 +5,6 @@ Perplexity is ``exp`` of the mean negative log probability per predicted token, 
 sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
 """
 
-import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.config import typed
+from cbasr.config import constructor_options, typed_by_name
 from cbasr.config.lm_schema import LSTMLMConfig
 from cbasr.modules.language_model import LSTMLanguageModel
 from cbasr.storage.checkpoint import load_checkpoint
@@ -34,19 +33,14 @@ LM_MODELS = {"lstm": (LSTMLanguageModel, LSTMLMConfig)}  # name: (class, its con
 def lm_config(lm: LSTMLMConfig | dict) -> LSTMLMConfig:
     """An ``lm`` config group typed: as it is when typed, else checked against the schema its
     ``name`` selects (a bad entry is a ``ValueError`` naming ``lm.<key>``)."""
-    if dataclasses.is_dataclass(lm):
-        return lm
-    name = lm.get("name")
-    if name not in LM_MODELS:
-        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
-    return typed(LM_MODELS[name][1], lm, "lm")
+    schemas = {name: schema for name, (_, schema) in LM_MODELS.items()}
+    return typed_by_name(schemas, lm, "lm", what="language model")
 
 
 def build_lm(lm: LSTMLMConfig | dict, vocab_size: int) -> LSTMLanguageModel:
     """The LM of an ``lm`` config group (its ``name`` picks the class)."""
     lm = lm_config(lm)
-    options = {f.name: getattr(lm, f.name) for f in dataclasses.fields(lm) if f.name != "name"}
-    return LM_MODELS[lm.name][0](vocab_size=vocab_size, **options)
+    return LM_MODELS[lm.name][0](vocab_size=vocab_size, **constructor_options(lm))
 
 
 def token_batches(
