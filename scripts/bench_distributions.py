@@ -37,10 +37,17 @@ import time
 import torch
 
 from cbasr.distributions import ConditionalBernoulli
+from cbasr.distributions._kernels import use_kernels
 
 CASES = {
-    "log_prob + backward": ("cbasr", "naive"),
-    "sample": ("cbasr bounded", "cbasr id_checking", "cbasr draft", "naive id_checking"),
+    "log_prob + backward": ("cbasr", "cbasr pytorch", "naive"),
+    "sample": (
+        "cbasr bounded",
+        "cbasr id_checking",
+        "cbasr id_checking pytorch",
+        "cbasr draft",
+        "naive id_checking",
+    ),
 }
 
 
@@ -117,6 +124,9 @@ def _author_module():
 
 
 def run_case(operation: str, implementation: str, logits, total, b) -> None:
+    if implementation.endswith(" pytorch"):  # cbasr without its compiled CPU loops
+        with use_kernels(False):
+            return run_case(operation, implementation.removesuffix(" pytorch"), logits, total, b)
     if implementation == "author":  # ConditionalBernoulli(given_count, logits=...)
         author = _author_module()
         if operation == "log_prob + backward":
@@ -208,6 +218,22 @@ def check_agreement(logits, total, b) -> float:
     return float((ours - naive).abs().max())
 
 
+def float32_errors(logits, total, b, author: bool) -> dict[str, float]:
+    """Largest relative error of the float32 log probability against the float64 naive DP,
+    per implementation (cbasr with and without its compiled loops, and the author's)."""
+    reference = naive_log_prob(logits.double(), total, b.double())
+    x, value = logits.float(), b.float()
+    found = {"cbasr": ConditionalBernoulli(x, total).log_prob(value)}
+    with use_kernels(False):
+        found["cbasr pytorch"] = ConditionalBernoulli(x, total).log_prob(value)
+    if author:
+        found["author"] = _author_module().ConditionalBernoulli(total, logits=x).log_prob(value)
+    return {
+        name: float(((log_prob.double() - reference) / reference).abs().max())
+        for name, log_prob in found.items()
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -244,11 +270,16 @@ def main(argv=None):
         return
     inputs = make_inputs(args)
     agreement = check_agreement(*inputs)
-    if not args.json:
+    errors = float32_errors(*inputs, author=bool(args.author_src))
+    if args.json:
+        print(json.dumps({"float32_relative_error": errors, "float64_max_abs": agreement}))
+    else:
+        described = ", ".join(f"{name} {error:.1e}" for name, error in errors.items())
         print(
             f"device={args.device} B={args.batch} T={args.frames} k={args.total} "
             f"dtype={args.dtype} threads={torch.get_num_threads()} repeats={args.repeats}; "
-            f"max |log_prob(cbasr) - log_prob(naive)| in float64 = {agreement:.2e}\n"
+            f"max |log_prob(cbasr) - log_prob(naive)| in float64 = {agreement:.2e}; "
+            f"float32 log_prob, largest relative error against the float64 DP: {described}\n"
         )
         print("| operation | implementation | median ms | min ms | peak extra memory (MiB) |")
         print("|---|---|---:|---:|---:|")

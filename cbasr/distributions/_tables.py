@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import Arguments, frame_mask, max_total
 
 __all__: list[str] = []  # package-internal
@@ -252,11 +253,15 @@ def tilt_for_total(logits: torch.Tensor, total: torch.Tensor, valid: torch.Tenso
     Conditional Bernoulli (eq. 4) unchanged. Choosing the shift so that the Poisson-Binomial
     mean equals ``total`` (an exponential tilt) puts ``K = total`` near the PB mode, so the
     normalised tables never hold far-tail probabilities on the paths that matter: float32
-    stays accurate for long sequences and extreme logits. Found by bisection in float64; it is
-    a constant (no gradient), and the results are exactly invariant to it.
+    stays accurate for long sequences and extreme logits. Found in float64, by safeguarded
+    Newton steps on CPU (:func:`cbasr.distributions._kernels.tilt`) and by bisection
+    elsewhere; it is a constant (no gradient), and the results are exactly invariant to it.
+    ``valid`` is a frame mask (:func:`cbasr.distributions._arguments.frame_mask`).
     """
     if logits.shape[-1] == 0:  # no frames: any shift will do
         return logits.new_zeros(logits.shape[:-1])
+    if _kernels.enabled(logits):
+        return _kernels.tilt(logits, total, valid.sum(-1))
     x = logits.detach().double()
     finite = valid & torch.isfinite(x)
     always = valid & (x == float("inf"))
@@ -292,6 +297,8 @@ class ConditionalTables(NamedTuple):
         total: ``(B,)`` int64 number of highs ``k``; ``V = max(k) + 1``.
         lengths: ``(B,)`` int64.
         valid: ``(B, T)`` bool frame mask.
+        normaliser: ``(B,)`` ``log P(K = k)`` where it was computed without a prefix table
+            (:func:`conditional_normaliser`), else None.
     """
 
     log_off: torch.Tensor
@@ -301,9 +308,12 @@ class ConditionalTables(NamedTuple):
     total: torch.Tensor
     lengths: torch.Tensor
     valid: torch.Tensor
+    normaliser: torch.Tensor | None = None
 
     def log_normaliser(self) -> torch.Tensor:
         """``(B,)`` ``log P(K = k)`` under the tilted PB: ``C(k, I; w)`` up to known factors."""
+        if self.normaliser is not None:
+            return self.normaliser
         T = self.log_off.shape[-1]
         return gather_states(self.prefix[T], self.total.unsqueeze(-1)).squeeze(-1)
 
@@ -327,6 +337,27 @@ def conditional_tables(
         suffix_table = count_table(log_off, log_on, num_states, suffix=True) if suffix else None
     return ConditionalTables(
         log_off, log_on, prefix_table, suffix_table, args.total, args.lengths, valid
+    )
+
+
+def conditional_normaliser(args: Arguments) -> ConditionalTables:
+    """The per-frame tilted weights and ``log P(K = k)`` alone (what ``log_prob`` needs).
+
+    On CPU the compiled kernel computes the normaliser and its gradient (eq. 16) without
+    keeping a log table (:class:`cbasr.distributions._kernels.LogNormaliser`); elsewhere it is
+    read from the prefix table, which is kept.
+    """
+    T = args.logits.shape[-1]
+    valid = frame_mask(args.lengths, T)
+    tilt = tilt_for_total(args.logits, args.total, valid)
+    log_off, log_on = bernoulli_log_weights(args.logits, valid, tilt)
+    num_states = max_total(args.total, T) + 1
+    if not _kernels.enabled(log_on):
+        prefix = count_table(log_off, log_on, num_states)
+        return ConditionalTables(log_off, log_on, prefix, None, args.total, args.lengths, valid)
+    normaliser = _kernels.LogNormaliser.apply(log_off, log_on, args.total, args.lengths, num_states)
+    return ConditionalTables(
+        log_off, log_on, None, None, args.total, args.lengths, valid, normaliser
     )
 
 

@@ -18,6 +18,7 @@ from cbasr.distributions._arguments import (
 )
 from cbasr.distributions._tables import (
     ConditionalTables,
+    conditional_normaliser,
     conditional_tables,
     inclusion_probabilities,
 )
@@ -67,7 +68,8 @@ class ConditionalBernoulli(Distribution):
     All quantities come from tilted prefix/suffix count tables (see
     :mod:`cbasr.distributions._tables`): O(B * T * k) work and memory, T serial steps, stable
     in float32 for long sequences and extreme logits, and twice differentiable. ``log_prob``
-    needs the prefix table only; ``mean`` (eqs. 15-16) and ``entropy`` need both, computed
+    needs ``P(K = k)`` alone (on CPU a compiled kernel computes it and its gradient without
+    keeping a table); ``mean`` (eqs. 15-16) and ``entropy`` need both tables, computed
     together in one pass. ``+-inf`` logits are allowed (a frame that always / never fires).
 
     Args:
@@ -127,8 +129,8 @@ class ConditionalBernoulli(Distribution):
         return broadcast_arguments(self.logits, self.total, self.lengths)
 
     @lazy_property
-    def _prefix_tables(self) -> ConditionalTables:
-        return conditional_tables(self._arguments(), suffix=False)
+    def _normaliser_tables(self) -> ConditionalTables:
+        return conditional_normaliser(self._arguments())
 
     @lazy_property
     def _tables(self) -> ConditionalTables:
@@ -144,7 +146,7 @@ class ConditionalBernoulli(Distribution):
         """
         if self._validate_args:
             self._check_value(value)
-        tables = self._prefix_tables
+        tables = self._normaliser_tables
         rows, row_index, shape = value_rows(value, self.batch_shape)  # (N, T)
         high = rows != 0
         frames = torch.where(high, tables.log_on[row_index], tables.log_off[row_index]).sum(-1)

@@ -18,8 +18,21 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from cbasr.distributions._arguments import Arguments, broadcast_arguments, check_total, max_total
-from cbasr.distributions._tables import ConditionalTables, conditional_tables, log_ratio, suffix_at
+from cbasr.distributions import _kernels
+from cbasr.distributions._arguments import (
+    Arguments,
+    broadcast_arguments,
+    check_total,
+    frame_mask,
+    max_total,
+)
+from cbasr.distributions._tables import (
+    ConditionalTables,
+    conditional_tables,
+    log_ratio,
+    suffix_at,
+    tilt_for_total,
+)
 
 __all__ = [
     "id_checking_sample",
@@ -51,6 +64,9 @@ def gumbel_noise(shape, generator=None, dtype=torch.float32, device=None) -> tor
     return -torch.log(-torch.log(_uniform_noise(shape, generator, dtype, device)))
 
 
+_CANNOT_MEET = "total cannot be met: too few frames with a finite or +inf logit, or too many +inf"
+
+
 def _prepare_sampling(
     logits, total, lengths, sample_shape
 ) -> tuple[Arguments, ConditionalTables, torch.Tensor]:
@@ -65,9 +81,7 @@ def _prepare_sampling(
     tables = conditional_tables(args, prefix=False)
     rows = torch.arange(len(args.total), device=args.total.device)
     if bool((suffix_at(tables.suffix, rows, 0, args.total) == _NEG_INF).any()):
-        raise ValueError(
-            "total cannot be met: too few frames with a finite or +inf logit, or too many +inf"
-        )
+        raise ValueError(_CANNOT_MEET)
     num_rows = torch.Size(sample_shape).numel() * len(args.total)
     row_index = torch.arange(num_rows, device=args.logits.device) % max(len(args.total), 1)
     return args, tables, row_index
@@ -214,6 +228,8 @@ def id_checking_sample(
         ``(*sample_shape, *, T)`` 0./1. in the logits' dtype: exactly ``total`` highs, all
         before ``lengths``. Raises ValueError if ``total`` cannot be met. Not differentiable.
     """
+    if _kernels.enabled(logits):
+        return _id_checking_kernel(logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         T = args.logits.shape[-1]
@@ -221,6 +237,26 @@ def id_checking_sample(
             (len(row_index), T), generator, args.logits.dtype, args.logits.device
         )
         high = _id_checking_loop(tables, row_index, noise)
+    return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
+
+
+def _id_checking_kernel(logits, total, lengths, sample_shape, generator) -> torch.Tensor:
+    """:func:`id_checking_sample` by the compiled CPU kernel: the same steps in probability
+    space (:func:`cbasr.distributions._kernels.id_checking`), deciding frame ``t`` by the
+    uniform ``U_t`` whose logistic transform the PyTorch loop uses (eq. 35)."""
+    with torch.no_grad():
+        args = broadcast_arguments(logits, total, lengths)
+        check_total(args.total, args.lengths)
+        T = args.logits.shape[-1]
+        tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
+        num_rows = torch.Size(sample_shape).numel() * len(args.total)
+        row_index = torch.arange(num_rows) % max(len(args.total), 1)
+        uniform = _uniform_noise((num_rows, T), generator, args.logits.dtype, args.logits.device)
+        high, possible = _kernels.id_checking(
+            args.logits, tilt, args.total, args.lengths, row_index, uniform
+        )
+        if not bool(possible.all()):
+            raise ValueError(_CANNOT_MEET)
     return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
 
 

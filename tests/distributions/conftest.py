@@ -1,7 +1,11 @@
-"""Distribution tests run single-threaded (see the fixture)."""
+"""Distribution tests run single-threaded, and on CPU twice: once with the compiled kernels
+(:mod:`cbasr.distributions._kernels`) and once with the PyTorch recursions they stand in for
+(what CUDA tensors and double backward use), so that every oracle holds for both."""
 
 import pytest
 import torch
+
+from cbasr.distributions._kernels import use_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +16,10 @@ def _single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+def recursion(request):
+    """Which implementation of the count recursions serves CPU tensors in this test."""
+    with use_kernels(request.param == "kernels"):
+        yield request.param

@@ -1,0 +1,135 @@
+"""The compiled CPU kernels against the PyTorch recursions and against their definitions."""
+
+import math
+
+import pytest
+import torch
+
+from cbasr.distributions import ConditionalBernoulli, id_checking_sample
+from cbasr.distributions._arguments import frame_mask
+from cbasr.distributions._kernels import use_kernels
+from cbasr.distributions._tables import tilt_for_total
+from tests.distributions.cases import extreme_logits, random_logits
+
+# Rows: padding, totals 0 / full / in between, forced frames, an impossible total.
+LENGTHS = torch.tensor([9, 5, 9, 0, 7, 9, 3])
+TOTALS = torch.tensor([4, 5, 0, 0, 3, 2, 4])  # the last row: 4 highs in 3 frames
+
+
+def _logits(dtype=torch.float64) -> torch.Tensor:
+    logits = random_logits(len(LENGTHS), 9, seed=5, dtype=dtype)
+    logits[4, 1], logits[4, 5] = math.inf, -math.inf
+    logits[5, :3] = -math.inf
+    return logits
+
+
+def _log_prob_and_gradient(logits, kernels: bool):
+    """``log P(b | k)`` of a fixed draw (the impossible row: any value, ``-inf``) and the
+    gradient of a weighted sum of the finite ones. (``log P(K = k)`` itself depends on the
+    tilt, which the two paths find by different iterations; eq. 4 does not.)"""
+    value = id_checking_sample(logits[:-1], TOTALS[:-1], LENGTHS[:-1], (), _seeded(1))
+    value = torch.cat([value, value.new_zeros(1, value.shape[-1])])
+    x = logits.detach().requires_grad_()
+    with use_kernels(kernels):
+        cb = ConditionalBernoulli(x, TOTALS, LENGTHS, validate_args=False)
+        log_prob = cb.log_prob(value)
+    weights = torch.linspace(0.5, 2.0, len(LENGTHS), dtype=logits.dtype)
+    finite = torch.where(log_prob.isfinite(), log_prob, 0.0)
+    (grad,) = torch.autograd.grad(finite @ weights, x)
+    return log_prob.detach(), grad
+
+
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_log_prob_and_its_gradient_equal_the_pytorch_recursion():
+    logits = _logits()
+    got, got_grad = _log_prob_and_gradient(logits, kernels=True)
+    want, want_grad = _log_prob_and_gradient(logits, kernels=False)
+    assert got[-1] == -math.inf and want[-1] == -math.inf
+    assert got[:-1].isfinite().all()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+    assert (got_grad[-1] == 0).all()  # the impossible row gets no gradient
+    assert (got_grad[1, 5:] == 0).all()  # nor does padding
+
+
+def test_kernel_normaliser_equals_the_prefix_table_at_the_same_tilt():
+    """The kernel's ``log P(K = k)`` (its forward) against the PyTorch prefix table, given the
+    same tilted weights."""
+    from cbasr.distributions._kernels import LogNormaliser
+    from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
+
+    logits = _logits()
+    valid = frame_mask(LENGTHS, logits.shape[-1])
+    with use_kernels(False):
+        tilt = tilt_for_total(logits, TOTALS, valid)
+    log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
+    got = LogNormaliser.apply(log_off, log_on, TOTALS, LENGTHS, 10)
+    table = count_table(log_off, log_on, 10)[-1]
+    want = gather_states(table, TOTALS.clamp(max=9).unsqueeze(-1)).squeeze(-1)
+    want[-1] = -math.inf  # more highs than frames
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+
+
+def test_float32_kernel_log_prob_is_accurate_on_long_extreme_sequences():
+    """B = 4, T = 400, k = 100, logits with +-30 entries: float32 in, float64 reference."""
+    logits = extreme_logits(4, 400, seed=3)
+    total = torch.tensor([100, 40, 200, 1])
+    value = ConditionalBernoulli(logits.double(), total).sample(
+        generator=torch.Generator().manual_seed(0)
+    )
+    with use_kernels(False):
+        want = ConditionalBernoulli(logits.double(), total).log_prob(value)
+    with use_kernels(True):
+        got = ConditionalBernoulli(logits, total).log_prob(value.float())
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-4)
+
+
+def test_kernel_tilt_puts_the_mean_count_at_the_total():
+    logits = torch.cat(
+        [extreme_logits(3, 50, seed=1).double(), _logits()[:, :9].repeat(1, 6)[:3, :50]]
+    )
+    total = torch.tensor([25, 1, 49, 3, 10, 30])
+    lengths = torch.tensor([50, 50, 50, 20, 50, 40])
+    valid = frame_mask(lengths, 50)
+    with use_kernels(True):
+        tilt = tilt_for_total(logits, total, valid)
+    finite = valid & logits.isfinite()
+    mean = torch.where(finite, torch.sigmoid(logits - tilt.unsqueeze(-1)), 0.0).sum(-1)
+    always = (valid & (logits == math.inf)).sum(-1)
+    target = (total - always).double().clamp(min=0.5)
+    target = torch.minimum(target, finite.sum(-1).double() - 0.5)
+    torch.testing.assert_close(mean, target, rtol=1e-8, atol=1e-8)
+    with use_kernels(False):
+        bisection = tilt_for_total(logits, total, valid)
+    torch.testing.assert_close(tilt, bisection, rtol=1e-7, atol=1e-7)
+
+
+def test_double_backward_through_the_kernel():
+    value = torch.tensor([[1.0, 0, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0]], dtype=torch.float64)
+    logits = random_logits(2, 6, seed=2).requires_grad_()
+    total, lengths = torch.tensor([3, 1]), torch.tensor([6, 4])
+
+    def log_prob(x):
+        return ConditionalBernoulli(x, total, lengths).log_prob(value)
+
+    with use_kernels(True):
+        assert torch.autograd.gradcheck(log_prob, (logits,))
+        assert torch.autograd.gradgradcheck(log_prob, (logits,))
+
+
+@pytest.mark.parametrize("sample_shape", [(), (200,)])
+def test_kernel_draws_the_same_sequences_as_the_loop(sample_shape):
+    """Both decide frame t by the same uniform (the loop through its logistic transform), so
+    in float64 they agree draw for draw."""
+    logits = _logits()[:-1]  # every total can be met
+    total, lengths = TOTALS[:-1], LENGTHS[:-1]
+    draws = {}
+    for kernels in (True, False):
+        with use_kernels(kernels):
+            generator = torch.Generator().manual_seed(11)
+            draws[kernels] = id_checking_sample(logits, total, lengths, sample_shape, generator)
+    assert torch.equal(draws[True], draws[False])
+    assert torch.equal(draws[True].sum(-1), total.double().expand(draws[True].shape[:-1]))
