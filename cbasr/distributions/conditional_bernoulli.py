@@ -147,12 +147,15 @@ class ConditionalBernoulli(Distribution):
         if self._validate_args:
             self._check_value(value)
         tables = self._normaliser_tables
-        rows, row_index, shape = value_rows(value, self.batch_shape)  # (N, T)
-        high = rows != 0
-        frames = torch.where(high, tables.log_on[row_index], tables.log_off[row_index]).sum(-1)
-        normaliser = tables.log_normaliser()[row_index]
+        rows, _, shape = value_rows(value, self.batch_shape)  # (N, T)
+        # Row n belongs to parameter row n % B: as (S, B, T) the parameters broadcast, so
+        # their gradient is a sum over samples rather than an indexed accumulation.
+        B, T = tables.log_on.shape
+        high = rows.view(-1, B, T) != 0 if B else rows.view(0, 0, T) != 0
+        frames = torch.where(high, tables.log_on, tables.log_off).sum(-1)  # (S, B)
+        normaliser = tables.log_normaliser()
         log_prob = torch.where(normaliser == _NEG_INF, _NEG_INF, frames - normaliser)
-        log_prob = torch.where(high.sum(-1) == tables.total[row_index], log_prob, _NEG_INF)
+        log_prob = torch.where(high.sum(-1) == tables.total, log_prob, _NEG_INF)
         return log_prob.reshape(shape)
 
     def _check_value(self, value: torch.Tensor) -> None:

@@ -5,11 +5,18 @@ of the number of highs in eq. (18), and the normaliser that turns eq. (6) into e
 """
 
 import torch
+import torch.nn.functional as F
 from torch.distributions import Distribution, constraints
 
 from cbasr.checks import check_range
+from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import broadcast_arguments, frame_mask, value_rows
-from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
+from cbasr.distributions._tables import (
+    bernoulli_log_weights,
+    count_table,
+    gather_states,
+    tilt_for_total,
+)
 
 __all__ = ["PoissonBinomial"]
 
@@ -86,7 +93,12 @@ class PoissonBinomial(Distribution):
         rows = rows.double()
         count = torch.where(rows == rows.floor(), rows, -1).long()  # non-integers are impossible
         num_states = int(count.max().clamp(0, T)) + 1 if count.numel() else 1
-        log_off, log_on = bernoulli_log_weights(args.logits, frame_mask(args.lengths, T))
+        valid = frame_mask(args.lengths, T)
+        if _kernels.enabled(args.logits) and len(rows) == len(args.logits):
+            one_per_row = _tilted_log_prob(args.logits, valid, count[:, 0], args.lengths)
+            if one_per_row is not None:
+                return one_per_row.reshape(shape)
+        log_off, log_on = bernoulli_log_weights(args.logits, valid)
         final = count_table(log_off, log_on, num_states)[T]  # (B, V): log P(K = v)
         return gather_states(final[row_index], count).reshape(shape)
 
@@ -108,3 +120,28 @@ class PoissonBinomial(Distribution):
         if expand:
             values = values.expand((-1,) + self.batch_shape)
         return values
+
+
+def _tilted_log_prob(logits, valid, count, lengths) -> torch.Tensor | None:
+    """``log P(K = count)``, one count per parameter row, by the compiled CPU kernel on the
+    tilted trials (:func:`cbasr.distributions._tables.tilt_for_total`); None where a logit
+    is infinite (left to the table, which handles it).
+
+    With ``w_t = exp(x_t)`` and the tilt ``lambda``, ``P(K = k) = C(k; w) / prod_t (1 + w_t)``
+    and ``C(k; w) = exp(k lambda) P_lambda(K = k) prod_t (1 + w_t exp(-lambda))`` (eq. 8
+    under a constant shift of the logits), so
+    ``log P(K = k) = k lambda + log P_lambda(K = k) + sum_t [softplus(x_t - lambda) -
+    softplus(x_t)]``, the sum taken in float64.
+    """
+    if not bool(torch.where(valid, logits, 0.0).isfinite().all()):
+        return None
+    possible = (count >= 0) & (count <= lengths)
+    total = torch.where(possible, count, 0)
+    tilt = tilt_for_total(logits, total, valid)
+    log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
+    num_states = int(total.max()) + 1 if total.numel() else 1
+    tilted = _kernels.LogNormaliser.apply(log_off, log_on, total, lengths, num_states)
+    x, lam = torch.where(valid, logits, 0.0).double(), tilt.double().unsqueeze(-1)
+    shift = torch.where(valid, F.softplus(x - lam) - F.softplus(x), 0.0).sum(-1)
+    log_prob = total * lam.squeeze(-1) + tilted.double() + shift
+    return torch.where(possible, log_prob, float("-inf")).to(logits.dtype)

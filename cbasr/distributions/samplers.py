@@ -310,8 +310,8 @@ def sequence_to_times(b: torch.Tensor, num_times: int | None = None) -> torch.Te
     high = b != 0
     if num_times is None:
         num_times = int(high.sum(-1).max()) if high.numel() else 0
-    frames = torch.arange(T, device=b.device)
-    key = torch.where(high, frames, T + frames)  # highs first, in time order
-    order = key.sort(-1).values[..., :num_times]
-    order = F.pad(order, (0, num_times - order.shape[-1]), value=T)  # K > T: pad with "none"
-    return torch.where(order < T, order, -1)
+    # The j-th high goes to slot j; lows, and highs beyond num_times, to a dummy slot.
+    slot = torch.where(high, high.cumsum(-1) - 1, num_times).clamp(max=num_times)
+    frames = torch.arange(T, device=b.device).expand(b.shape)
+    times = torch.full(b.shape[:-1] + (num_times + 1,), -1, dtype=torch.long, device=b.device)
+    return times.scatter(-1, slot, frames)[..., :num_times]

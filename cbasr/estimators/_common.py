@@ -128,9 +128,13 @@ def label_rewards(rewards: Rewards, times: torch.Tensor, total: torch.Tensor) ->
     M, B, L = times.shape
     valid = label_mask(total.to(times.device), L).expand(M, B, L)
     if isinstance(rewards, torch.Tensor):
-        expanded = rewards.unsqueeze(0).expand(M, -1, -1, -1)  # (B, T, L) -> (M, B, T, L)
-        at = times.clamp(min=0).unsqueeze(2)  # (M, B, 1, L)
-        gathered = expanded.gather(2, at).squeeze(2)  # (M, B, L)
+        # A flat index into (B, T, L): gathering from the reward tensor expanded over the
+        # samples instead would make its backward write an (M, B, T, L) gradient first.
+        T = rewards.shape[1]
+        rows = torch.arange(B, device=times.device)[:, None] * T  # (B, 1)
+        labels = torch.arange(L, device=times.device)  # (L,)
+        flat = (rows + times.clamp(min=0)) * L + labels  # (M, B, L)
+        gathered = rewards.reshape(-1).take(flat)
     else:
         gathered = rewards(times)
         if not isinstance(gathered, torch.Tensor) or gathered.shape != times.shape:
