@@ -4,8 +4,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from cbasr.distributions import ConditionalBernoulli, id_checking_sample
+from cbasr.distributions import ConditionalBernoulli, PoissonBinomial, id_checking_sample
 from cbasr.distributions._arguments import frame_mask
 from cbasr.distributions._kernels import use_kernels
 from cbasr.distributions._tables import tilt_for_total
@@ -133,3 +134,26 @@ def test_kernel_draws_the_same_sequences_as_the_loop(sample_shape):
             draws[kernels] = id_checking_sample(logits, total, lengths, sample_shape, generator)
     assert torch.equal(draws[True], draws[False])
     assert torch.equal(draws[True].sum(-1), total.double().expand(draws[True].shape[:-1]))
+
+
+def test_poisson_binomial_tails_by_the_tilted_kernel():
+    """``log P(K = k)`` one count per row, far into both tails (``K = n``: every trial high,
+    ``K = 0``: none), where the probabilities are ``e^-300`` or less, against their closed
+    forms, and in between against the PyTorch table; with its gradient."""
+    logits = random_logits(4, 400, seed=9).requires_grad_()
+    lengths = torch.tensor([400, 400, 300, 400])
+    count = torch.tensor([400, 0, 300, 150])
+    with use_kernels(True):
+        got = PoissonBinomial(logits, lengths).log_prob(count)
+    valid = frame_mask(lengths, 400)
+    every = torch.where(valid, F.logsigmoid(logits), 0.0).sum(-1)
+    none = torch.where(valid, F.logsigmoid(-logits), 0.0).sum(-1)
+    torch.testing.assert_close(got[[0, 2]], every[[0, 2]], rtol=1e-12, atol=0)
+    torch.testing.assert_close(got[1], none[1], rtol=1e-12, atol=0)
+    assert float(got[0].detach()) < -300
+    with use_kernels(False):
+        want = PoissonBinomial(logits, lengths).log_prob(count)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    (got_grad,) = torch.autograd.grad(got.sum(), logits)
+    (want_grad,) = torch.autograd.grad(want.sum(), logits)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-9, atol=1e-12)
