@@ -52,7 +52,7 @@ fi
 if stage_on 4; then
   log "stage 4: greedy and beam-$beam decoding of test"
   for search in 0 "$beam"; do
-    cbasr-decode --exp-dir "$exp" --manifest-dir data/gigaword --feature-dir data/src --splits test --beam "$search"
+    decode_splits test -- --exp-dir "$exp" --manifest-dir data/gigaword --feature-dir data/src --beam "$search"
   done
 fi
 

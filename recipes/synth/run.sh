@@ -67,9 +67,10 @@ fi
 
 if stage_on 4; then
   log "stage 4: greedy and beam-$beam decoding of dev and test with $exp/checkpoints/best.pt"
-  cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test
-  cbasr-decode --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank --splits dev test \
-    --beam "$beam"
+  for search in 0 "$beam"; do
+    decode_splits dev test -- --exp-dir "$exp" --manifest-dir data/synth --feature-dir data/fbank \
+      --beam "$search"
+  done
 fi
 
 if stage_on 5; then

@@ -54,7 +54,7 @@ fi
 if stage_on 4; then
   log "stage 4: greedy and beam-$beam decoding of dev and test"
   for search in 0 "$beam"; do
-    cbasr-decode --exp-dir "$exp" --manifest-dir data/timit --feature-dir data/fbank --splits dev test --beam "$search"
+    decode_splits dev test -- --exp-dir "$exp" --manifest-dir data/timit --feature-dir data/fbank --beam "$search"
   done
 fi
 

@@ -74,7 +74,7 @@ fi
 if stage_on 4; then
   log "stage 4: greedy and beam-$beam decoding of dev93 and eval92"
   for search in 0 "$beam"; do
-    cbasr-decode --exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --splits dev93 eval92 --beam "$search"
+    decode_splits dev93 eval92 -- --exp-dir "$exp" --manifest-dir data/wsj --feature-dir data/fbank --beam "$search"
   done
 fi
 
