@@ -1,10 +1,12 @@
-"""Dropout whose CPU mask costs a third of torch's.
+"""Dropout whose CPU mask costs a sixth of torch's.
 
 On a CPU, ``torch.nn.Dropout`` draws its mask with ``bernoulli_``, one double-precision draw
 per element on one thread: about 60 ms for the ``(B, T, U + 1, J)`` activation of a transducer
 joint at ``(25, 100, 33, 64)``, 12% of a HAT training step on two cores. This module draws one
-31-bit integer per element (``random_``, 25 ms there) and keeps an element when it is at least
-``round(p * 2**31)``, so the dropout probability is ``p`` to within ``2**-32``, and the kept
+31-bit integer (``random_``) per two elements and splits it into two 15-bit lanes (bits 0-14
+and 16-30 of each draw: the two halves of its int16 view, sign bit masked), about 11 ms there
+against 30 ms for one draw per element. An element is kept when its lane is at least
+``round(p * 2**15)``, so the dropout probability is ``p`` to within ``2**-16``, and the kept
 elements are scaled by ``1 / (1 - p)`` with that same rounded ``p``, so that
 ``E[dropout(x)] = x`` exactly. The backward multiplies by the saved mask. On other devices it
 is ``torch.nn.functional.dropout`` (one fused kernel on CUDA).
@@ -16,7 +18,7 @@ from torch import nn
 
 __all__ = ["Dropout", "dropout"]
 
-_RANGE = 2**31  # random_() on int32 draws uniformly from [0, 2**31 - 1]
+_RANGE = 2**15  # each lane is uniform on [0, 2**15 - 1]
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -28,7 +30,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if x.device.type != "cpu" or p == 1.0:
         return F.dropout(x, p, training=True)
     threshold = round(p * _RANGE)
-    keep = torch.empty(x.shape, dtype=torch.int32).random_() >= threshold
+    if threshold == _RANGE:  # p within 2**-16 of 1: nothing is kept
+        return x * 0.0
+    # random_() on int32 draws uniformly from [0, 2**31 - 1]: 31 random bits, two lanes.
+    draws = torch.empty((x.numel() + 1) // 2, dtype=torch.int32).random_()
+    lanes = draws.view(torch.int16)[: x.numel()].bitwise_and(_RANGE - 1)
+    keep = (lanes >= threshold).view(x.shape)
     return x * keep.to(x.dtype).mul_(_RANGE / (_RANGE - threshold))
 
 
