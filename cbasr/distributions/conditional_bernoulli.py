@@ -151,7 +151,7 @@ class ConditionalBernoulli(Distribution):
         # Row n belongs to parameter row n % B: as (S, B, T) the parameters broadcast, so
         # their gradient is a sum over samples rather than an indexed accumulation.
         B, T = tables.log_on.shape
-        high = rows.view(-1, B, T) != 0 if B else rows.view(0, 0, T) != 0
+        high = rows.view(rows.shape[0] // max(B, 1), B, T) != 0
         frames = torch.where(high, tables.log_on, tables.log_off).sum(-1)  # (S, B)
         normaliser = tables.log_normaliser()
         log_prob = torch.where(normaliser == _NEG_INF, _NEG_INF, frames - normaliser)

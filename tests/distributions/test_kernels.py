@@ -157,3 +157,20 @@ def test_poisson_binomial_tails_by_the_tilted_kernel():
     (got_grad,) = torch.autograd.grad(got.sum(), logits)
     (want_grad,) = torch.autograd.grad(want.sum(), logits)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_log_prob_with_no_frames_and_with_sample_rows():
+    """No frames: the only sequence is empty (log P = 0 for total 0). Sample rows ``(S, *batch,
+    T)`` against a ``(2, 3)`` batch: each equals its own row's log probability."""
+    empty = ConditionalBernoulli(torch.zeros(3, 0), 0)
+    assert torch.equal(empty.log_prob(torch.zeros(3, 0)), torch.zeros(3))
+    assert torch.equal(empty.log_prob(torch.zeros(2, 3, 0)), torch.zeros(2, 3))
+    logits = random_logits(2, 3, 6, seed=4)
+    total = torch.tensor([[1, 2, 3], [0, 6, 2]])
+    values = id_checking_sample(logits, total, None, (4,), _seeded(2))  # (4, 2, 3, 6)
+    together = ConditionalBernoulli(logits, total).log_prob(values)
+    for s in range(4):
+        for i in range(2):
+            for j in range(3):
+                alone = ConditionalBernoulli(logits[i, j], total[i, j]).log_prob(values[s, i, j])
+                torch.testing.assert_close(together[s, i, j], alone, rtol=1e-12, atol=1e-12)
