@@ -209,6 +209,33 @@ def _id_checking_draws(on, off, lengths, totals, suffix, rows, uniform, out):  #
 
 
 @_jit
+def _bounded_draws(on, off, lengths, totals, suffix, rows, uniform, out):  # pragma: no cover
+    """Bounded Bernoulli steps (eq. 13) by inversion: with the previous high before frame
+    ``t`` and ``r`` highs to place, the next one is at ``u >= t`` with probability
+    ``prod_{t <= v < u} (1 - p_v) p_u P(K_{>u} = r - 1) / P(K_{>=t} = r)``; the frames are
+    walked from ``t`` until the running sum exceeds ``U P(K_{>=t} = r)``. Every step starts
+    where the last one stopped, so a sample costs O(T)."""
+    N = uniform.shape[0]
+    for m in range(N):
+        i = rows[m]
+        n, k = lengths[i], totals[i]
+        t = 0
+        for step in range(k):
+            r = k - step
+            last = n - r  # the latest frame that leaves r - 1 frames after it
+            target = uniform[m, step] * suffix[i, n - t, k - r]
+            running, skipped, chosen = 0.0, 1.0, last
+            for u in range(t, last + 1):
+                running += skipped * on[i, u] * suffix[i, n - u - 1, k - r + 1]
+                if running > target:
+                    chosen = u
+                    break
+                skipped *= off[i, u]
+            out[m, step] = chosen
+            t = chosen + 1
+
+
+@_jit
 def _probabilities(logits, tilts, lengths, on, off):  # pragma: no cover - compiled
     """``p_t = sigmoid(x_t - lambda)`` and ``1 - p_t``, each without cancellation."""
     B = logits.shape[0]
@@ -357,6 +384,21 @@ class LogNormaliser(torch.autograd.Function):
         return grad_off, grad_on, None, None, None
 
 
+def _suffix_tables(logits, tilt, total, lengths):
+    """Tilted trial probabilities and the suffix table of :func:`_suffix_table`, and whether
+    each row's total can be met."""
+    index, n = _numpy_index(total), _numpy_index(lengths)
+    B, T = logits.shape
+    on, off = np.empty((B, T)), np.empty((B, T))
+    _probabilities(_numpy64(logits), _numpy64(tilt), n, on, off)
+    num_states = int(index.max()) + 1 if B else 1
+    dtype, floor = _table_type(logits)
+    suffix = _workspace((B, T + 1, num_states), dtype)
+    _suffix_table(on, off, n, index, suffix, floor)
+    possible = suffix[np.arange(B), n, 0] > 0  # P(K = k): all n frames, j = 0
+    return on, off, n, index, suffix, torch.from_numpy(possible)
+
+
 def id_checking(
     logits, tilt, total, lengths, row_index, uniform
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -372,15 +414,22 @@ def id_checking(
         ``(N, T)`` bool highs, and ``(B,)`` bool: whether ``total`` can be met at all (where
         it cannot, that row's draws are meaningless).
     """
-    index, n = _numpy_index(total), _numpy_index(lengths)
-    B, T = logits.shape
-    on, off = np.empty((B, T)), np.empty((B, T))
-    _probabilities(_numpy64(logits), _numpy64(tilt), n, on, off)
-    num_states = int(index.max()) + 1 if B else 1
-    dtype, floor = _table_type(logits)
-    suffix = _workspace((B, T + 1, num_states), dtype)
-    _suffix_table(on, off, n, index, suffix, floor)
+    on, off, n, index, suffix, possible = _suffix_tables(logits, tilt, total, lengths)
     out = np.zeros(uniform.shape, dtype=np.bool_)
     _id_checking_draws(on, off, n, index, suffix, _numpy_index(row_index), _numpy64(uniform), out)
-    possible = suffix[np.arange(B), n, 0] > 0  # P(K = k): all n frames, j = 0
-    return torch.from_numpy(out), torch.from_numpy(possible)
+    return torch.from_numpy(out), possible
+
+
+def bounded(logits, tilt, total, lengths, row_index, uniform) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounded Bernoulli draws (eq. 13) for CPU tensors, one uniform per high.
+
+    Args: as :func:`id_checking`, but ``uniform (N, K)`` with ``K >= max(total)``.
+
+    Returns:
+        ``(N, K)`` int64 increasing frames (-1 for ``l >= total``), and :func:`id_checking`'s
+        ``(B,)`` feasibility.
+    """
+    on, off, n, index, suffix, possible = _suffix_tables(logits, tilt, total, lengths)
+    out = np.full(uniform.shape, -1, dtype=np.int64)
+    _bounded_draws(on, off, n, index, suffix, _numpy_index(row_index), _numpy64(uniform), out)
+    return torch.from_numpy(out), possible

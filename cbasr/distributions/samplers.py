@@ -229,7 +229,7 @@ def id_checking_sample(
         before ``lengths``. Raises ValueError if ``total`` cannot be met. Not differentiable.
     """
     if _kernels.enabled(logits):
-        return _id_checking_kernel(logits, total, lengths, sample_shape, generator)
+        return _kernel_sample(_kernels.id_checking, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         T = args.logits.shape[-1]
@@ -240,10 +240,16 @@ def id_checking_sample(
     return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
 
 
-def _id_checking_kernel(logits, total, lengths, sample_shape, generator) -> torch.Tensor:
-    """:func:`id_checking_sample` by the compiled CPU kernel: the same steps in probability
-    space (:func:`cbasr.distributions._kernels.id_checking`), deciding frame ``t`` by the
-    uniform ``U_t`` whose logistic transform the PyTorch loop uses (eq. 35)."""
+def _kernel_sample(draw, logits, total, lengths, sample_shape, generator) -> torch.Tensor:
+    """A sampler by the compiled CPU kernels (:mod:`cbasr.distributions._kernels`): ID-checking
+    (eq. 11) deciding frame ``t`` by the uniform ``U_t`` whose logistic transform the PyTorch
+    loop uses (eq. 35), so both give the same draws; or Bounded Bernoulli steps (eq. 13), each
+    by inverting its distribution with one uniform per high (the PyTorch loop takes the
+    Gumbel-max of eq. 33 instead: the same distribution, other draws).
+
+    Returns:
+        ``(*sample_shape, *, T)`` 0./1. (ID-checking) or ``(*sample_shape, *, K)`` int64 times.
+    """
     with torch.no_grad():
         args = broadcast_arguments(logits, total, lengths)
         check_total(args.total, args.lengths)
@@ -251,13 +257,16 @@ def _id_checking_kernel(logits, total, lengths, sample_shape, generator) -> torc
         tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
         num_rows = torch.Size(sample_shape).numel() * len(args.total)
         row_index = torch.arange(num_rows) % max(len(args.total), 1)
-        uniform = _uniform_noise((num_rows, T), generator, args.logits.dtype, args.logits.device)
-        high, possible = _kernels.id_checking(
-            args.logits, tilt, args.total, args.lengths, row_index, uniform
+        width = T if draw is _kernels.id_checking else max_total(args.total, T)
+        uniform = _uniform_noise(
+            (num_rows, width), generator, args.logits.dtype, args.logits.device
         )
+        drawn, possible = draw(args.logits, tilt, args.total, args.lengths, row_index, uniform)
         if not bool(possible.all()):
             raise ValueError(_CANNOT_MEET)
-    return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
+    if draw is _kernels.id_checking:
+        drawn = drawn.to(args.logits.dtype)
+    return drawn.reshape(torch.Size(sample_shape) + args.batch_shape + (width,))
 
 
 def bounded_bernoulli_sample(
@@ -271,6 +280,8 @@ def bounded_bernoulli_sample(
         ``(*sample_shape, *, K)`` int64 increasing frames, ``K = max(total)``; entries
         ``l >= total`` are -1. Not differentiable.
     """
+    if _kernels.enabled(logits):
+        return _kernel_sample(_kernels.bounded, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         K = max_total(args.total, args.logits.shape[-1])

@@ -210,8 +210,10 @@ def _score_terms(estimator, emit_logits, total, input_lengths, samples, times, f
     # Marginal Bounded Bernoulli REINFORCE, CB paper eq. (29): each label's own reward times
     # the log marginal of its emission time (eq. 15).
     log_marginals = bounded_bernoulli_marginals(emit_logits, total, input_lengths, log=True)
-    at = times[..., :K].clamp(min=0).unsqueeze(-1)  # (M, B, K, 1)
-    steps = log_marginals.unsqueeze(0).expand(M, -1, -1, -1).gather(-1, at).squeeze(-1)
+    # log_marginals[b, l, times[m, b, l]] by a flat index into (B, K, T): a gather from the
+    # marginals expanded over samples would write an (M, B, K, T) gradient in its backward.
+    rows = torch.arange(B * K, device=times.device).view(B, K) * T  # (B, K)
+    steps = log_marginals.reshape(-1).take(rows + times[..., :K].clamp(min=0))  # (M, B, K)
     covered = torch.ones((), dtype=torch.long, device=times.device)
     return _pad_steps(steps, L), fixed, covered, label_valid
 

@@ -174,3 +174,20 @@ def test_log_prob_with_no_frames_and_with_sample_rows():
             for j in range(3):
                 alone = ConditionalBernoulli(logits[i, j], total[i, j]).log_prob(values[s, i, j])
                 torch.testing.assert_close(together[s, i, j], alone, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("sampler", ["id_checking", "bounded"])
+def test_kernel_samples_have_the_inclusion_probabilities_of_eq_16(sampler):
+    """Beyond enumeration (T = 40, k = 12, padding): each frame's empirical frequency of highs
+    over 20,000 kernel draws is within 5 standard errors of ``P(B_t = 1 | k)``."""
+    logits = random_logits(2, 40, seed=6)
+    total, lengths = torch.tensor([12, 5]), torch.tensor([40, 31])
+    with use_kernels(False):
+        mean = ConditionalBernoulli(logits, total, lengths).mean  # the PyTorch tables
+    with use_kernels(True):
+        cb = ConditionalBernoulli(logits, total, lengths, sampler=sampler)
+        draws = cb.sample((20_000,), generator=_seeded(7))
+    frequency = draws.mean(0)
+    error = 5 * (mean * (1 - mean) / 20_000).sqrt() + 1e-12
+    assert ((frequency - mean).abs() <= error).all()
+    assert (draws[:, 1, 31:] == 0).all() and torch.equal(draws.sum(-1)[0], total.double())
