@@ -3,12 +3,15 @@
 - :func:`id_checking_sample`: T Bernoulli steps (eq. 11), each decided by logistic noise,
   ``b_t = H(Z_t) = [l_t + D_t > 0]`` (eq. 35). Serial depth T.
 - :func:`bounded_bernoulli_sample`: k categorical steps over frames (eq. 13), each by the
-  Gumbel-max trick (eq. 33). Serial depth k (after a T-step table).
+  Gumbel-max trick (eq. 33). Serial depth k (after a T-step table). On CPU a compiled kernel
+  inverts each step's distribution with one uniform instead (the same distribution).
 - :func:`draft_sample`: the Draft Bernoulli (eqs. 9-10). By eq. (10) every order of a set
   ``A`` has probability ``P(A | k) / k!``, so a CB set put in a uniformly random order is an
   exact draft: a bounded sample followed by a random permutation.
 
-All three draw from the same CB (eq. 4). They are batched (the Python loop runs over frames
+All three draw from the same CB (eq. 4). On CPU, ID-checking and the bounded steps run as
+compiled loops over a probability-space suffix table (:mod:`cbasr.distributions._kernels`).
+They are batched (the Python loop runs over frames
 or highs, never over the batch), take a ``torch.Generator`` for reproducibility, and compute
 the suffix table once per parameter row however many samples are drawn.
 """
