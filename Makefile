@@ -16,9 +16,7 @@ install: $(STAMP)  ## create .venv and install cbasr with pinned dependencies
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# --no-compile: no byte-compiling of every installed module (30 s of the install on 2
-	# cores); Python compiles what it imports, once, on first use.
-	$(BIN)/python -m pip install --quiet --no-compile -c requirements.lock -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
 	touch $@
 
 demo: $(STAMP)  ## synthetic corpus -> features -> BLSTM-HAT -> decode -> PER table (recipes/synth)
