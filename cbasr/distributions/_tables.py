@@ -318,6 +318,16 @@ class ConditionalTables(NamedTuple):
         return gather_states(self.prefix[T], self.total.unsqueeze(-1)).squeeze(-1)
 
 
+def _tilted_weights(args: Arguments):
+    """The frame mask, the tilted ``log(1 - p_t), log p_t`` (:func:`tilt_for_total`) and the
+    number of count states ``max(k) + 1`` of broadcast CB arguments."""
+    T = args.logits.shape[-1]
+    valid = frame_mask(args.lengths, T)
+    tilt = tilt_for_total(args.logits, args.total, valid)
+    log_off, log_on = bernoulli_log_weights(args.logits, valid, tilt)
+    return valid, log_off, log_on, max_total(args.total, T) + 1
+
+
 def conditional_tables(
     args: Arguments, prefix: bool = True, suffix: bool = True
 ) -> ConditionalTables:
@@ -325,11 +335,7 @@ def conditional_tables(
 
     O(B * T * max(k)) work and memory, T serial steps per table.
     """
-    T = args.logits.shape[-1]
-    valid = frame_mask(args.lengths, T)
-    tilt = tilt_for_total(args.logits, args.total, valid)
-    log_off, log_on = bernoulli_log_weights(args.logits, valid, tilt)
-    num_states = max_total(args.total, T) + 1
+    valid, log_off, log_on, num_states = _tilted_weights(args)
     if prefix and suffix:
         prefix_table, suffix_table = prefix_and_suffix_tables(log_off, log_on, num_states)
     else:
@@ -347,11 +353,7 @@ def conditional_normaliser(args: Arguments) -> ConditionalTables:
     keeping a log table (:class:`cbasr.distributions._kernels.LogNormaliser`); elsewhere it is
     read from the prefix table, which is kept.
     """
-    T = args.logits.shape[-1]
-    valid = frame_mask(args.lengths, T)
-    tilt = tilt_for_total(args.logits, args.total, valid)
-    log_off, log_on = bernoulli_log_weights(args.logits, valid, tilt)
-    num_states = max_total(args.total, T) + 1
+    valid, log_off, log_on, num_states = _tilted_weights(args)
     if not _kernels.enabled(log_on):
         prefix = count_table(log_off, log_on, num_states)
         return ConditionalTables(log_off, log_on, prefix, None, args.total, args.lengths, valid)
