@@ -2,7 +2,8 @@
 
 Compares, at equal ``(B, T, U, V)``:
 
-- ``ctc_nll`` (PyTorch's kernel) and ``cb_marginal_nll`` (explicit forward-backward), plus a
+- ``ctc_nll`` (PyTorch's kernel) and ``cb_marginal_nll`` (explicit forward-backward: on CPU
+  the compiled lattice; ``cb_pytorch`` is the same call with the kernels off), plus a
   plain autograd version of the same CB lattice (``T`` logaddexp steps recorded by autograd);
   the CTC and CB rows both start from ``(B, T, V)`` logits and include the log-softmax (and,
   for CB, the gather of the ``L`` reference labels);
@@ -47,6 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cbasr._compiled import use_kernels  # noqa: E402
 from cbasr.losses import (  # noqa: E402
     cb_marginal_nll,
     ctc_nll,
@@ -59,6 +61,7 @@ from cbasr.losses import (  # noqa: E402
 LOSSES = [
     "ctc",
     "cb",
+    "cb_pytorch",
     "cb_autograd",
     "rnnt",
     "rnnt_lattice",
@@ -104,13 +107,14 @@ def _make_inputs(loss, B, T, U, V, device):
     if loss == "ctc":
         z = leaf(B, T, V)
         return [z], lambda: ctc_nll(z.log_softmax(-1), targets, il, tl)
-    if loss in ("cb", "cb_autograd"):
+    if loss in ("cb", "cb_pytorch", "cb_autograd"):
         z, a = leaf(B, T, V), leaf(B, T)
-        fn = cb_marginal_nll if loss == "cb" else cb_autograd_lattice
+        fn = cb_autograd_lattice if loss == "cb_autograd" else cb_marginal_nll
 
         def run():
             lp = z.log_softmax(-1).gather(2, targets[:, None, :].expand(B, T, U))  # (B, T, L)
-            return fn(a, lp, il, tl)
+            with use_kernels(loss != "cb_pytorch"):  # cb_pytorch: without the CPU kernel
+                return fn(a, lp, il, tl)
 
         return [z, a], run
     if loss in ("rnnt", "rnnt_lattice"):
@@ -272,11 +276,11 @@ def main() -> None:
     if args.json:
         return
     print(
-        "\n| (B, T, U, V) | cb / ctc time | cb autograd / cb explicit time | "
+        "\n| (B, T, U, V) | cb / ctc time | cb pytorch / ctc time | cb autograd / cb time | "
         "hat / rnnt time | hat / rnnt memory | hat (given log-probs) / rnnt time | "
         "hat (given log-probs) / rnnt memory |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for B, T, U, V in sizes:
 
         def ratio(num, den, key, shape=(B, T, U, V)):
@@ -287,7 +291,8 @@ def main() -> None:
 
         print(
             f"| ({B}, {T}, {U}, {V}) | {ratio('cb', 'ctc', 'time_s')} "
-            f"| {ratio('cb_autograd', 'cb', 'time_s')} | {ratio('hat', 'rnnt', 'time_s')} "
+            f"| {ratio('cb_pytorch', 'ctc', 'time_s')} | {ratio('cb_autograd', 'cb', 'time_s')} "
+            f"| {ratio('hat', 'rnnt', 'time_s')} "
             f"| {ratio('hat', 'rnnt', 'peak_bytes')} "
             f"| {ratio('hat_given_log_probs', 'rnnt', 'time_s')} "
             f"| {ratio('hat_given_log_probs', 'rnnt', 'peak_bytes')} |"

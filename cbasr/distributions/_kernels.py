@@ -25,41 +25,19 @@ or written backwards row by row costs about twice as much.
 - :func:`id_checking`: ID-checking draws (eq. 11) from a suffix table.
 """
 
-import contextlib
 import math
 import threading
 
 import numpy as np
 import torch
 
+from cbasr._compiled import enabled, numba, use_kernels  # noqa: F401 - the switch, shared
+
 __all__: list[str] = []  # package-internal
 
 _FLUSH = 1e-300  # float64 probabilities below this are set to 0 (no subnormals)
-_enabled = True
 # Reassociation and contraction let the loops vectorise; not nnan/ninf: infinities are data.
 _FAST = {"reassoc", "contract", "nsz", "arcp", "afn"}
-
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    numba = None
-
-
-def enabled(tensor: torch.Tensor) -> bool:
-    """Whether the compiled kernels serve ``tensor``: a CPU tensor, numba importable, and not
-    switched off by :func:`use_kernels`."""
-    return _enabled and numba is not None and tensor.device.type == "cpu"
-
-
-@contextlib.contextmanager
-def use_kernels(flag: bool):
-    """Switch the compiled kernels on or off within a ``with`` block (tests, benchmarks)."""
-    global _enabled
-    before, _enabled = _enabled, flag
-    try:
-        yield
-    finally:
-        _enabled = before
 
 
 def _jit(function):

@@ -27,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from cbasr import _compiled
 from cbasr.checks import check_floating, check_lengths, check_shape
+from cbasr.losses._cb_kernel import cb_lattice
 
 __all__ = ["cb_marginal_nll", "cb_posteriors", "cb_viterbi"]
 
@@ -254,6 +256,39 @@ class _CBForwardBackward(torch.autograd.Function):
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
 
+class _CBKernel(torch.autograd.Function):
+    """``-log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._cb_kernel`), which
+    computes the gradient in the forward pass when one is needed."""
+
+    @staticmethod
+    def forward(ctx, emit_logits, label_log_probs, input_lengths, target_lengths, dtype):
+        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        nll, grad_a, post = cb_lattice(
+            emit_logits, label_log_probs, input_lengths, target_lengths, want
+        )
+        ctx.save_for_backward(grad_a, post)
+        return nll.to(dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_nll: torch.Tensor):
+        grad_a, post = ctx.saved_tensors
+        grad_emit = grad_a * grad_nll[:, None] if ctx.needs_input_grad[0] else None
+        grad_lp = post * -grad_nll[:, None, None] if ctx.needs_input_grad[1] else None
+        return grad_emit, grad_lp, None, None, None
+
+
+def _use_kernel(emit_logits: torch.Tensor, label_log_probs: torch.Tensor) -> bool:
+    """Whether the compiled lattice serves these inputs: CPU, float32 or float64, kernels on."""
+    exact = (torch.float32, torch.float64)
+    return (
+        _compiled.enabled(emit_logits)
+        and emit_logits.dtype in exact
+        and label_log_probs.dtype in exact
+        and label_log_probs.device.type == "cpu"
+    )
+
+
 def _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths) -> None:
     check_floating("emit_logits", emit_logits)
     check_floating("label_log_probs", label_log_probs)
@@ -276,9 +311,13 @@ def cb_marginal_nll(
 
     ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, y_<l)`` over every emission pattern
     ``b`` with exactly ``L`` ones, which equals ``P(L) E_{b|L}[P(y|b)]`` (eq. 18).
-    Forward: ``T`` serial steps vectorised over ``(B, L)`` that compute the alpha and the beta
-    variables together (the reversed lattice as more batch rows); backward: the edge posteriors
-    from both, not autograd through the loop. Memory ``O(B T L)``.
+    On CPU, for float32 and float64 inputs, one compiled loop (:mod:`cbasr.losses._cb_kernel`)
+    computes in float64 the forward variables, then the backward variables and the edge
+    posteriors (the gradient) together, over each utterance's band of reachable states.
+    Elsewhere (CUDA, half precision): ``T`` serial steps vectorised over ``(B, L)`` that
+    compute the alpha and the beta variables together (the reversed lattice as more batch
+    rows); backward: the edge posteriors from both, not autograd through the loop. Memory
+    ``O(B T L)`` either way.
 
     Args:
         emit_logits: ``(B, T)`` logits ``a_t`` of ``P(B_t = 1) = sigmoid(a_t)``.
@@ -295,6 +334,9 @@ def cb_marginal_nll(
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
     _apply_impossible_policy(input_lengths, target_lengths, impossible)
+    if _use_kernel(emit_logits, label_log_probs):
+        dtype = _work_dtype(emit_logits, label_log_probs)
+        return _CBKernel.apply(emit_logits, label_log_probs, input_lengths, target_lengths, dtype)
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     log_z = _CBForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
     # -inf log Z means no alignment: return +inf with zero gradient for that utterance.
@@ -319,6 +361,9 @@ def cb_posteriors(
         ``t < T_b``. Zero at padded ``(t, l)`` and for utterances with no alignment.
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    if _use_kernel(emit_logits, label_log_probs):
+        _, _, post = cb_lattice(emit_logits, label_log_probs, input_lengths, target_lengths, True)
+        return post.to(_work_dtype(emit_logits, label_log_probs))
     _, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, _ = _shift_labels(emit)  # (T, B, L)
     target_lengths = target_lengths.to(emit.device)

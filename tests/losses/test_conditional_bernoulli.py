@@ -1,4 +1,7 @@
-"""cb_marginal_nll, cb_posteriors, cb_viterbi: CB paper eqs. (18), (38)-(40)."""
+"""cb_marginal_nll, cb_posteriors, cb_viterbi: CB paper eqs. (18), (38)-(40).
+
+On CPU every test runs twice: with the compiled lattice (:mod:`cbasr.losses._cb_kernel`) and
+with the PyTorch recursion it stands in for (what CUDA tensors and half precision use)."""
 
 import math
 
@@ -6,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cbasr._compiled import use_kernels
 from cbasr.losses import cb_marginal_nll, cb_posteriors, cb_viterbi, ctc_nll
 from tests.reference import lattice_enumeration as ref
 
@@ -13,6 +17,13 @@ F64 = torch.float64
 
 # Ragged batch: full length, shorter frames, L = T, L = 0, L = 1.
 LENGTHS = [(7, 4), (5, 2), (4, 4), (6, 0), (3, 1)]
+
+
+@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+def lattice(request):
+    """Which implementation of the lattice serves CPU tensors in this test."""
+    with use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 def _batch(seed: int, lengths=LENGTHS, dtype=F64, device="cpu", pad_value=None):
