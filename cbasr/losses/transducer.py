@@ -20,7 +20,9 @@ import torch.nn.functional as F
 import torchaudio.functional as AF
 from torch.autograd.function import once_differentiable
 
+from cbasr import _compiled
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.losses._transducer_kernel import transducer_lattice
 
 __all__ = ["rnnt_nll", "rnnt_lattice_nll", "transducer_lattice_nll", "gather_logsumexp"]
 
@@ -128,6 +130,26 @@ class _TransducerForwardBackward(torch.autograd.Function):
         )
         # (T, B, U1) -> (B, T, U1) and (T, B, U) -> (B, T, U)
         return (post_blank * scale).transpose(0, 1), (post_emit * scale).transpose(0, 1), None
+
+
+class _TransducerKernel(torch.autograd.Function):
+    """``log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._transducer_kernel`), on
+    the same masked weights as :class:`_TransducerForwardBackward`; it computes the edge
+    posteriors in the forward pass when a gradient is needed."""
+
+    @staticmethod
+    def forward(ctx, blank, emit, target_lengths):
+        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        log_p, post_blank, post_emit = transducer_lattice(blank, emit, target_lengths, want)
+        ctx.save_for_backward(post_blank, post_emit)
+        return log_p.to(blank.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_p: torch.Tensor):
+        post_blank, post_emit = ctx.saved_tensors
+        scale = grad_log_p[:, None, None]
+        return post_blank * scale, post_emit * scale, None
 
 
 # Joint entries per block of the fused log-softmax: blocks that stay in cache (measured fastest).
@@ -251,8 +273,11 @@ def transducer_lattice_nll(
     """``-log P(y)`` summed over the RNN-T lattice from per-node edge log-weights.
 
     Gather first, lattice second: only ``B * T * (U + 1)`` values enter the lattice, whatever
-    the vocabulary. Forward and backward are ``T + U + 1`` serial anti-diagonal steps each,
-    vectorised over ``(B, U + 1)``; memory ``O(B (T + U) U)``.
+    the vocabulary. On CPU (float32 and float64) one compiled loop computes it in float64,
+    the utterances as its vector lanes (:mod:`cbasr.losses._transducer_kernel`), with the edge
+    posteriors in the same pass as the backward variables. Elsewhere, forward and backward are
+    ``T + U + 1`` serial anti-diagonal steps each, vectorised over ``(B, U + 1)``. Memory
+    ``O(B (T + U) U)`` either way.
 
     Args:
         blank_log_probs: ``(B, T, U + 1)``; log weight of the blank edge leaving ``(t, u)``.
@@ -284,7 +309,10 @@ def transducer_lattice_nll(
     blank = torch.where(pad_t, 0.0, torch.where(beyond_u, _NEG_INF, blank_log_probs.to(dtype)))
     valid_emit = ~pad_t & (u[..., :-1] < tgt_lens[:, None, None])  # (B, T, U)
     emit = torch.where(valid_emit, emit_log_probs.to(dtype), _NEG_INF)
-    log_p = _TransducerForwardBackward.apply(blank, emit, tgt_lens)  # (B,)
+    if _compiled.enabled(blank) and dtype in (torch.float32, torch.float64):
+        log_p = _TransducerKernel.apply(blank, emit, tgt_lens)  # (B,)
+    else:
+        log_p = _TransducerForwardBackward.apply(blank, emit, tgt_lens)
     return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
 
 

@@ -7,12 +7,21 @@ import torch
 import torch.nn.functional as F
 import torchaudio.functional as AF
 
+from cbasr._compiled import use_kernels
 from cbasr.losses import hat_internal_lm_score, hat_nll, hat_nll_from_logits
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
 
 UTTERANCES = [(5, [1, 2, 0]), (4, [2]), (1, [1, 1]), (3, [])]
+
+
+@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+def lattice(request):
+    """Which transducer lattice serves CPU tensors in this test: the compiled loop
+    (:mod:`cbasr.losses._transducer_kernel`) or the PyTorch recursion it stands in for."""
+    with use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 def _batch(seed, utterances=UTTERANCES, V=3, dtype=F64, device="cpu", pad_value=None):

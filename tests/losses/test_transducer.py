@@ -6,6 +6,7 @@ import pytest
 import torch
 import torchaudio.functional as AF
 
+from cbasr._compiled import use_kernels
 from cbasr.losses import gather_logsumexp, rnnt_lattice_nll, rnnt_nll, transducer_lattice_nll
 from tests.reference import lattice_enumeration as ref
 
@@ -13,6 +14,14 @@ F64 = torch.float64
 
 # (T_b, targets): U_b = U, shorter, one frame, empty.
 UTTERANCES = [(5, [1, 2, 2]), (4, [2]), (1, [1, 1]), (3, [])]
+
+
+@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+def lattice(request):
+    """Which transducer lattice serves CPU tensors in this test: the compiled loop
+    (:mod:`cbasr.losses._transducer_kernel`) or the PyTorch recursion it stands in for."""
+    with use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 def _joint(seed, utterances=UTTERANCES, V=3, extra_t=0, extra_u=0, dtype=torch.float32):
