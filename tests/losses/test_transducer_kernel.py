@@ -1,0 +1,66 @@
+"""The compiled transducer lattice against the PyTorch recursion on ragged batches beyond
+enumeration's reach (the enumeration and torchaudio oracles run both ways in
+test_transducer.py and test_hat.py)."""
+
+import math
+
+import pytest
+import torch
+
+from cbasr._compiled import use_kernels
+from cbasr.losses import transducer_lattice_nll
+
+
+def _ragged(seed, B, T, U, dtype):
+    """Random lengths, NaN in the padding, a few ``-inf`` weights (one utterance has none
+    but ``-inf`` emissions: no path)."""
+    g = torch.Generator().manual_seed(seed)
+    il = torch.randint(1, T + 1, (B,), generator=g)
+    il[0] = T
+    tl = torch.randint(0, U + 1, (B,), generator=g)
+    tl[1] = 0
+    blank = torch.randn(B, T, U + 1, generator=g, dtype=torch.float64).sigmoid().log()
+    emit = -3 * torch.rand(B, T, U, generator=g, dtype=torch.float64)
+    emit = emit.masked_fill(torch.rand(B, T, U, generator=g) < 0.05, -math.inf)
+    tl[-1] = max(int(tl[-1]), 1)
+    emit[-1] = -math.inf
+    frames = (torch.arange(T)[None, :] >= il[:, None])[:, :, None]
+    blank = blank.masked_fill(frames, math.nan)
+    emit = emit.masked_fill(
+        frames | (torch.arange(U)[None, None, :] >= tl[:, None, None]), math.nan
+    )
+    return blank.to(dtype), emit.to(dtype), il, tl
+
+
+def _loss_and_gradients(blank, emit, il, tl, kernels):
+    blank = blank.detach().requires_grad_()
+    emit = emit.detach().requires_grad_()
+    with use_kernels(kernels):
+        nll = transducer_lattice_nll(blank, emit, il, tl)
+    weights = torch.linspace(0.5, 2.0, len(nll), dtype=nll.dtype)
+    loss = torch.where(nll.isfinite(), nll, 0.0) @ weights
+    return (nll.detach(), *torch.autograd.grad(loss, (blank, emit)))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kernel_matches_the_pytorch_recursion_float64(seed):
+    blank, emit, il, tl = _ragged(seed, B=9, T=40, U=15, dtype=torch.float64)
+    got = _loss_and_gradients(blank, emit, il, tl, kernels=True)
+    want = _loss_and_gradients(blank, emit, il, tl, kernels=False)
+    assert got[0].isinf().any() and got[0].isfinite().any()
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype
+        torch.testing.assert_close(x, y, rtol=1e-11, atol=1e-11)
+
+
+def test_kernel_float32_is_at_least_as_close_to_float64_as_the_pytorch_recursion():
+    blank, emit, il, tl = _ragged(2, B=4, T=300, U=60, dtype=torch.float64)
+    exact = _loss_and_gradients(blank, emit, il, tl, kernels=False)
+    got = _loss_and_gradients(blank.float(), emit.float(), il, tl, kernels=True)
+    old = _loss_and_gradients(blank.float(), emit.float(), il, tl, kernels=False)
+    for x, y, z in zip(got, old, exact, strict=True):
+        assert x.dtype == torch.float32
+        finite = z.isfinite()
+        err_kernel = ((x.double() - z) / z.abs().clamp(min=1))[finite].abs().max()
+        err_pytorch = ((y.double() - z) / z.abs().clamp(min=1))[finite].abs().max()
+        assert err_kernel <= max(err_pytorch, 1e-6)
