@@ -18,7 +18,7 @@ def _ragged(seed, B, T, U, dtype):
     il = torch.randint(1, T + 1, (B,), generator=g)
     il[0] = T
     tl = torch.randint(0, U + 1, (B,), generator=g)
-    tl[1] = 0
+    tl[0], tl[1] = U, 0  # every label, and none
     blank = torch.randn(B, T, U + 1, generator=g, dtype=torch.float64).sigmoid().log()
     emit = -3 * torch.rand(B, T, U, generator=g, dtype=torch.float64)
     emit = emit.masked_fill(torch.rand(B, T, U, generator=g) < 0.05, -math.inf)
