@@ -6,12 +6,22 @@ paper eq. 4's edges; the RNN-T recursion), in float64 whatever the input precisi
 frame the recursion is a scan over ``u`` (``alpha(t, u)`` needs ``alpha(t, u - 1)``), so the
 utterances are the vector lanes: the tables are laid out ``(t, u, b)`` and every state update,
 a :func:`cbasr._compiled.log_add_exp64`, runs for all ``B`` utterances at once.
+
+Also the two joint-sized passes of ``gather_logsumexp``: each row's log-sum-exp, and the
+gradient ``exp(x - lse) * weight``, one compiled loop per row in the input's precision
+(:func:`cbasr._compiled.exp32` for float32: 8 lanes), with the PyTorch path's exponent floor;
+the rows are split over as many threads as PyTorch uses (the loops release the GIL).
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 import torch
+from numba.extending import overload
 
-from cbasr._compiled import exp64, jit, log_add_exp64
+from cbasr._compiled import exp32, exp64, jit, log_add_exp64
 
 __all__: list[str] = []  # package-internal
 
@@ -93,3 +103,117 @@ def transducer_lattice(
     if not posteriors:
         return log_p, None, None
     return log_p, post_blank.permute(2, 0, 1), post_emit.permute(2, 0, 1)
+
+
+# ---- the joint's log-sum-exp and its gradient (gather_logsumexp) ---------------------------
+
+
+def _exp(x):  # pragma: no cover - typed by the overload below
+    raise NotImplementedError
+
+
+@overload(_exp, inline="always")
+def _exp_typed(x):
+    """``exp`` in the argument's precision: :func:`exp32` for float32, else :func:`exp64`."""
+    if x == numba.types.float32:
+        return lambda x: exp32(x)
+    return lambda x: exp64(x)
+
+
+@jit(fastmath=frozenset({"contract", "reassoc"}))  # reassoc: the row sums vectorise
+def _row_logsumexp(rows, start, floor, first, stop, lse):  # pragma: no cover - compiled
+    """``lse[i] = top + log sum_{v >= start} exp(max(rows[i, v] - top, floor))`` for rows
+    ``first:stop``, in the rows' precision: ``top`` is the row's maximum (0 when it is not
+    finite), ``floor`` the PyTorch path's (``_exp_floor``): both paths give an all ``-inf``
+    row the same finite, very negative normaliser."""
+    V = rows.shape[1]
+    for i in range(first, stop):
+        x = rows[i, start:]
+        top = x[0]
+        for v in range(1, V - start):
+            top = x[v] if x[v] > top else top
+        zero = top - top  # 0 in the rows' precision when top is finite
+        if not zero == 0:
+            top = floor - floor
+        total = floor - floor
+        for v in range(V - start):
+            d = x[v] - top
+            total += _exp(floor if d < floor else d)
+        lse[i] = top + np.log(total)
+
+
+@jit
+def _row_softmax(rows, start, shift, weight, floor, first, stop, grad):  # pragma: no cover
+    """``grad[i, v] = exp(max(rows[i, v] - shift[i], floor)) * weight[i]`` for ``v >= start``
+    (0 before ``start`` and on rows of weight 0), rows ``first:stop``."""
+    V = rows.shape[1]
+    for i in range(first, stop):
+        out = grad[i]
+        g = weight[i]
+        for v in range(start):
+            out[v] = 0
+        if g == 0:
+            for v in range(start, V):
+                out[v] = 0
+            continue
+        x, s = rows[i], shift[i]
+        for v in range(start, V):
+            d = x[v] - s
+            out[v] = _exp(floor if d < floor else d) * g
+
+
+_POOL: dict[int, ThreadPoolExecutor] = {}  # by worker count; emptied in a forked child
+
+
+def _forget_pools() -> None:
+    _POOL.clear()  # a forked child has the executors but not their threads
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
+def _split_rows(function, rows: int, *args) -> None:
+    """``function(*args[:-1], first, stop, args[-1])`` over row ranges, on as many threads as
+    PyTorch uses (the compiled loops release the GIL), one range each."""
+    workers = max(1, min(torch.get_num_threads(), rows // 256))
+    if workers == 1:
+        function(*args[:-1], 0, rows, args[-1])
+        return
+    bounds = [rows * k // workers for k in range(workers + 1)]
+    pool = _POOL.get(workers) or _POOL.setdefault(workers, ThreadPoolExecutor(workers))
+    futures = [
+        pool.submit(function, *args[:-1], bounds[k], bounds[k + 1], args[-1])
+        for k in range(workers)
+    ]
+    for future in futures:
+        future.result()
+
+
+def row_logsumexp(rows: torch.Tensor, start: int, floor: float) -> torch.Tensor:
+    """``logsumexp(rows[:, start:], -1)``, each exponent at least ``floor``, for a contiguous
+    CPU float32/float64 ``(N, V)`` tensor (``start < V``), in its dtype."""
+    lse = rows.new_empty(rows.shape[0])
+    x = rows.numpy()
+    _split_rows(_row_logsumexp, rows.shape[0], x, start, x.dtype.type(floor), lse.numpy())
+    return lse
+
+
+def row_softmax(
+    rows: torch.Tensor, start: int, shift: torch.Tensor, weight: torch.Tensor, floor: float
+) -> torch.Tensor:
+    """``exp(max(rows[:, start:] - shift[:, None], floor)) * weight[:, None]`` (zeros before
+    ``start`` and on rows of weight 0) in the dtype of ``rows``: the log-sum-exp's gradient,
+    in one pass."""
+    grad = torch.empty_like(rows)
+    x = rows.numpy()
+    _split_rows(
+        _row_softmax,
+        rows.shape[0],
+        x,
+        start,
+        shift.to(rows.dtype).contiguous().numpy(),
+        weight.to(rows.dtype).contiguous().numpy(),
+        x.dtype.type(floor),
+        grad.numpy(),
+    )
+    return grad

@@ -22,7 +22,7 @@ from torch.autograd.function import once_differentiable
 
 from cbasr import _compiled
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
-from cbasr.losses._transducer_kernel import transducer_lattice
+from cbasr.losses._transducer_kernel import row_logsumexp, row_softmax, transducer_lattice
 
 __all__ = ["rnnt_nll", "rnnt_lattice_nll", "transducer_lattice_nll", "gather_logsumexp"]
 
@@ -175,6 +175,11 @@ class _GatherLogSumExp(torch.autograd.Function):
         V = x.shape[-1]
         work = torch.promote_types(x.dtype, torch.float32)
         rows, flat_index = x.reshape(-1, V), index.reshape(-1, index.shape[-1])
+        ctx.start, ctx.kernel = start, _kernel_rows(rows, start)
+        if ctx.kernel:  # one compiled pass per row
+            lse = row_logsumexp(rows, start, _exp_floor(work))
+            ctx.save_for_backward(x, index, lse)
+            return rows.gather(-1, flat_index).view(index.shape), lse.view(x.shape[:-1])
         lse = torch.empty(rows.shape[0], dtype=work, device=x.device)
         floor = _exp_floor(work)
         for i, step in _blocks(rows.shape[0], V - start, _CHUNK_ELEMENTS, x.is_cuda):
@@ -186,7 +191,6 @@ class _GatherLogSumExp(torch.autograd.Function):
             terms = torch.sub(block, top).clamp_(min=floor).exp_()
             torch.log(terms.sum(-1), out=lse[i : i + step]).add_(top[:, 0])
         picked = rows.gather(-1, flat_index).to(work)
-        ctx.start = start
         ctx.save_for_backward(x, index, lse)
         return picked.view(index.shape), lse.view(x.shape[:-1])
 
@@ -196,37 +200,54 @@ class _GatherLogSumExp(torch.autograd.Function):
         x, index, lse = ctx.saved_tensors
         start, V = ctx.start, x.shape[-1]
         rows = x.reshape(-1, V)
-        grad = torch.empty_like(rows)
-        grad[:, :start] = 0.0
-        if grad_lse is None:
-            grad[:, start:] = 0.0
-        else:
-            # d lse / d x = softmax(x[start:]), times grad_lse, written in place. With weights
-            # >= 0 (a loss's occupancies) the weight joins the exponent: two passes, not three
-            # (on a CPU: deciding costs a GPU a synchronisation).
-            g = grad_lse.reshape(-1).to(lse.dtype)
-            signed = x.is_cuda or bool((g < 0).any())
-            shift = lse if signed else lse - g.log()  # log 0 = -inf: rows zeroed below
+        if ctx.kernel and grad_lse is not None:  # exp(x - lse) * grad_lse, one compiled pass
             floor = _exp_floor(lse.dtype)
-            same = x.dtype == lse.dtype  # else half precision: each block in float32
-            for i, step in _blocks(rows.shape[0], V - start, _BACKWARD_ELEMENTS, x.is_cuda):
-                out = grad[i : i + step, start:]
-                block = out if same else torch.empty(out.shape, dtype=lse.dtype, device=x.device)
-                torch.sub(rows[i : i + step, start:], shift[i : i + step, None], out=block)
-                block.clamp_(min=floor).exp_()
-                if signed:
-                    block.mul_(g[i : i + step, None])
-                if not same:
-                    out.copy_(block)
-            # rows the loss does not read (padding) may hold anything: exactly 0 there
-            if x.is_cuda:
-                grad.masked_fill_((g == 0)[:, None], 0.0)
+            grad = row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
+        else:
+            grad = torch.empty_like(rows)
+            grad[:, :start] = 0.0
+            if grad_lse is None:
+                grad[:, start:] = 0.0
             else:
-                grad.index_fill_(0, (g == 0).nonzero().flatten(), 0.0)
+                # d lse / d x = softmax(x[start:]), times grad_lse, written in place. With weights
+                # >= 0 (a loss's occupancies) the weight joins the exponent: two passes, not three
+                # (on a CPU: deciding costs a GPU a synchronisation).
+                g = grad_lse.reshape(-1).to(lse.dtype)
+                signed = x.is_cuda or bool((g < 0).any())
+                shift = lse if signed else lse - g.log()  # log 0 = -inf: rows zeroed below
+                floor = _exp_floor(lse.dtype)
+                same = x.dtype == lse.dtype  # else half precision: each block in float32
+                for i, step in _blocks(rows.shape[0], V - start, _BACKWARD_ELEMENTS, x.is_cuda):
+                    out = grad[i : i + step, start:]
+                    block = (
+                        out if same else torch.empty(out.shape, dtype=lse.dtype, device=x.device)
+                    )
+                    torch.sub(rows[i : i + step, start:], shift[i : i + step, None], out=block)
+                    block.clamp_(min=floor).exp_()
+                    if signed:
+                        block.mul_(g[i : i + step, None])
+                    if not same:
+                        out.copy_(block)
+                # rows the loss does not read (padding) may hold anything: exactly 0 there
+                if x.is_cuda:
+                    grad.masked_fill_((g == 0)[:, None], 0.0)
+                else:
+                    grad.index_fill_(0, (g == 0).nonzero().flatten(), 0.0)
         if grad_picked is not None:
             flat_index = index.reshape(-1, index.shape[-1])
             grad.scatter_add_(-1, flat_index, grad_picked.reshape(flat_index.shape).to(x.dtype))
         return grad.view(x.shape), None, None
+
+
+def _kernel_rows(rows: torch.Tensor, start: int) -> bool:
+    """Whether the compiled row passes serve this ``(N, V)`` view of a joint: a contiguous
+    float32/float64 CPU tensor with columns to normalise, kernels on."""
+    return (
+        _compiled.enabled(rows)
+        and rows.dtype in (torch.float32, torch.float64)
+        and rows.is_contiguous()
+        and rows.shape[1] > start
+    )
 
 
 def _blocks(rows: int, width: int, elements: int, whole: bool):
@@ -244,9 +265,11 @@ def gather_logsumexp(
 
     A transducer loss reads only a few entries of each ``(t, u)`` row of the joint's
     ``(B, T, U + 1, V)`` scores and their normaliser, so the normalised log-softmax need
-    never exist: its log probabilities are ``picked - lse``. Forward works in blocks of rows
-    (temporaries of at most ``2**18`` entries); backward writes the one joint-sized gradient
-    in place, ``softmax(x[..., start:]) * grad_lse`` plus ``grad_picked`` scattered at
+    never exist: its log probabilities are ``picked - lse``. On CPU (float32 and float64,
+    contiguous) each pass is one compiled loop per row, in the input's precision, the rows
+    split over PyTorch's threads (:mod:`cbasr.losses._transducer_kernel`). Elsewhere forward
+    works in blocks of rows (temporaries of at most ``2**18`` entries). Backward writes the
+    one joint-sized gradient in place, ``softmax(x[..., start:]) * grad_lse`` plus ``grad_picked`` scattered at
     ``index``. Peak extra memory is that gradient; ``x`` is kept for the backward (a
     log-softmax keeps its joint-sized output instead). Exponentials below about twice the
     smallest normal number are computed as that (``exp`` of lower arguments is a slow path on

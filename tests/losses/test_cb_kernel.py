@@ -4,11 +4,12 @@ library, and the lattice against the PyTorch recursion on batches beyond enumera
 
 import math
 
+import numba
 import numpy as np
 import pytest
 import torch
 
-from cbasr._compiled import exp64, log1p64, log_add_exp64, use_kernels
+from cbasr._compiled import exp32, exp64, log1p64, log_add_exp64, use_kernels
 from cbasr.losses import cb_marginal_nll, cb_posteriors
 
 EPS = np.finfo(np.float64).eps
@@ -26,6 +27,26 @@ def test_exp64_is_within_two_ulps_of_the_c_library():
     got = _ufunc(exp64)(t)
     want = np.exp(t)
     assert np.max(np.abs(got - want) / want) <= 2 * EPS
+
+
+@numba.njit
+def _exp32_loop(t):
+    out = np.empty_like(t)
+    for i in range(t.shape[0]):
+        out[i] = exp32(t[i])
+    return out
+
+
+def test_exp32_is_within_two_float32_ulps_and_stays_in_float32():
+    rng = np.random.default_rng(3)
+    t = rng.uniform(-87, 88, 200_000).astype(np.float32)
+    got = _exp32_loop(t)  # as the kernels call it: float32 in a compiled loop
+    assert got.dtype == np.float32
+    want = np.exp(t.astype(np.float64))
+    assert np.max(np.abs(got - want) / want) <= 2 * np.finfo(np.float32).eps
+    edges = _exp32_loop(np.array([-math.inf, -87.5, math.nan, 0.0], dtype=np.float32))
+    assert edges[0] == 0.0 and edges[1] == 0.0  # below -87: 0, never a subnormal
+    assert math.isnan(edges[2]) and edges[3] == 1.0
 
 
 def test_exp64_edges():

@@ -64,3 +64,41 @@ def test_kernel_float32_is_at_least_as_close_to_float64_as_the_pytorch_recursion
         err_kernel = ((x.double() - z) / z.abs().clamp(min=1))[finite].abs().max()
         err_pytorch = ((y.double() - z) / z.abs().clamp(min=1))[finite].abs().max()
         assert err_kernel <= max(err_pytorch, 1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gather_logsumexp_kernel_matches_the_pytorch_blocks(threads):
+    """Rows split across threads (as in training), a normaliser that skips the blank unit,
+    ``-inf`` scores, an all ``-inf`` row (both paths floor its exponents: a finite, very
+    negative normaliser), NaN rows of weight 0 (padding: gradient exactly 0), weights of
+    either sign; float32 and float64."""
+    from cbasr.losses import gather_logsumexp
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for dtype in (torch.float32, torch.float64):
+            g = torch.Generator().manual_seed(9)
+            x = 4 * torch.randn(3, 300, 5, 41, generator=g, dtype=dtype)
+            x = x.masked_fill(torch.rand(x.shape, generator=g) < 0.1, -math.inf)
+            x[0, 0, 0, 1:] = -math.inf
+            x[2, 7:] = math.nan
+            index = torch.randint(0, 41, (3, 300, 5, 2), generator=g)
+            weight = torch.rand(3, 300, 5, generator=g, dtype=dtype) - 0.2
+            weight[2, 7:] = 0.0
+            weight[0, 0, 0] = 0.0
+            results = []
+            for kernels in (True, False):
+                leaf = x.clone().requires_grad_()
+                with use_kernels(kernels):
+                    picked, lse = gather_logsumexp(leaf, index, 1)
+                    loss = torch.where(weight != 0, lse * weight, 0.0).sum() + picked[:, :7].sum()
+                    (grad,) = torch.autograd.grad(loss, leaf)
+                results.append((picked.detach(), lse.detach(), grad))
+            assert -800 < results[0][1][0, 0, 0] < -80
+            assert (results[0][2][2, 7:] == 0).all()
+            tol = 1e-5 if dtype == torch.float32 else 1e-12
+            for got, want in zip(results[0], results[1], strict=True):
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+    finally:
+        torch.set_num_threads(before)
