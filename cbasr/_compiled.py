@@ -78,44 +78,26 @@ def jit(function=None, *, fastmath=frozenset({"contract"}), inline="never"):
 
 # ---- float64 bit casts (LLVM bitcasts, which vectorise) ---------------------------------------
 
+
+def _bitcast(source: str, target: str, llvm_type):
+    """A numba intrinsic reinterpreting the IEEE bits of a ``source`` value as a ``target``
+    (an LLVM bitcast: free, and it vectorises)."""
+
+    @intrinsic
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], llvm_type)
+
+        return getattr(numba.types, target)(getattr(numba.types, source)), codegen
+
+    return cast
+
+
 if numba is not None:
-
-    @intrinsic
-    def _bits(typingctx, x):
-        """The IEEE bits of a float64 as an int64."""
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.IntType(64))
-
-        return numba.types.int64(numba.types.float64), codegen
-
-    @intrinsic
-    def _from_bits(typingctx, x):
-        """The float64 whose IEEE bits are the int64 ``x``."""
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.DoubleType())
-
-        return numba.types.float64(numba.types.int64), codegen
-
-    @intrinsic
-    def _bits32(typingctx, x):
-        """The IEEE bits of a float32 as an int32."""
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.IntType(32))
-
-        return numba.types.int32(numba.types.float32), codegen
-
-    @intrinsic
-    def _from_bits32(typingctx, x):
-        """The float32 whose IEEE bits are the int32 ``x``."""
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.FloatType())
-
-        return numba.types.float32(numba.types.int32), codegen
-
+    _bits = _bitcast("float64", "int64", ir.IntType(64))
+    _from_bits = _bitcast("int64", "float64", ir.DoubleType())
+    _bits32 = _bitcast("float32", "int32", ir.IntType(32))
+    _from_bits32 = _bitcast("int32", "float32", ir.FloatType())
 else:  # pragma: no cover
 
     def _bits(x):
