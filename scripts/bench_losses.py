@@ -13,7 +13,12 @@ Compares, at equal ``(B, T, U, V)``:
   and label logits over ``V - 1`` labels, with the log-softmax included; a second HAT row
   takes the log-probabilities as given) and ``hat_fused`` (:func:`cbasr.losses.
   hat_nll_from_logits` on one ``(B, T, U + 1, V)`` joint whose unit 0 is the blank logit, as
-  the model's ``tanh`` joint trains it).
+  the model's ``tanh`` joint trains it); ``hat_pruned`` is the pruned HAT loss
+  (:mod:`cbasr.losses.pruned`, ``S = 4`` positions per frame): the trivial joint's
+  loss from ``(B, T, V)`` and ``(B, U + 1, V)`` projections, which chooses the windows, plus
+  the pruned lattice from ``(B, T, S, V)`` window scores. Like every row it starts from the
+  joint's scores: what pruning saves in a model, the joint network evaluated on ``U + 1``
+  positions per frame instead of ``S``, is outside all rows.
 
 ``--json`` prints one object per measurement (shape, implementation, ``ms`` the median,
 ``peak_mb``, and which counter measured the memory).
@@ -54,8 +59,10 @@ from cbasr.losses import (  # noqa: E402
     ctc_nll,
     hat_nll,
     hat_nll_from_logits,
+    pruned_transducer_nll,
     rnnt_lattice_nll,
     rnnt_nll,
+    simple_transducer_nll,
 )
 
 LOSSES = [
@@ -67,8 +74,10 @@ LOSSES = [
     "rnnt_lattice",
     "hat",
     "hat_fused",
+    "hat_pruned",
     "hat_given_log_probs",
 ]
+PRUNE_RANGE = 4  # the hat_pruned row's label positions per frame
 DEFAULT_SIZES = "8,200,50,64;8,400,80,256;4,1000,200,1000"
 
 
@@ -94,7 +103,7 @@ def cb_autograd_lattice(emit_logits, label_log_probs, input_lengths, target_leng
     return -(stay + alpha.gather(1, target_lengths[:, None])[:, 0])
 
 
-def _make_inputs(loss, B, T, U, V, device):
+def _make_inputs(loss, B, T, U, V, device, prune_range=PRUNE_RANGE):
     """Leaf tensors (requiring grad) and a closure computing the per-utterance losses."""
     g = torch.Generator(device="cpu").manual_seed(0)
     il = torch.full((B,), T, dtype=torch.long, device=device)
@@ -124,6 +133,14 @@ def _make_inputs(loss, B, T, U, V, device):
     if loss == "hat_fused":  # the model's tanh joint: blank unit 0 beside V - 1 label units
         z = leaf(B, T, U + 1, V)
         return [z], lambda: hat_nll_from_logits(None, z, targets - 1, il, tl)
+    if loss == "hat_pruned":
+        am, lm, z = leaf(B, T, V), leaf(B, U + 1, V), leaf(B, T, prune_range, V)
+
+        def pruned():
+            simple, starts = simple_transducer_nll(am, lm, targets, il, tl, prune_range, hat=True)
+            return pruned_transducer_nll(z, starts, targets, il, tl, hat=True) + 0.5 * simple
+
+        return [am, lm, z], pruned
     blank_logits = leaf(B, T, U + 1)
     if loss == "hat":
         z = leaf(B, T, U + 1, V - 1)
@@ -299,14 +316,15 @@ def main() -> None:
         )
     print(
         "\n| (B, T, U, V) | rnnt_lattice / rnnt time | rnnt_lattice / rnnt memory "
-        "| hat_fused / rnnt time | hat_fused / rnnt memory |"
+        "| hat_fused / rnnt time | hat_fused / rnnt memory "
+        "| hat_pruned / rnnt time | hat_pruned / rnnt memory |"
     )
-    print("|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for B, T, U, V in sizes:
         shape = (B, T, U, V)
         cells = [
             _ratio(results, name, "rnnt", key, shape)
-            for name in ("rnnt_lattice", "hat_fused")
+            for name in ("rnnt_lattice", "hat_fused", "hat_pruned")
             for key in ("time_s", "peak_bytes")
         ]
         print(f"| ({B}, {T}, {U}, {V}) | " + " | ".join(cells) + " |")

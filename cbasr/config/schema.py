@@ -215,6 +215,10 @@ class TransducerLossConfig:
 
     name: str = "rnnt"  # rnnt | hat
     max_symbols: int = 4  # greedy search: most labels per frame
+    # 0: the whole lattice; S >= 2: train with the pruned loss (Kuang et al. 2022), the joint
+    # on S label positions per frame chosen by a trivial joint; validation stays exact
+    prune_range: int = 0
+    simple_loss_scale: float = 0.5  # the trivial joint's loss weight when pruning
 
 
 @dataclass

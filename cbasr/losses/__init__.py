@@ -10,6 +10,9 @@
   :func:`transducer_lattice_nll` (the lattice from gathered per-node edge log-weights).
 - :func:`hat_nll`, :func:`hat_nll_from_logits`, :func:`hat_internal_lm_score`: HAT paper
   eqs. (4) and (8).
+- :func:`simple_transducer_nll`, :func:`pruned_transducer_nll` (with
+  :func:`trivial_joint_log_probs` and :func:`prune_ranges`): the pruned RNN-T and HAT losses
+  of Kuang et al. (2022): the joint on a few label positions per frame.
 """
 
 from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
@@ -20,6 +23,12 @@ from cbasr.losses.conditional_bernoulli_second_order import (
 )
 from cbasr.losses.ctc import ctc_nll
 from cbasr.losses.hat import hat_internal_lm_score, hat_nll, hat_nll_from_logits
+from cbasr.losses.pruned import (
+    prune_ranges,
+    pruned_transducer_nll,
+    simple_transducer_nll,
+    trivial_joint_log_probs,
+)
 from cbasr.losses.transducer import (
     gather_logsumexp,
     rnnt_lattice_nll,
@@ -39,7 +48,11 @@ __all__ = [
     "hat_internal_lm_score",
     "hat_nll",
     "hat_nll_from_logits",
+    "prune_ranges",
+    "pruned_transducer_nll",
     "rnnt_lattice_nll",
     "rnnt_nll",
+    "simple_transducer_nll",
     "transducer_lattice_nll",
+    "trivial_joint_log_probs",
 ]

@@ -1,8 +1,17 @@
-"""Transducer models: RNN-T (torchaudio's loss) and HAT (HAT paper eq. 4)."""
+"""Transducer models: RNN-T (torchaudio's loss) and HAT (HAT paper eq. 4), on the whole
+lattice or, in training, on the windows of a pruned loss (:mod:`cbasr.losses.pruned`)."""
 
 import torch
+from torch import nn
 
-from cbasr.losses import hat_internal_lm_score, hat_nll_from_logits, rnnt_lattice_nll, rnnt_nll
+from cbasr.losses import (
+    hat_internal_lm_score,
+    hat_nll_from_logits,
+    pruned_transducer_nll,
+    rnnt_lattice_nll,
+    rnnt_nll,
+    simple_transducer_nll,
+)
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.modules.decoders import TransducerDecoder
 
@@ -17,19 +26,43 @@ class TransducerModel(AsrModel):
             matches ``criterion``.
         criterion: ``"rnnt"`` or ``"hat"``.
         max_symbols: most labels greedy search emits on one frame.
+        prune_range: 0 trains on the whole lattice; ``S >= 2`` trains with the pruned loss
+            (Kuang et al. 2022, arXiv:2206.13236; :mod:`cbasr.losses.pruned`): the joint on
+            ``S`` label positions per frame, chosen by a trivial joint ``W_a f_t + W_l g_u``
+            whose own loss is added with weight ``simple_loss_scale``. Evaluation
+            (``model.eval()``) computes the exact loss on the whole lattice.
+        simple_loss_scale: the trivial joint's loss weight when pruning.
     """
 
-    def __init__(self, encoder, decoder, criterion: str = "rnnt", max_symbols: int = 4):
+    def __init__(
+        self,
+        encoder,
+        decoder,
+        criterion: str = "rnnt",
+        max_symbols: int = 4,
+        prune_range: int = 0,
+        simple_loss_scale: float = 0.5,
+    ):
         super().__init__(encoder, decoder)
-        reason = self.supports(decoder, criterion=criterion)
+        reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
         if reason:
             raise ValueError(reason)
         if max_symbols < 1:
             raise ValueError(f"max_symbols must be >= 1, got {max_symbols}")
+        if prune_range == 1 or prune_range < 0:
+            raise ValueError(f"prune_range must be 0 (no pruning) or >= 2, got {prune_range}")
+        if simple_loss_scale < 0:
+            raise ValueError(f"simple_loss_scale must be >= 0, got {simple_loss_scale}")
         self.criterion, self.max_symbols = criterion, max_symbols
+        self.prune_range, self.simple_loss_scale = prune_range, simple_loss_scale
+        if prune_range:
+            joint = decoder.joint
+            units = joint.out[-1].out_features
+            self.simple_am = nn.Linear(joint.encoder_proj.in_features, units)
+            self.simple_lm = nn.Linear(joint.label_proj.in_features, units, bias=False)
 
     @classmethod
-    def supports(cls, decoder, criterion: str = "rnnt", **loss_options):
+    def supports(cls, decoder, criterion: str = "rnnt", prune_range: int = 0, **loss_options):
         if not isinstance(decoder, TransducerDecoder):
             return f"the {criterion} loss needs a transducer decoder (prediction network + joint)"
         if decoder.joint.name != criterion:
@@ -37,16 +70,27 @@ class TransducerModel(AsrModel):
                 f"the {criterion} loss needs joint={criterion!r}; "
                 f"this decoder has joint={decoder.joint.name!r}"
             )
+        if prune_range and getattr(decoder.joint, "linear_blank", False):
+            return "the pruned loss (prune_range > 0) needs blank_joint=tanh"
         return None
 
     def check_utterance(self, num_frames: int, targets: list[int]) -> str | None:
-        """A transducer emits any number of labels per frame: it needs one frame."""
-        if self.output_frames(num_frames) < 1:
+        """A transducer emits any number of labels per frame: it needs one frame; the pruned
+        loss's windows hold at most ``prune_range - 1`` labels per frame."""
+        frames = self.output_frames(num_frames)
+        if frames < 1:
             return f"{num_frames} frames leave no frame after subsampling"
+        if self.prune_range and len(targets) > frames * (self.prune_range - 1):
+            return (
+                f"{len(targets)} labels in {frames} frames: more than prune_range - 1 = "
+                f"{self.prune_range - 1} per frame"
+            )
         return None
 
     def loss(self, feats, feat_lens, targets, target_lens):
         h, lens = self.encoder(feats, feat_lens)
+        if self.prune_range and self.training:
+            return self._pruned_loss(h, lens, targets, target_lens)
         if self.criterion == "rnnt":
             logits = self.decoder(h, lens, targets)
             # the same loss: torchaudio's CUDA kernel on a GPU; on a CPU the fused-gather
@@ -59,6 +103,20 @@ class TransducerModel(AsrModel):
             blank_logits, units, (targets - 1).clamp(min=0), lens, target_lens
         )
         return LossOutput(nll, nll.detach(), {})
+
+    def _pruned_loss(self, h, lens, targets, target_lens) -> LossOutput:
+        """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
+        pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
+        hat = self.criterion == "hat"
+        g = self.decoder.prediction(targets)  # (B, U + 1, H); label y is unit y of the joint
+        simple, starts = simple_transducer_nll(
+            self.simple_am(h), self.simple_lm(g), targets, lens, target_lens, self.prune_range, hat
+        )
+        units = self.decoder.joint.pruned_scores(h, g, starts, self.prune_range)
+        nll = pruned_transducer_nll(units, starts, targets, lens, target_lens, hat)
+        labels = max(int(target_lens.sum()), 1)
+        stats = {"simple_loss": float(simple.detach().sum()) / labels}
+        return LossOutput(nll + self.simple_loss_scale * simple, nll.detach(), stats)
 
     @torch.no_grad()
     def internal_lm_score(self, targets: torch.Tensor, target_lens: torch.Tensor) -> torch.Tensor:

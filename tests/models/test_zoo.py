@@ -74,6 +74,8 @@ LOSSES = {
     "forced_suffix": {"name": "forced_suffix", "num_samples": 4},
     "rnnt": {"name": "rnnt"},
     "hat": {"name": "hat"},
+    "rnnt_pruned": {"name": "rnnt", "prune_range": 3},
+    "hat_pruned": {"name": "hat", "prune_range": 2},
 }
 SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "cb_mc", "forced_suffix"}
 # The specification (issue 6; CB paper sections 2.2, 2.4 and 5.2): which loss trains which decoder.
@@ -84,10 +86,10 @@ ALLOWED = {
     "monotonic": {"cb_marginal"} | SAMPLED,
     "monotonic_variable": {"cb_marginal"},  # gaps beyond the window have probability 0: no sampling
     "attention_emission": {"cb_marginal"} | SAMPLED,
-    "transducer": {"rnnt"},
-    "hat": {"hat"},
-    "hat_context1": {"hat"},
-    "hat_linear": {"hat"},
+    "transducer": {"rnnt", "rnnt_pruned"},
+    "hat": {"hat", "hat_pruned"},
+    "hat_context1": {"hat", "hat_pruned"},
+    "hat_linear": {"hat"},  # the pruned loss reads the blank logit off the joint's units
 }
 PAIRS = [(d, l) for d in DECODERS for l in LOSSES]
 
@@ -217,6 +219,43 @@ def test_utterance_checks_follow_each_lattice():
     assert cb.check_utterance(6, [1, 1, 3]) is None  # CB does not merge repeats
     assert "cannot hold 4 labels" in cb.check_utterance(6, [1, 2, 3, 4])
     assert rnnt.check_utterance(2, [1, 2, 3, 4, 5]) is None  # many labels per frame
+    pruned = _build("hat", "hat_pruned")  # windows of 2 positions: one label per frame
+    assert pruned.check_utterance(6, [1, 2, 3]) is None
+    assert "4 labels in 3 frames: more than prune_range - 1 = 1 per frame" in (
+        pruned.check_utterance(6, [1, 2, 3, 4])
+    )
+
+
+@pytest.mark.parametrize("decoder,loss", [("transducer", "rnnt_pruned"), ("hat", "hat_pruned")])
+def test_pruned_training_bounds_the_exact_loss_and_trains_the_trivial_joint(
+    tone_batch, decoder, loss
+):
+    """Training mode: the pruned loss is at least the exact loss of the same model (evaluation
+    mode), equal to it when the windows span every label position; the optimised loss adds
+    the trivial joint's, whose projections get gradients."""
+    batch, vocab_size = tone_batch
+    torch.manual_seed(0)
+    model = _build(decoder, loss, batch.feats.shape[-1], vocab_size)
+    args = (batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+    out = model.train().loss(*args)
+    with torch.no_grad():
+        exact = model.eval().loss(*args).nll
+    assert (out.nll >= exact - 1e-4).all() and (out.nll > exact + 1e-3).any()
+    simple = out.loss.detach() - out.nll
+    assert (simple > 0).all()
+    assert out.stats["simple_loss"] == pytest.approx(
+        float(simple.sum() / model.simple_loss_scale / batch.target_lens.sum()), rel=1e-5
+    )
+    out.loss.sum().backward()
+    for module in (model.simple_am, model.simple_lm, model.decoder.joint, model.encoder):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+    spanning = {**LOSSES[loss], "prune_range": int(batch.target_lens.max()) + 1}
+    wide = builder.build_model(
+        ENCODER, DECODERS[decoder], spanning, batch.feats.shape[-1], vocab_size
+    )
+    wide.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(wide.train().loss(*args).nll, exact, rtol=1e-5, atol=1e-4)
 
 
 def _decoding_scores_cb(model, feats, lens, targets):
@@ -260,6 +299,8 @@ def _decoding_scores_transducer(model, feats, lens, targets):
         ("hat", "hat"),
         ("hat_context1", "hat"),
         ("hat_linear", "hat"),
+        ("transducer", "rnnt_pruned"),  # evaluation: the exact loss
+        ("hat", "hat_pruned"),
     ],
 )
 def test_training_loss_is_the_lattice_of_the_decoding_scores(tone_batch, decoder, loss):

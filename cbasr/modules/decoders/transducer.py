@@ -61,6 +61,18 @@ class Joint(nn.Module, metaclass=abc.ABCMeta):
         ``(B, T, U + 1, outputs)``."""
         return self.out(self.encoder_proj(h).unsqueeze(2) + self.label_proj(g).unsqueeze(1))
 
+    def pruned_scores(self, h: torch.Tensor, g: torch.Tensor, starts: torch.Tensor, width: int):
+        """The output units on windows of the lattice: ``h (B, T, D)``, ``g (B, U + 1, H)``,
+        ``starts (B, T)`` -> ``(B, T, width, outputs)`` at label positions ``starts[b, t] + s``
+        (:mod:`cbasr.losses.pruned`). Positions past ``U`` repeat position ``U``."""
+        B, T = starts.shape
+        positions = (starts[..., None] + torch.arange(width, device=g.device)).clamp(
+            max=g.shape[1] - 1
+        )
+        labels = self.label_proj(g)  # (B, U + 1, J): projected before the gather, U + 1 rows
+        picked = labels.gather(1, positions.view(B, T * width, 1).expand(-1, -1, labels.shape[-1]))
+        return self.out(self.encoder_proj(h).unsqueeze(2) + picked.view(B, T, width, -1))
+
     def prepare(self, h: torch.Tensor) -> dict:
         """The encoder side of the search state, computed once per utterance."""
         return {"enc": self.encoder_proj(h)}

@@ -1,0 +1,275 @@
+"""Pruned transducer losses: the full joint only where the alignment can plausibly be.
+
+Kuang, Guo, Kang, Lin, Luo, Yao and Povey (2022), "Pruned RNN-T for fast, memory-efficient ASR
+training", arXiv:2206.13236. The RNN-T lattice (:mod:`cbasr.losses.transducer`) has ``T (U + 1)``
+nodes, and a transducer's cost is its joint network evaluated at every one of them. The
+pruned loss evaluates it at ``S`` label positions per frame instead:
+
+1. A *trivial joint*, ``am_t + lm_u`` with ``am = W_a f_t``, ``lm = W_l g_u`` linear in the
+   encoder and prediction outputs, gives the whole lattice's edge weights for the cost of a
+   ``(T, V) x (V, U + 1)`` matrix product: its normaliser ``log sum_v exp(am_t[v] + lm_u[v])``
+   factors (:func:`trivial_joint_log_probs`). Its loss (the *simple* loss) trains ``W_a``,
+   ``W_l`` and, through them, the encoder.
+2. The simple lattice's node occupancies (its edge posteriors) choose, for each frame ``t``,
+   the window ``[s_t, s_t + S)`` of label positions holding the most of them, adjusted so
+   that the windows hold a path (:func:`prune_ranges`).
+3. The model's joint is evaluated on the windows only (``(B, T, S, V)`` instead of
+   ``(B, T, U + 1, V)``), and :func:`pruned_transducer_nll` sums the lattice over the paths
+   that stay inside them.
+
+**Exactness statement.** :func:`pruned_transducer_nll` is exact for what it computes: minus
+the log of the summed probability of the lattice paths whose every node lies in the windows,
+with its exact gradient, the windows held fixed (they are chosen from detached posteriors and
+are not differentiated). It is therefore an upper bound of the full negative log-likelihood,
+equal to it when every window covers all label positions (``S >= U_b + 1``), and as close as
+the paths outside the windows are improbable. The windows always hold at least one path
+(:func:`prune_ranges`), so the bound is finite whenever the joint's probabilities are nonzero.
+
+Both criteria are served: ``hat=False`` is RNN-T (one softmax over the ``V`` units, blank
+unit 0); ``hat=True`` is HAT (HAT paper eq. 4: a blank Bernoulli from unit 0's logit and a
+softmax over units ``1 .. V - 1``). Label ``y`` is unit ``y`` in both: ``targets`` hold unit
+indices ``>= 1``.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.losses.transducer import gather_logsumexp, transducer_lattice_nll
+
+__all__ = [
+    "trivial_joint_log_probs",
+    "prune_ranges",
+    "simple_transducer_nll",
+    "pruned_transducer_nll",
+]
+
+_NEG_INF = float("-inf")
+
+
+def _label_columns(targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """``(B, U + 1)``: the unit of label ``y_{u+1}`` at each position ``u`` (0 where there is
+    none: padding and ``u = U_b``), for gathering."""
+    U = targets.shape[1]
+    valid = (
+        torch.arange(U, device=targets.device)[None, :] < target_lengths.to(targets.device)[:, None]
+    )
+    return F.pad(torch.where(valid, targets, 0), (0, 1))
+
+
+def _edges(
+    blank_units: torch.Tensor, label_units: torch.Tensor, lse: torch.Tensor, hat: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge log-weights from unit 0's score, the next label's score and the normaliser:
+    RNN-T ``(blank - lse, label - lse)``; HAT eq. (4) ``(log b, log(1 - b) + label - lse)``."""
+    if hat:
+        return F.logsigmoid(blank_units), F.logsigmoid(-blank_units) + label_units - lse
+    return blank_units - lse, label_units - lse
+
+
+def trivial_joint_log_probs(
+    am: torch.Tensor,
+    lm: torch.Tensor,
+    targets: torch.Tensor,
+    target_lengths: torch.Tensor,
+    hat: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge log-weights of the trivial joint ``am_t + lm_u`` over the whole lattice.
+
+    Its normaliser over the units ``c`` (all of them for RNN-T, ``1 ..`` for HAT) factors:
+    ``log sum_c exp(am_t[c] + lm_u[c]) = m_t + n_u + log sum_c exp(am_t[c] - m_t)
+    exp(lm_u[c] - n_u)``, with ``m_t``, ``n_u`` the row maxima: one ``(T, V) x (V, U + 1)``
+    product per utterance, computed in float64 (a float32 product underflows when the two
+    rows' large entries fall on different units). No ``(B, T, U + 1, V)`` tensor exists.
+
+    Args:
+        am: ``(B, T, V)`` encoder side; lm: ``(B, U + 1, V)`` prediction side.
+        targets: ``(B, U)`` units of the labels, in ``[1, V)``; padding ignored.
+        target_lengths: ``(B,)``.
+        hat: HAT's edges (module docstring) instead of RNN-T's.
+
+    Returns:
+        ``blank (B, T, U + 1)`` and ``emit (B, T, U)`` log-weights in ``am``'s dtype, the
+        arguments of :func:`~cbasr.losses.transducer.transducer_lattice_nll`;
+        differentiable w.r.t. ``am`` and ``lm``.
+    """
+    check_floating("am", am)
+    check_floating("lm", lm)
+    check_shape("am", am, "(B, T, V)", (None, None, None))
+    B, T, V = am.shape
+    check_shape("lm", lm, "(B, U + 1, V)", (B, None, V))
+    U1 = lm.shape[1]
+    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    check_label_ids("targets", targets, target_lengths, V, blank=0)
+    a, b = am.double(), lm.double()
+    start = 1 if hat else 0
+    a_max = a[..., start:].amax(dim=-1, keepdim=True).detach()  # (B, T, 1)
+    b_max = b[..., start:].amax(dim=-1, keepdim=True).detach()  # (B, U + 1, 1)
+    products = torch.bmm(
+        (a[..., start:] - a_max).exp(), (b[..., start:] - b_max).exp().transpose(1, 2)
+    )
+    lse = products.clamp(min=torch.finfo(torch.float64).tiny).log() + a_max + b_max.transpose(1, 2)
+    columns = _label_columns(targets, target_lengths).to(am.device)  # (B, U + 1)
+    label = a.gather(-1, columns[:, None, :].expand(B, T, U1)) + b.gather(
+        -1, columns[..., None]
+    ).transpose(1, 2)
+    blank = a[..., :1] + b[..., 0][:, None, :]  # (B, T, U + 1)
+    blank_lp, emit_lp = _edges(blank, label, lse, hat)
+    return blank_lp.to(am.dtype), emit_lp[..., :-1].to(am.dtype)
+
+
+def prune_ranges(
+    occupancy: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    prune_range: int,
+) -> torch.Tensor:
+    """Window starts ``s_t``: per frame the ``prune_range`` (``S``) label positions
+    ``[s_t, s_t + S)`` with the most occupancy, adjusted to hold a path.
+
+    A path from ``(0, 0)`` to ``(T_b - 1, U_b)`` inside the windows exists when ``s_0 = 0``,
+    ``s_{t-1} <= s_t <= s_{t-1} + S - 1`` (a frame's windows overlap, so the path can step
+    to the next frame from where it is) and ``s_{T_b - 1} >= U_b - S + 1`` (the last window
+    holds ``U_b``). Each ``s_t`` is first clamped to what these allow at frame ``t``
+    (``[U_b - S + 1 - (T_b - 1 - t)(S - 1), t (S - 1)]``, and ``<= U_b - S + 1``), then made
+    non-decreasing by a running maximum, then made to rise by at most ``S - 1`` per frame by
+    raising earlier starts (a running maximum of ``s_t - t (S - 1)`` from the end); neither
+    step leaves the clamped bounds.
+
+    Args:
+        occupancy: ``(B, T, U + 1)`` nonnegative weight of each node, e.g. the summed
+            posteriors of the edges leaving it; detached.
+        input_lengths, target_lengths: ``(B,)``.
+        prune_range: ``S >= 2``.
+
+    Returns:
+        ``(B, T)`` int64 starts; frames past ``T_b`` repeat the last frame's bounds.
+
+    Raises:
+        ValueError: if an utterance has more labels than the windows can hold,
+            ``U_b > T_b (S - 1)``.
+    """
+    if prune_range < 2:
+        raise ValueError(f"prune_range must be >= 2, got {prune_range}")
+    check_shape("occupancy", occupancy, "(B, T, U + 1)", (None, None, None))
+    B, T, U1 = occupancy.shape
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    S, device = prune_range, occupancy.device
+    T_b = input_lengths.to(device)[:, None]  # (B, 1)
+    U_b = target_lengths.to(device)[:, None]
+    too_many = (U_b > T_b * (S - 1)).flatten()
+    if bool(too_many.any()):
+        b = int(too_many.nonzero()[0, 0])
+        raise ValueError(
+            f"utterance {b} of the batch has {int(U_b[b, 0])} labels in {int(T_b[b, 0])} frames: "
+            f"windows of prune_range={S} label positions hold at most {S - 1} labels per frame"
+        )
+    if U1 > S:  # the window holding the most occupancy, by differences of a running sum
+        sums = F.pad(occupancy.detach().double().cumsum(dim=-1), (1, 0))
+        desired = (sums[..., S:] - sums[..., :-S]).argmax(dim=-1)  # (B, T)
+    else:
+        desired = torch.zeros(B, T, dtype=torch.long, device=device)
+    t = torch.arange(T, device=device)[None, :].expand(B, T)
+    last = torch.minimum(t, T_b - 1)  # padded frames take the last frame's bounds
+    top = (U_b - S + 1).clamp(min=0)
+    low = (top - (T_b - 1 - last) * (S - 1)).clamp(min=0)
+    high = torch.minimum(last * (S - 1), top)
+    starts = torch.maximum(torch.minimum(desired, high), low)
+    starts = starts.cummax(dim=1).values
+    rise = t * (S - 1)
+    return (starts - rise).flip(1).cummax(dim=1).values.flip(1) + rise
+
+
+def simple_transducer_nll(
+    am: torch.Tensor,
+    lm: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    prune_range: int,
+    hat: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trivial joint's loss (steps 1 and 2 of the module docstring) and the windows it
+    chooses.
+
+    The lattice runs once, on detached edge weights, for both: its gradient is the edge
+    posteriors, whose per-node sums are the occupancies :func:`prune_ranges` reads, and the
+    returned loss is ``nll + sum(grad * w) - sum(grad * w).detach()`` over the attached edge
+    weights ``w``: the lattice's value with the lattice's gradient.
+
+    Args:
+        am, lm, targets, target_lengths, hat: as :func:`trivial_joint_log_probs`.
+        input_lengths: ``(B,)`` frames.
+        prune_range: ``S``, as :func:`prune_ranges`.
+
+    Returns:
+        ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
+    """
+    blank_lp, emit_lp = trivial_joint_log_probs(am, lm, targets, target_lengths, hat)
+    with torch.enable_grad():
+        blank_d = blank_lp.detach().requires_grad_()
+        emit_d = emit_lp.detach().requires_grad_()
+        nll = transducer_lattice_nll(blank_d, emit_d, input_lengths, target_lengths)
+        grad_blank, grad_emit = torch.autograd.grad(nll.sum(), (blank_d, emit_d))
+    # gradients of -log P: minus the posteriors of the edges leaving each node
+    occupancy = -(grad_blank + F.pad(grad_emit, (0, 1)))
+    starts = prune_ranges(occupancy, input_lengths, target_lengths, prune_range)
+    linear = (grad_blank * blank_lp).sum(dim=(1, 2)) + (grad_emit * emit_lp).sum(dim=(1, 2))
+    return nll.detach() + linear - linear.detach(), starts
+
+
+def pruned_transducer_nll(
+    units: torch.Tensor,
+    starts: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    hat: bool = False,
+) -> torch.Tensor:
+    """``-log`` of the summed probability of the paths inside the windows (the module
+    docstring's exactness statement), from the joint's scores on the windows.
+
+    The softmax is fused into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`);
+    the gathered edge weights are scattered into ``(B, T, U + 1)`` lattice tables that hold
+    ``-inf`` outside the windows, which :func:`~cbasr.losses.transducer.transducer_lattice_nll`
+    sums over.
+
+    Args:
+        units: ``(B, T, S, V)`` unnormalised joint outputs at label positions
+            ``starts[b, t] + s`` (positions past ``U`` are ignored).
+        starts: ``(B, T)`` from :func:`prune_ranges`.
+        targets: ``(B, U)`` units of the labels, in ``[1, V)``; padding ignored.
+        input_lengths, target_lengths: ``(B,)``.
+        hat: HAT's edges instead of RNN-T's.
+
+    Returns:
+        ``(B,)`` negative log-probabilities, differentiable once w.r.t. ``units``.
+    """
+    check_floating("units", units)
+    check_shape("units", units, "(B, T, S, V)", (None, None, None, None))
+    B, T, S, V = units.shape
+    check_shape("starts", starts, "(B, T)", (B, T))
+    check_shape("targets", targets, "(B, U)", (B, None))
+    U1 = targets.shape[1] + 1
+    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    check_label_ids("targets", targets, target_lengths, V, blank=0)
+    device = units.device
+    positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
+    columns = _label_columns(targets.to(device), target_lengths)  # (B, U + 1)
+    label_units = columns.gather(1, positions.clamp(max=U1 - 1).flatten(1)).view(B, T, S)
+    index = torch.stack([torch.zeros_like(label_units), label_units], dim=-1)
+    picked, lse = gather_logsumexp(units.contiguous(), index, 1 if hat else 0)
+    # padded frames hold whatever the joint made of padding: zeroed so nothing turns NaN
+    pad_t = torch.arange(T, device=device)[None, :, None] >= input_lengths.to(device)[:, None, None]
+    blank_units = torch.where(pad_t, 0.0, picked[..., 0])
+    blank_lp, emit_lp = _edges(blank_units, torch.where(pad_t, 0.0, picked[..., 1]), lse, hat)
+    # positions run to U + S - 1 at most: the tables get S - 1 spare columns, cut off after
+    width = U1 + S - 1
+    blank = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
+    emit = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
+    return transducer_lattice_nll(
+        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths
+    )
