@@ -111,9 +111,9 @@ def trivial_joint_log_probs(
     )
     lse = products.clamp(min=torch.finfo(torch.float64).tiny).log() + a_max + b_max.transpose(1, 2)
     columns = _label_columns(targets, target_lengths).to(am.device)  # (B, U + 1)
-    label = a.gather(-1, columns[:, None, :].expand(B, T, U1)) + b.gather(
-        -1, columns[..., None]
-    ).transpose(1, 2)
+    label_am = a.gather(-1, columns[:, None, :].expand(B, T, U1))  # (B, T, U + 1)
+    label_lm = b.gather(-1, columns[..., None]).transpose(1, 2)  # (B, 1, U + 1)
+    label = label_am + label_lm
     blank = a[..., :1] + b[..., 0][:, None, :]  # (B, T, U + 1)
     blank_lp, emit_lp = _edges(blank, label, lse, hat)
     return blank_lp.to(am.dtype), emit_lp[..., :-1].to(am.dtype)
@@ -207,6 +207,14 @@ def simple_transducer_nll(
     Returns:
         ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
     """
+    # padded frames and label positions zeroed first: whatever they hold (NaN) stays out of
+    # the normaliser's product and its gradient
+    B, T, _ = am.shape
+    U1 = lm.shape[1]
+    frames = torch.arange(T, device=am.device)[None, :] < input_lengths.to(am.device)[:, None]
+    positions = torch.arange(U1, device=lm.device)[None, :] <= target_lengths.to(lm.device)[:, None]
+    am = torch.where(frames[..., None], am, 0.0)
+    lm = torch.where(positions[..., None], lm, 0.0)
     blank_lp, emit_lp = trivial_joint_log_probs(am, lm, targets, target_lengths, hat)
     with torch.enable_grad():
         blank_d = blank_lp.detach().requires_grad_()

@@ -89,7 +89,7 @@ class LabelContext(nn.Module):
 
         Start from :meth:`initial_state` and feed :data:`START` first: the outputs are then
         ``g_0, g_1, ...`` of :meth:`forward`. States are batched along dim 0 (dim 1 for the
-        LSTM's ``(h, c)``); :meth:`select_state` picks rows.
+        LSTM's ``(h, c)``); :meth:`step_rows` advances some rows only.
         """
         if self.context == 0:
             return self.constant.expand(labels.shape[0], -1), state
@@ -101,12 +101,23 @@ class LabelContext(nn.Module):
         window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
         return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window
 
-    def select_state(self, state, keep: torch.Tensor, new_state):
-        """Rows of ``new_state`` where ``keep (B,)`` is True, of ``state`` elsewhere."""
+    def step_rows(self, labels: torch.Tensor, state, rows: torch.Tensor):
+        """:meth:`step` for rows ``rows (K,)`` of the batch only, the others left as they are:
+        ``labels (B,)`` -> ``(g (K, D) of those rows, the whole new state)``.
+
+        A search extends a few of its rows per step (about one in eight in a transducer's
+        beam search): stepping only those costs that fraction of a full :meth:`step`."""
         if self.context == 0:
-            return state
+            return self.constant.expand(rows.shape[0], -1), state
         if self.context == -1:
-            if state is None:  # the LSTM's zero state
-                state = tuple(torch.zeros_like(s) for s in new_state)
-            return tuple(torch.where(keep.view(1, -1, 1), n, s) for s, n in zip(state, new_state))
-        return torch.where(keep.unsqueeze(1), new_state, state)
+            if state is None:  # the LSTM's zero state, made explicit for the rows left out
+                zeros = self.embedding.weight.new_zeros(
+                    self.rnn.num_layers, labels.shape[0], self.rnn.hidden_size
+                )
+                state = (zeros, zeros)
+            g, new = self.step(
+                labels.index_select(0, rows), tuple(s.index_select(1, rows) for s in state)
+            )
+            return g, tuple(s.index_copy(1, rows, n) for s, n in zip(state, new))
+        g, new = self.step(labels.index_select(0, rows), state.index_select(0, rows))
+        return g, state.index_copy(0, rows, new)

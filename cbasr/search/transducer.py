@@ -98,12 +98,12 @@ class _Finished:
         """``(B, M)`` ranking scores of the entries (``-inf`` padding) and their prefixes."""
         keys = [list(table) for table in self.entries]
         width = max(1, max(len(k) for k in keys))
-        out = torch.full((len(keys), width), _NEG_INF, dtype=torch.float64)
-        for b, table in enumerate(self.entries):
-            for i, key in enumerate(keys[b]):
-                am, fused = table[key][0], table[key][1]
-                out[b, i] = options.am_weight * am + fused
-        return out.to(dtype=dtype, device=device), keys
+        rows = [
+            [options.am_weight * entry[0] + entry[1] for entry in table.values()]
+            + [_NEG_INF] * (width - len(table))
+            for table in self.entries
+        ]  # one tensor from lists: assigning element by element cost a third of the search
+        return torch.tensor(rows, dtype=torch.float64).to(dtype=dtype, device=device), keys
 
     def best(
         self, options: BeamSearchOptions, dtype, device

@@ -306,6 +306,30 @@ def test_simple_loss_is_the_trivial_joint_loss_with_its_gradient(criterion):
     _assert_windows_hold_a_path(starts, il, tl, 3)
 
 
+def test_simple_loss_ignores_what_padded_frames_hold():
+    """NaN in the encoder side's padded frames: the same loss, windows and gradient, and no
+    gradient into the padding."""
+    targets, il, tl = _lengths_and_targets(UTTERANCES)
+    g = torch.Generator().manual_seed(19)
+    am = torch.randn(4, 6, 4, generator=g, dtype=F64)
+    lm = torch.randn(4, 5, 4, generator=g, dtype=F64, requires_grad=True)
+    padded = am.clone()
+    for b, (tb, _) in enumerate(UTTERANCES):
+        padded[b, tb:] = float("nan")
+    am.requires_grad_(), padded.requires_grad_()
+    for hat in (False, True):
+        want, want_starts = simple_transducer_nll(am, lm, targets, il, tl, 3, hat)
+        got, starts = simple_transducer_nll(padded, lm, targets, il, tl, 3, hat)
+        torch.testing.assert_close(got, want)
+        for b, (tb, _) in enumerate(UTTERANCES):
+            assert starts[b, :tb].tolist() == want_starts[b, :tb].tolist()
+        grad_am, grad_lm = torch.autograd.grad(got.sum(), (padded, lm))
+        assert torch.isfinite(grad_am).all() and torch.isfinite(grad_lm).all()
+        for b, (tb, _) in enumerate(UTTERANCES):
+            assert (grad_am[b, tb:] == 0).all()
+        torch.testing.assert_close(grad_lm, torch.autograd.grad(want.sum(), lm)[0])
+
+
 def test_simple_loss_windows_hold_the_paths_of_a_confident_trivial_joint():
     """A trivial joint sure of one alignment (label u on frame u, blanks elsewhere): the
     windows chosen from its posteriors keep that path, so the pruned loss of a joint with the

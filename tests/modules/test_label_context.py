@@ -41,17 +41,31 @@ def test_finite_context_forgets_older_labels():
     assert not torch.allclose(net(a)[:, 3], net(b)[:, 3])
 
 
-def test_select_state_keeps_unchosen_rows():
+@pytest.mark.parametrize("context", [-1, 0, 2])
+@pytest.mark.parametrize("from_start", [False, True])
+def test_step_rows_advances_the_chosen_rows_only(context, from_start):
+    """Rows 0 and 2 of 3 read a label: their outputs and states equal a full step's, row 1's
+    state is untouched (from the initial state too: the LSTM's implicit zero state)."""
     torch.manual_seed(0)
-    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=-1).eval()
-    state = net.initial_state(2)
-    g0, state = net.step(torch.full((2,), START), state)
-    g1, new = net.step(torch.tensor([3, 4]), state)
-    kept = net.select_state(state, torch.tensor([True, False]), new)
-    g2, _ = net.step(torch.tensor([5, 5]), kept)
-    ref0, _ = net.step(torch.tensor([5]), tuple(s[:, :1] for s in new))
-    ref1, _ = net.step(torch.tensor([5]), tuple(s[:, 1:] for s in state))
-    torch.testing.assert_close(g2, torch.cat([ref0, ref1]))
+    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=context).eval()
+    state = net.initial_state(3)
+    if not from_start:
+        _, state = net.step(torch.full((3,), START), state)
+    labels, rows = torch.tensor([3, 4, 5]), torch.tensor([0, 2])
+    g, stepped = net.step_rows(labels, state, rows)
+    g_all, full = net.step(labels, state)
+    torch.testing.assert_close(g, g_all[rows])
+
+    def row(s, r):  # one row of a state (LSTM: (h, c) batched along dim 1)
+        if s is None:
+            return torch.zeros(2, 1, 6)
+        return torch.stack([x[:, r] for x in s]) if isinstance(s, tuple) else s[r]
+
+    for r in (0, 2):
+        torch.testing.assert_close(row(stepped, r), row(full, r))
+    torch.testing.assert_close(row(stepped, 1), row(state, 1))
+    if context != 0:
+        assert not torch.allclose(row(stepped, 0), row(state, 0))
 
 
 def test_negative_context_other_than_minus_one_is_refused():

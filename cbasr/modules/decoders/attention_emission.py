@@ -88,9 +88,9 @@ class AttentionEmissionDecoder(CBDecoder):
         return state["emit_logits"][:, t], self._joint(state["enc"][:, t], state["lab"])
 
     def commit(self, state, t, emitted, labels):
-        if not bool(emitted.any()):
+        rows = emitted.nonzero().squeeze(1)
+        if not rows.numel():
             return state
-        g, new = self.label_context.step(labels, state["context"])
-        state["context"] = self.label_context.select_state(state["context"], emitted, new)
-        state["lab"] = torch.where(emitted.unsqueeze(1), self.label_proj(g), state["lab"])
+        g, state["context"] = self.label_context.step_rows(labels, state["context"], rows)
+        state["lab"] = state["lab"].index_copy(0, rows, self.label_proj(g))
         return state

@@ -257,10 +257,10 @@ class MonotonicAttentionDecoder(CBDecoder):
         return state["emit_logits"][:, t], log_probs
 
     def commit(self, state, t, emitted, labels):
-        if not bool(emitted.any()):
+        rows = emitted.nonzero().squeeze(1)
+        if not rows.numel():
             return state
-        g, new = self.label_context.step(labels, state["context"])
-        state["context"] = self.label_context.select_state(state["context"], emitted, new)
-        state["g"] = torch.where(emitted.unsqueeze(1), g, state["g"])
+        g, state["context"] = self.label_context.step_rows(labels, state["context"], rows)
+        state["g"] = state["g"].index_copy(0, rows, g)
         state["last"] = torch.where(emitted, torch.full_like(state["last"], t), state["last"])
         return state

@@ -262,10 +262,10 @@ class TransducerDecoder(nn.Module):
 
     def commit(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
         """Extend the prefixes of the utterances with ``emitted (B,)`` by ``labels (B,)`` (ids)."""
-        if bool(emitted.any()):
-            g, new = self.prediction.step(labels, state["context"])
-            state["context"] = self.prediction.select_state(state["context"], emitted, new)
-            state["g"] = torch.where(emitted.unsqueeze(1), g, state["g"])
+        rows = emitted.nonzero().squeeze(1)
+        if rows.numel():
+            g, state["context"] = self.prediction.step_rows(labels, state["context"], rows)
+            state["g"] = state["g"].index_copy(0, rows, g)
         return state
 
     def reorder(self, state: dict, index: torch.Tensor) -> dict:
