@@ -9,8 +9,7 @@ import logging
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.decode import decode_dir_name
-from cbasr.engines.scoring import score_decode_dir
+from cbasr.engines.scoring import decode_dir_name, score_decode_dir
 
 log = logging.getLogger("cbasr-score")
 

@@ -200,8 +200,9 @@ class AsrTask:
             if not batch.ids:
                 continue
             with autocast():
-                out = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
-                hyps = model.greedy_decode(batch.feats, batch.feat_lens)
+                out, hyps = model.validate_batch(
+                    batch.feats, batch.feat_lens, batch.targets, batch.target_lens
+                )
             refs = [y[:n].tolist() for y, n in zip(batch.targets, batch.target_lens.tolist())]
             counts = error_counts(
                 [self.vocab.decode(r) for r in refs], [self.vocab.decode(h) for h in hyps]

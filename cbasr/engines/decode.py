@@ -19,7 +19,7 @@ from cbasr.data.batching import BucketBatchSampler
 from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, experiment_input, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
-from cbasr.engines.scoring import write_trn
+from cbasr.engines.scoring import decode_dir_name, write_trn
 from cbasr.progress import progress_bar
 from cbasr.search import (
     BeamSearchOptions,
@@ -43,11 +43,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def decode_dir_name(split: str, tag: str | None) -> str:
-    """``<split>`` or ``<split>_<tag>``: where cbasr-decode writes a split's decoding."""
-    return f"{split}_{tag}" if tag else split
 
 
 class Experiment:

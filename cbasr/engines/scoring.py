@@ -40,7 +40,15 @@ __all__ = [
     "paired_bootstrap_test",
     "sign_test",
     "score_decode_dir",
+    "decode_dir_name",
 ]
+
+
+def decode_dir_name(split: str, tag: str | None) -> str:
+    """``<split>`` or ``<split>_<tag>``: where cbasr-decode writes a split's decoding (here,
+    beside the scoring that reads it, so that scoring needs no torch)."""
+    return f"{split}_{tag}" if tag else split
+
 
 _COUNT_KEYS = ("sub", "del", "ins", "hits")
 

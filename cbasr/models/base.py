@@ -4,7 +4,8 @@ A model is ``encoder -> decoder -> loss``. It takes plain tensors (never a data-
 and answers four questions:
 
 - :meth:`AsrModel.loss`: a :class:`LossOutput` for a padded batch;
-- :meth:`AsrModel.greedy_decode`: one label sequence (ids) per utterance;
+- :meth:`AsrModel.greedy_decode`: one label sequence (ids) per utterance
+  (:meth:`AsrModel.validate_batch`: both, for validation);
 - :meth:`AsrModel.check_utterance`: whether an utterance can be trained on at all (e.g. more
   labels than frames), so the data layer can skip it by id with the reason;
 - :meth:`AsrModel.supports` (a class method): whether the loss can train a given decoder, and
@@ -74,6 +75,21 @@ class AsrModel(nn.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> list[list[int]]:
         """Best label sequence per utterance (ids, blank never included)."""
+
+    @torch.no_grad()
+    def validate_batch(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        targets: torch.Tensor,
+        target_lens: torch.Tensor,
+    ) -> tuple[LossOutput, list[list[int]]]:
+        """:meth:`loss` and :meth:`greedy_decode` of one batch, the two things validation asks
+        (in evaluation mode). Models whose two answers start from the same encoder pass
+        override it to run the encoder once."""
+        return self.loss(feats, feat_lens, targets, target_lens), self.greedy_decode(
+            feats, feat_lens
+        )
 
     def output_frames(self, num_frames: int) -> int:
         """Encoder frames for an utterance of ``num_frames`` input frames."""

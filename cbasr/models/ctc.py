@@ -44,7 +44,16 @@ class CTCModel(AsrModel):
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
         """Best-path decoding: frame-wise argmax, repeats merged, blanks removed."""
+        return self._best_paths(*self.log_probs(feats, feat_lens))
+
+    @torch.no_grad()
+    def validate_batch(self, feats, feat_lens, targets, target_lens):
         log_probs, lens = self.log_probs(feats, feat_lens)
+        nll = ctc_nll(log_probs, targets, lens, target_lens)
+        return LossOutput(nll, nll.detach(), {}), self._best_paths(log_probs, lens)
+
+    @staticmethod
+    def _best_paths(log_probs: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         best = log_probs.argmax(-1)  # (B, T')
         hyps = []
         for path, length in zip(best.tolist(), lens.tolist()):

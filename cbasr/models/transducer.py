@@ -89,6 +89,14 @@ class TransducerModel(AsrModel):
 
     def loss(self, feats, feat_lens, targets, target_lens):
         h, lens = self.encoder(feats, feat_lens)
+        return self._loss(h, lens, targets, target_lens)
+
+    @torch.no_grad()
+    def validate_batch(self, feats, feat_lens, targets, target_lens):
+        h, lens = self.encoder(feats, feat_lens)
+        return self._loss(h, lens, targets, target_lens), self._greedy(h, lens)
+
+    def _loss(self, h, lens, targets, target_lens) -> LossOutput:
         if self.prune_range and self.training:
             return self._pruned_loss(h, lens, targets, target_lens)
         if self.criterion == "rnnt":
@@ -127,7 +135,9 @@ class TransducerModel(AsrModel):
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
         """Per frame, emit the best label while it beats the blank, at most ``max_symbols`` times."""
-        h, lens = self.encoder(feats, feat_lens)
+        return self._greedy(*self.encoder(feats, feat_lens))
+
+    def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         state = self.decoder.begin(h, lens)
         hyps: list[list[int]] = [[] for _ in range(h.shape[0])]
         for t in range(int(lens.max()) if lens.numel() else 0):
