@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.data.features import FbankOptions, extract_split, write_cmvn
+from cbasr.data.features import FbankOptions, FeaturePool, extract_split, write_cmvn
 from cbasr.data.source_tokens import SOURCE_VOCAB, extract_source_tokens, source_vocabulary
 from cbasr.storage.files import write_text
 
@@ -52,25 +52,27 @@ def main(argv: list[str] | None = None) -> None:
         _source_tokens(args)
         return
     opts = FbankOptions(num_mel_bins=args.num_mel_bins, deltas=args.deltas)
-    for i, split in enumerate(args.splits):
-        start = time.monotonic()
-        summary = extract_split(
-            args.manifest_dir / f"{split}.jsonl",
-            args.out / split,
-            opts,
-            workers=args.workers,
-            accumulate_stats=(i == 0),
-        )
-        if i == 0:
-            write_cmvn(summary, args.out / "cmvn.json")
-        log.info(
-            "%s: %d utterances, %d frames, %d skipped (%.1f s)",
-            split,
-            summary["kept"],
-            summary["frames"],
-            summary["skipped"],
-            time.monotonic() - start,
-        )
+    with FeaturePool(args.workers) as pool:  # one set of workers for every split
+        for i, split in enumerate(args.splits):
+            start = time.monotonic()
+            summary = extract_split(
+                args.manifest_dir / f"{split}.jsonl",
+                args.out / split,
+                opts,
+                workers=args.workers,
+                accumulate_stats=(i == 0),
+                pool=pool,
+            )
+            if i == 0:
+                write_cmvn(summary, args.out / "cmvn.json")
+            log.info(
+                "%s: %d utterances, %d frames, %d skipped (%.1f s)",
+                split,
+                summary["kept"],
+                summary["frames"],
+                summary["skipped"],
+                time.monotonic() - start,
+            )
 
 
 def _source_tokens(args) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "FbankOptions",
     "compute_fbank",
     "extract_split",
+    "FeaturePool",
     "write_cmvn",
     "load_cmvn",
     "FeatureStore",
@@ -122,11 +123,14 @@ def extract_split(
     opts: FbankOptions,
     workers: int = 2,
     accumulate_stats: bool = False,
+    pool: "FeaturePool | None" = None,
 ) -> dict:
     """Compute features for every utterance of ``manifest`` into ``out_dir``.
 
     Skips itself when ``out_dir/.done`` records the same manifest and options. Utterances
     whose audio is missing or unreadable are logged by id and listed in ``skipped.tsv``.
+    ``pool`` (a :class:`FeaturePool`) shares its worker processes among the splits of one
+    run; without it ``workers`` processes start for this split alone.
 
     Returns:
         A summary: utterances kept and skipped, frames, and (with ``accumulate_stats``)
@@ -153,7 +157,9 @@ def extract_split(
     total_sq = np.zeros(dim)
     tmp_bin = out_dir / "feats.bin.tmp"
     with open(tmp_bin, "wb") as fbin:
-        for utt_id, feats, reason in progress_bar(_map(jobs, workers), out_dir.name, len(jobs)):
+        for utt_id, feats, reason in progress_bar(
+            _map(jobs, workers, pool), out_dir.name, len(jobs)
+        ):
             if feats is None:
                 log.warning("skipping utterance %s: %s", utt_id, reason)
                 skipped.append(f"{utt_id}\t{reason}")
@@ -189,14 +195,41 @@ def extract_split(
     return summary
 
 
-def _map(jobs: list, workers: int):
-    """Ordered map of :func:`_features_of` over ``jobs``, in ``workers`` processes (0: inline)."""
-    if workers <= 0:
-        yield from map(_features_of, jobs)
+class FeaturePool:
+    """Worker processes for :func:`extract_split`, started when the first split needs them and
+    shared by the splits after it (each start of a spawned worker imports torch: seconds).
+    A context manager; ``workers=0`` computes inline."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool = None
+
+    def imap(self, jobs: list):
+        """Ordered map of :func:`_features_of` over ``jobs``."""
+        if self.workers <= 0:
+            return map(_features_of, jobs)
+        if self._pool is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = ctx.Pool(self.workers, initializer=_init_worker)
+        return self._pool.imap(_features_of, jobs, chunksize=16)
+
+    def __enter__(self) -> "FeaturePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
+
+def _map(jobs: list, workers: int, pool: FeaturePool | None = None):
+    """Ordered map of :func:`_features_of` over ``jobs``: in ``pool``, or in ``workers``
+    processes of its own (0: inline)."""
+    if pool is not None:
+        yield from pool.imap(jobs)
         return
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers, initializer=_init_worker) as pool:
-        yield from pool.imap(_features_of, jobs, chunksize=16)
+    with FeaturePool(workers) as own:
+        yield from own.imap(jobs)
 
 
 def write_cmvn(summary: dict, path: str | Path) -> None:

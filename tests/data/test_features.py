@@ -7,6 +7,7 @@ import torch
 
 from cbasr.data.features import (
     FbankOptions,
+    FeaturePool,
     FeatureStore,
     compute_fbank,
     extract_split,
@@ -61,6 +62,24 @@ def test_parallel_workers_give_the_same_features(corpus, tmp_path):
     extract_split(corpus / "train.jsonl", tmp_path / "b", OPTS, workers=2)
     assert (tmp_path / "a/feats.bin").read_bytes() == (tmp_path / "b/feats.bin").read_bytes()
     assert (tmp_path / "a/index.tsv").read_text() == (tmp_path / "b/index.tsv").read_text()
+
+
+def test_a_shared_pool_serves_several_splits_and_starts_only_when_needed(corpus, tmp_path):
+    extract_split(corpus / "train.jsonl", tmp_path / "a", OPTS, workers=0)
+    with FeaturePool(2) as pool:
+        extract_split(corpus / "train.jsonl", tmp_path / "b", OPTS, pool=pool)
+        workers = pool._pool
+        assert workers is not None
+        extract_split(corpus / "train.jsonl", tmp_path / "c", OPTS, pool=pool)
+        assert pool._pool is workers  # the same processes for the second split
+    assert pool._pool is None
+    for name in "bc":
+        assert (tmp_path / name / "feats.bin").read_bytes() == (
+            tmp_path / "a/feats.bin"
+        ).read_bytes()
+    with FeaturePool(2) as idle:  # every split complete: no process started
+        extract_split(corpus / "train.jsonl", tmp_path / "c", OPTS, pool=idle)
+        assert idle._pool is None
 
 
 def test_missing_and_corrupt_audio_are_skipped_by_id(corpus, tmp_path, caplog):
