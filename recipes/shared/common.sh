@@ -13,7 +13,8 @@ if ! command -v cbasr-train > /dev/null; then
 fi
 
 mkdir -p log
-logfile=log/run-$(date +%Y%m%d-%H%M%S).log
+# the process id keeps runs started in the same second (a sweep, several seeds) apart
+logfile=log/run-$(date +%Y%m%d-%H%M%S)-$$.log
 exec > >(tee -a "$logfile") 2>&1
 log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [$recipe_name] $*"; }
 stage_on() { [[ $stage -le $1 && $stop_stage -ge $1 ]]; }

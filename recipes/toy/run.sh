@@ -41,7 +41,8 @@ extra=()
 [[ -n $workers ]] && extra=(--workers "$workers")
 
 mkdir -p log
-logfile=log/run-$(date +%Y%m%d-%H%M%S).log
+# the process id keeps runs started in the same second (a sweep, several seeds) apart
+logfile=log/run-$(date +%Y%m%d-%H%M%S)-$$.log
 exec > >(tee -a "$logfile") 2>&1
 log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [toy] $*"; }
 start=$(date +%s)

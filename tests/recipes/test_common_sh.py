@@ -51,3 +51,27 @@ def test_a_failing_split_fails_the_stage_after_the_others_finish(tmp_path):
     assert done.returncode != 0 and "finished" not in done.stdout
     calls = (tmp_path / "calls").read_text().splitlines()
     assert sorted(call.split("--splits ")[1].split()[0] for call in calls) == ["bad", "test"]
+
+
+def test_runs_started_in_the_same_second_log_to_their_own_files(tmp_path):
+    """A sweep starts several run.sh at once: each keeps its own log under log/."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cbasr-train").write_text("#!/bin/sh\n")
+    (bin_dir / "date").write_text("#!/bin/sh\necho 20261126-120000\n")  # one second for all
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    script = f"""set -euo pipefail
+recipe_name=test; stage=0; stop_stage=0
+source {COMMON}
+echo "run $RUN"
+"""
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    runs = [
+        subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env={**env, "RUN": str(i)})
+        for i in range(3)
+    ]
+    assert [run.wait(timeout=60) for run in runs] == [0, 0, 0]
+    logs = sorted((tmp_path / "log").glob("run-20261126-120000*.log"))
+    assert len(logs) == 3
+    assert sorted(log.read_text() for log in logs) == [f"run {i}\n" for i in range(3)]
