@@ -1,6 +1,7 @@
 """A plain (non-editable) ``pip install .`` carries everything the commands need: the Hydra config
 tree is package data, so ``cbasr-train --cfg job`` composes from any directory."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,21 @@ def test_a_non_editable_install_composes_a_training_config_from_anywhere(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     assert "exp_dir: exp/x" in out.stdout
     assert "name: cb_marginal" in out.stdout
+
+
+@pytest.mark.slow
+def test_precompile_writes_the_bytecode_of_what_the_commands_import(tmp_path):
+    # `make install` runs scripts/precompile.py with bytecode writing on; here its bytecode goes
+    # to a fresh prefix, where every module it imports must land, torch's and cbasr's alike.
+    prefix = tmp_path / "pycache"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "precompile.py")],
+        env={**env, "PYTHONPYCACHEPREFIX": str(prefix)},
+        check=True,
+        timeout=600,
+    )
+    compiled = {p.name.split(".")[0] for p in prefix.rglob("*.pyc")}
+    # the commands, the losses, TensorBoard's writer, and numba's compiler (mathimpl)
+    for module in ("train", "decode", "synth", "align", "pruned", "writer", "mathimpl"):
+        assert module in compiled, module
