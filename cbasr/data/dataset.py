@@ -153,10 +153,7 @@ class AsrDataset(torch.utils.data.Dataset):
             return [], "no features (audio missing or unreadable at extraction)"
         if self.store is None and not audio_path(record, self.manifest).is_file():
             return [], f"audio not found: {audio_path(record, self.manifest)}"
-        if (
-            isinstance(self.store, FeatureStore)
-            and not torch.isfinite(self.store[record["id"]]).all()
-        ):
+        if isinstance(self.store, FeatureStore) and not self.store.finite(record["id"]):
             return [], "non-finite stored features (NaN or Inf)"
         tokens = tokens_of(record, units)
         if not tokens:

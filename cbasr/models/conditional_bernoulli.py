@@ -160,12 +160,26 @@ class CBModel(AsrModel):
         return emit_logits, label_terms, lens
 
     def loss(self, feats, feat_lens, targets, target_lens):
+        h, lens = self.encoder(feats, feat_lens)
+        return self._loss(h, lens, targets, target_lens)
+
+    @torch.no_grad()
+    def greedy_decode(self, feats, feat_lens):
+        return self._greedy(*self.encoder(feats, feat_lens))
+
+    @torch.no_grad()
+    def validate_batch(self, feats, feat_lens, targets, target_lens):
+        h, lens = self.encoder(feats, feat_lens)
+        return self._loss(h, lens, targets, target_lens), self._greedy(h, lens)
+
+    def _loss(self, h, lens, targets, target_lens) -> LossOutput:
+        """The loss from the encoder's output ``h (B, T', D)``, ``lens (B,)``."""
         exact_available = (
             self.decoder.order is not LabelOrder.HISTORY
             and not self.decoder.autoregressive_emissions
         )
         if self.criterion == "cb_marginal" or (exact_available and not self.training):
-            emit_logits, label_terms, lens = self.terms(feats, feat_lens, targets, target_lens)
+            emit_logits, label_terms = self.decoder.cb_terms(h, lens, targets, target_lens)
             marginal = (
                 cb_marginal_nll
                 if self.decoder.order is LabelOrder.MEMORYLESS
@@ -175,7 +189,6 @@ class CBModel(AsrModel):
             return LossOutput(
                 nll, nll.detach(), emission_rate_stats(emit_logits, lens, target_lens)
             )
-        h, lens = self.encoder(feats, feat_lens)
         baseline = None if self.baseline == "none" else self.baseline
         if self.decoder.autoregressive_emissions:
             return self._autoregressive_forced_suffix(h, lens, targets, target_lens, baseline)
@@ -202,9 +215,8 @@ class CBModel(AsrModel):
             estimate.loss, -estimate.value, emission_rate_stats(emit_logits, lens, target_lens)
         )
 
-    @torch.no_grad()
-    def greedy_decode(self, feats, feat_lens):
-        h, lens = self.encoder(feats, feat_lens)
+    def _greedy(self, h, lens) -> list[list[int]]:
+        """Frame by frame, the more probable of emitting the best label and not emitting."""
         state = self.decoder.begin(h, lens)
         hyps: list[list[int]] = [[] for _ in range(h.shape[0])]
         for t in range(int(lens.max()) if lens.numel() else 0):

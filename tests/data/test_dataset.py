@@ -1,6 +1,7 @@
 import json
 import logging
 
+import pytest
 import torch
 
 from cbasr.data.augment import Augmentation
@@ -131,11 +132,18 @@ def test_on_the_fly_features_equal_the_cached_ones(tmp_path):
     assert batch.ids == [live.records[1]["id"]]
 
 
-def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(tmp_path, caplog):
-    """NaN or Inf in the feature file (a damaged or foreign store) never reaches a batch."""
+@pytest.mark.parametrize("frame", ["first", "second", "last"])
+def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(
+    tmp_path, caplog, monkeypatch, frame
+):
+    """NaN or Inf in the feature file (a damaged or foreign store) never reaches a batch,
+    wherever it sits in the utterance, and the utterances beside it stay."""
     import numpy as np
 
+    from cbasr.data import features
     from cbasr.data.features import FeatureStore
+
+    monkeypatch.setattr(features, "_SCAN_ROWS", 7)  # the file is scanned in several blocks
 
     corpus, records = _prepare(tmp_path)
     store = FeatureStore(tmp_path / "f")
@@ -146,8 +154,8 @@ def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(tmp_
         shape=(sum(store.num_frames(u) for u in store.index), store.dim),
     )
     for utt, value in ((records[0]["id"], np.nan), (records[5]["id"], np.inf)):
-        offset, _ = store.index[utt]
-        data[offset + 1, 3] = value
+        offset, frames = store.index[utt]
+        data[offset + {"first": 0, "second": 1, "last": frames - 1}[frame], 3] = value
     data.flush()
     vocab = Vocabulary(["a", "b", "c", "d", "e"])
     with caplog.at_level(logging.WARNING):
