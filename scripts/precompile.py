@@ -19,8 +19,9 @@ import numba
 import cbasr
 
 # imported inside functions: the training curves, TensorBoard, the compiled loops' code
-# generation, the Conformer
+# generation, the Conformer; and what the tests import (the `test` extra, when installed)
 LAZY = ("matplotlib.pyplot", "torch.utils.tensorboard", "llvmlite.ir", "torchaudio.models")
+OPTIONAL = ("pytest", "onnx", "onnxruntime")
 
 
 def main() -> None:
@@ -28,6 +29,11 @@ def main() -> None:
         importlib.import_module(module.name)
     for name in LAZY:
         importlib.import_module(name)
+    for name in OPTIONAL:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     # numba imports its compiler (about 1,000 modules) on the first compilation
     numba.njit(lambda x: x + 1)(1)
 

@@ -60,14 +60,13 @@ def test_precompile_writes_the_bytecode_of_what_the_commands_import(tmp_path):
     # `make install` runs scripts/precompile.py with bytecode writing on; here its bytecode goes
     # to a fresh prefix, where every module it imports must land, torch's and cbasr's alike.
     prefix = tmp_path / "pycache"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "precompile.py")],
-        env={**env, "PYTHONPYCACHEPREFIX": str(prefix)},
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(prefix)},
         check=True,
         timeout=600,
     )
     compiled = {p.name.split(".")[0] for p in prefix.rglob("*.pyc")}
-    # the commands, the losses, TensorBoard's writer, and numba's compiler (mathimpl)
-    for module in ("train", "decode", "synth", "align", "pruned", "writer", "mathimpl"):
+    # the commands, the losses, TensorBoard's writer, numba's compiler (mathimpl), pytest
+    for module in ("train", "decode", "align", "pruned", "writer", "mathimpl", "fixtures"):
         assert module in compiled, module

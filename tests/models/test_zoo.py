@@ -155,8 +155,8 @@ def test_each_allowed_pair_trains_and_decodes(tone_batch, decoder, loss):
 )
 def test_validation_batch_is_the_loss_and_the_greedy_search(tone_batch, decoder, loss):
     """What validation reads in one call (the encoder run once where a model can) equals the
-    two separate calls; sampled losses (no exact marginal for these decoders) draw the same
-    samples."""
+    two separate calls; the forced-suffix losses of the autoregressive decoders (no exact
+    marginal for them, even in evaluation mode) draw the same samples."""
     batch, vocab_size = tone_batch
     torch.manual_seed(0)
     model = _build(decoder, loss, batch.feats.shape[-1], vocab_size).eval()

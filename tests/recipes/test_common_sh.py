@@ -68,10 +68,18 @@ echo "run $RUN"
 """
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     runs = [
-        subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env={**env, "RUN": str(i)})
+        subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env={**env, "RUN": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         for i in range(3)
     ]
-    assert [run.wait(timeout=60) for run in runs] == [0, 0, 0]
+    for run in runs:  # until each run's tee has closed the pipe: its log is complete
+        run.communicate(timeout=60)
+    assert [run.returncode for run in runs] == [0, 0, 0]
     logs = sorted((tmp_path / "log").glob("run-20261126-120000*.log"))
     assert len(logs) == 3
     assert sorted(log.read_text() for log in logs) == [f"run {i}\n" for i in range(3)]

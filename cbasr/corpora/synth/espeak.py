@@ -161,7 +161,7 @@ class EspeakEngine:
     def _on_synth(self, wav, num_samples: int, events) -> int:
         if num_samples > 0:
             # a copy of the chunk's bytes: 10x cheaper than a numpy view's ctypes array type
-            self._chunks.append(ctypes.string_at(wav, 2 * num_samples))
+            self._chunks.append(ctypes.string_at(wav, ctypes.sizeof(ctypes.c_short) * num_samples))
         i = 0
         while events[i].type != _EVENT_LIST_TERMINATED:
             event = events[i]
