@@ -303,8 +303,10 @@ class FeatureStore:
 
     def _find_nonfinite_rows(self) -> np.ndarray:
         """Sorted indices of the stored rows (frames, or tokens) holding a non-finite value."""
-        total = 0 if self._data is None else self._data.shape[0]
         found = [np.zeros(0, dtype=np.int64)]
+        if self._data is None or not np.issubdtype(self._data.dtype, np.floating):
+            return found[0]  # integers (a token store's ids) are always finite
+        total = self._data.shape[0]
         for start in range(0, total, _SCAN_ROWS):
             rows = np.asarray(self._data[start : start + _SCAN_ROWS])
             finite = np.isfinite(rows).reshape(len(rows), -1).all(axis=1)
