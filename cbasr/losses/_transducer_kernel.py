@@ -86,13 +86,59 @@ def transducer_lattice(
     posteriors ``(B, T, U + 1)`` and ``(B, T, U)`` (``= d log P / d weight``) in the inputs'
     dtype. ``blank`` and ``emit`` are the masked CPU float32/float64 weights of
     ``_TransducerForwardBackward``; they are read, not differentiated."""
-    B, T, U1 = blank.shape
+    return _run_lattice(_lattice, blank, emit, target_lengths, posteriors)
+
+
+@jit
+def _monotonic(blank, emit, target_lengths, want_posteriors, log_p, post_blank, post_emit):
+    """:func:`_lattice` for the one-label-per-frame topology: a label edge leaves ``(t, u)``
+    for ``(t + 1, u + 1)``. Same layouts and masking; every path ends at ``(T, U_b)``.
+    """  # pragma: no cover - compiled
+    T, U1, B = blank.shape
+    alpha = np.full((T + 1, U1, B), _NEG_INF)
+    alpha[0, 0, :] = 0.0
+    for t in range(T):
+        for b in range(B):
+            alpha[t + 1, 0, b] = alpha[t, 0, b] + blank[t, 0, b]
+        for u in range(1, U1):
+            for b in range(B):
+                alpha[t + 1, u, b] = log_add_exp64(
+                    alpha[t, u, b] + blank[t, u, b], alpha[t, u - 1, b] + emit[t, u - 1, b]
+                )
+    for b in range(B):
+        log_p[b] = alpha[T, target_lengths[b], b]
+    if not want_posteriors:
+        return
+    beta = np.full((T + 1, U1, B), _NEG_INF)
+    for b in range(B):
+        beta[T, target_lengths[b], b] = 0.0
+    z = np.empty(B)  # no path: log P := 0, and every posterior is exp(-inf) = 0
+    for b in range(B):
+        z[b] = 0.0 if log_p[b] == _NEG_INF else log_p[b]
+    U = U1 - 1
+    for t in range(T - 1, -1, -1):
+        for b in range(B):  # u = U: only the blank
+            via_blank = blank[t, U, b] + beta[t + 1, U, b]
+            beta[t, U, b] = via_blank
+            post_blank[t, U, b] = exp64(alpha[t, U, b] + via_blank - z[b])
+        for u in range(U):
+            for b in range(B):
+                via_blank = blank[t, u, b] + beta[t + 1, u, b]
+                via_emit = emit[t, u, b] + beta[t + 1, u + 1, b]
+                beta[t, u, b] = log_add_exp64(via_blank, via_emit)
+                post_blank[t, u, b] = exp64(alpha[t, u, b] + via_blank - z[b])
+                post_emit[t, u, b] = exp64(alpha[t, u, b] + via_emit - z[b])
+
+
+def _run_lattice(kernel, blank, emit, target_lengths, posteriors):
+    """Lay the weights out ``(t, u, b)``, run ``kernel``, and return ``log P`` and the
+    posteriors in ``(B, ...)`` layouts."""
     blank_n = blank.detach().permute(1, 2, 0).contiguous()  # (T, U + 1, B)
     emit_n = emit.detach().permute(1, 2, 0).contiguous()  # (T, U, B)
-    log_p = torch.empty(B, dtype=torch.float64)
+    log_p = torch.empty(blank.shape[0], dtype=torch.float64)
     post_blank = torch.empty_like(blank_n) if posteriors else blank_n.new_empty(0, 0, 0)
     post_emit = torch.empty_like(emit_n) if posteriors else emit_n.new_empty(0, 0, 0)
-    _lattice(
+    kernel(
         blank_n.numpy(),
         emit_n.numpy(),
         target_lengths.to(torch.int64).contiguous().numpy(),
@@ -104,6 +150,13 @@ def transducer_lattice(
     if not posteriors:
         return log_p, None, None
     return log_p, post_blank.permute(2, 0, 1), post_emit.permute(2, 0, 1)
+
+
+def monotonic_lattice(
+    blank: torch.Tensor, emit: torch.Tensor, target_lengths: torch.Tensor, posteriors: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """:func:`transducer_lattice` over the one-label-per-frame lattice."""
+    return _run_lattice(_monotonic, blank, emit, target_lengths, posteriors)
 
 
 # ---- the joint's log-sum-exp and its gradient (gather_logsumexp) ---------------------------

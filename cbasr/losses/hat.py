@@ -7,6 +7,10 @@ eq. (4): a blank Bernoulli ``b_{t,u} = sigmoid(blank_logits[t, u])`` (eq. 5) for
 horizontal edge, and ``(1 - b_{t,u}) P_{t,u}(y_{u+1} | X, y_{0:u})`` for the vertical one,
 where ``P_{t,u}`` is a softmax over the ``V`` labels without blank (eqs. 6-7).
 
+Every function here takes ``monotonic``: the one-label-per-frame topology of
+:mod:`cbasr.losses.transducer` (a label edge advances the frame too), with the same edge
+weights.
+
 ``log(1 - b)`` is computed as ``logsigmoid(-blank_logit)``: exact, where ``log1p(-exp(log b))``
 loses everything when ``b`` is close to 1.
 """
@@ -51,6 +55,7 @@ def hat_nll(
     targets: torch.Tensor,
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """HAT ``-log P(y | X)``: the sum over RNN-T lattice paths of the product of eq. (4).
 
@@ -67,6 +72,7 @@ def hat_nll(
         targets: ``(B, U)`` label ids in ``[0, V)``; padded entries are ignored.
         input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
         target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
+        monotonic: the one-label-per-frame lattice (module docstring).
 
     Returns:
         ``(B,)`` negative log likelihoods, differentiable once w.r.t. ``blank_logits`` and
@@ -83,10 +89,10 @@ def hat_nll(
     check_label_ids("targets", targets, target_lengths, label_log_probs.shape[-1])
 
     labels = _gather_labels(label_log_probs, targets, target_lengths)  # (B, T, U)
-    return _hat_lattice(blank_logits, labels, input_lengths, target_lengths)
+    return _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic)
 
 
-def _hat_lattice(blank_logits, labels, input_lengths, target_lengths) -> torch.Tensor:
+def _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic) -> torch.Tensor:
     """HAT eq. (4) on the lattice: ``blank_logits (B, T, U + 1)``, ``labels (B, T, U)`` the
     reference labels' ``log P_{t,u}(y_{u+1})``."""
     B, T, U1 = blank_logits.shape
@@ -99,7 +105,7 @@ def _hat_lattice(blank_logits, labels, input_lengths, target_lengths) -> torch.T
     # HAT eq. (4): blank edge b_{t,u}; label edge (1 - b_{t,u}) P_{t,u}(y_{u+1}).
     blank_lp = F.logsigmoid(b)  # (B, T, U + 1)
     emit_lp = F.logsigmoid(-b[:, :, :-1]) + labels  # (B, T, U)
-    return transducer_lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths)
+    return transducer_lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths, monotonic)
 
 
 def hat_nll_from_logits(
@@ -108,6 +114,7 @@ def hat_nll_from_logits(
     targets: torch.Tensor,
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """:func:`hat_nll` from unnormalised label scores, with the label softmax (eqs. 6-7) fused
     into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`): no normalised
@@ -120,7 +127,7 @@ def hat_nll_from_logits(
             tensor so that its gradient lands in the same single gradient).
         label_logits: ``(B, T, U + 1, V)`` label scores (``V + 1`` units with the blank unit
             first when ``blank_logits`` is None); contiguous.
-        targets, input_lengths, target_lengths: as :func:`hat_nll`.
+        targets, input_lengths, target_lengths, monotonic: as :func:`hat_nll`.
     """
     check_floating("label_logits", label_logits)
     check_shape("label_logits", label_logits, "(B, T, U + 1, V)", (None, None, None, None))
@@ -142,7 +149,7 @@ def hat_nll_from_logits(
     labels = (picked[..., -1] - lse)[:, :, :-1]  # (B, T, U): log P_{t,u}(y_{u+1})
     labels = torch.where(valid[:, None, :], labels, 0.0)
     blank = picked[..., 0] if blank_logits is None else blank_logits
-    return _hat_lattice(blank, labels, input_lengths, target_lengths)
+    return _hat_lattice(blank, labels, input_lengths, target_lengths, monotonic)
 
 
 def hat_internal_lm_score(

@@ -25,6 +25,10 @@ equal to it when every window covers all label positions (``S >= U_b + 1``), and
 the paths outside the windows are improbable. The windows always hold at least one path
 (:func:`prune_ranges`), so the bound is finite whenever the joint's probabilities are nonzero.
 
+The one-label-per-frame topology (``monotonic=True``, :mod:`cbasr.losses.transducer`) is
+served too, as in k2's pruned loss for its "modified" transducer: a path rises by at most one
+label position per frame there, so the windows may rise by at most one per frame.
+
 Both criteria are served: ``hat=False`` is RNN-T (one softmax over the ``V`` units, blank
 unit 0); ``hat=True`` is HAT (HAT paper eq. 4: a blank Bernoulli from unit 0's logit and a
 softmax over units ``1 .. V - 1``). Label ``y`` is unit ``y`` in both: ``targets`` hold unit
@@ -124,6 +128,7 @@ def prune_ranges(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     prune_range: int,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """Window starts ``s_t``: per frame the ``prune_range`` (``S``) label positions
     ``[s_t, s_t + S)`` with the most occupancy, adjusted to hold a path.
@@ -137,18 +142,27 @@ def prune_ranges(
     raising earlier starts (a running maximum of ``s_t - t (S - 1)`` from the end); neither
     step leaves the clamped bounds.
 
+    In the one-label-per-frame lattice (``monotonic``) a path at ``(t, u)`` goes on to
+    ``(t + 1, u)`` or ``(t + 1, u + 1)`` and ends at ``(T_b, U_b)`` from the last frame's node
+    ``U_b - 1`` or ``U_b``. The same construction holds a path with a rise of at most 1 per
+    frame in place of ``S - 1``, and bounds ``[U_b - S + 1 - (T_b - t), t]`` (a path at frame
+    ``t`` has emitted at most ``t`` labels and must emit the rest on the ``T_b - t`` frames
+    left): the windows' lowest positions then form such a path, and the last window holds
+    ``U_b - 1`` or ``U_b``.
+
     Args:
         occupancy: ``(B, T, U + 1)`` nonnegative weight of each node, e.g. the summed
             posteriors of the edges leaving it; detached.
         input_lengths, target_lengths: ``(B,)``.
         prune_range: ``S >= 2``.
+        monotonic: windows for the one-label-per-frame lattice.
 
     Returns:
         ``(B, T)`` int64 starts; frames past ``T_b`` repeat the last frame's bounds.
 
     Raises:
         ValueError: if an utterance has more labels than the windows can hold,
-            ``U_b > T_b (S - 1)``.
+            ``U_b > T_b (S - 1)`` (``U_b > T_b`` when ``monotonic``).
     """
     if prune_range < 2:
         raise ValueError(f"prune_range must be >= 2, got {prune_range}")
@@ -159,12 +173,18 @@ def prune_ranges(
     S, device = prune_range, occupancy.device
     T_b = input_lengths.to(device)[:, None]  # (B, 1)
     U_b = target_lengths.to(device)[:, None]
-    too_many = (U_b > T_b * (S - 1)).flatten()
+    rise = 1 if monotonic else S - 1  # the most label positions a path climbs per frame
+    too_many = (U_b > T_b * rise).flatten()
     if bool(too_many.any()):
         b = int(too_many.nonzero()[0, 0])
+        why = (
+            "the one-label-per-frame lattice emits at most 1 label per frame"
+            if monotonic
+            else f"windows of prune_range={S} label positions hold at most {S - 1} labels per frame"
+        )
         raise ValueError(
             f"utterance {b} of the batch has {int(U_b[b, 0])} labels in {int(T_b[b, 0])} frames: "
-            f"windows of prune_range={S} label positions hold at most {S - 1} labels per frame"
+            + why
         )
     if U1 > S:  # the window holding the most occupancy, by differences of a running sum
         sums = F.pad(occupancy.detach().double().cumsum(dim=-1), (1, 0))
@@ -174,12 +194,13 @@ def prune_ranges(
     t = torch.arange(T, device=device)[None, :].expand(B, T)
     last = torch.minimum(t, T_b - 1)  # padded frames take the last frame's bounds
     top = (U_b - S + 1).clamp(min=0)
-    low = (top - (T_b - 1 - last) * (S - 1)).clamp(min=0)
-    high = torch.minimum(last * (S - 1), top)
+    frames_left = T_b - last if monotonic else T_b - 1 - last
+    low = (top - frames_left * rise).clamp(min=0)
+    high = torch.minimum(last * rise, top)
     starts = torch.maximum(torch.minimum(desired, high), low)
     starts = starts.cummax(dim=1).values
-    rise = t * (S - 1)
-    return (starts - rise).flip(1).cummax(dim=1).values.flip(1) + rise
+    climb = t * rise
+    return (starts - climb).flip(1).cummax(dim=1).values.flip(1) + climb
 
 
 def simple_transducer_nll(
@@ -190,6 +211,7 @@ def simple_transducer_nll(
     target_lengths: torch.Tensor,
     prune_range: int,
     hat: bool = False,
+    monotonic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The trivial joint's loss (steps 1 and 2 of the module docstring) and the windows it
     chooses.
@@ -203,6 +225,7 @@ def simple_transducer_nll(
         am, lm, targets, target_lengths, hat: as :func:`trivial_joint_log_probs`.
         input_lengths: ``(B,)`` frames.
         prune_range: ``S``, as :func:`prune_ranges`.
+        monotonic: the one-label-per-frame lattice, for the loss and the windows.
 
     Returns:
         ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
@@ -219,11 +242,11 @@ def simple_transducer_nll(
     with torch.enable_grad():
         blank_d = blank_lp.detach().requires_grad_()
         emit_d = emit_lp.detach().requires_grad_()
-        nll = transducer_lattice_nll(blank_d, emit_d, input_lengths, target_lengths)
+        nll = transducer_lattice_nll(blank_d, emit_d, input_lengths, target_lengths, monotonic)
         grad_blank, grad_emit = torch.autograd.grad(nll.sum(), (blank_d, emit_d))
     # gradients of -log P: minus the posteriors of the edges leaving each node
     occupancy = -(grad_blank + F.pad(grad_emit, (0, 1)))
-    starts = prune_ranges(occupancy, input_lengths, target_lengths, prune_range)
+    starts = prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic)
     linear = (grad_blank * blank_lp).sum(dim=(1, 2)) + (grad_emit * emit_lp).sum(dim=(1, 2))
     return nll.detach() + linear - linear.detach(), starts
 
@@ -235,6 +258,7 @@ def pruned_transducer_nll(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     hat: bool = False,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """``-log`` of the summed probability of the paths inside the windows (the module
     docstring's exactness statement), from the joint's scores on the windows.
@@ -251,6 +275,7 @@ def pruned_transducer_nll(
         targets: ``(B, U)`` units of the labels, in ``[1, V)``; padding ignored.
         input_lengths, target_lengths: ``(B,)``.
         hat: HAT's edges instead of RNN-T's.
+        monotonic: the one-label-per-frame lattice.
 
     Returns:
         ``(B,)`` negative log-probabilities, differentiable once w.r.t. ``units``.
@@ -279,5 +304,5 @@ def pruned_transducer_nll(
     blank = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
     emit = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
     return transducer_lattice_nll(
-        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths
+        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic
     )

@@ -11,6 +11,18 @@ labels per frame.
 are only ``B * T * (U + 1)`` numbers: it walks the anti-diagonals ``n = t + u`` (``T + U + 1``
 serial steps, each vectorised over ``(B, U + 1)``) forward and, in an explicit backward, in
 reverse; its gradients are the edge posteriors.
+
+The *one-label-per-frame* (monotonic) topology (Tripathi, Lu, Sak and Soltau 2019,
+"Monotonic recurrent neural network transducer and decoding strategies", ASRU 2019; k2's
+"modified" transducer, Kuang et al. 2022, arXiv:2206.13236) has the same nodes and edge
+weights, but a label edge also advances the frame: it goes from ``(t, u)`` to
+``(t + 1, u + 1)``. A path then takes exactly one edge per frame, ``T_b`` edges of which
+``U_b`` emit (so it needs ``U_b <= T_b``), and ends at node ``(T_b, U_b)``. After emitting
+``y_u`` at frame ``t`` the joint is next asked at frame ``t + 1``, never again at ``(t, u)``
+with the label it has just emitted as its history: a repeated label (``y_{u+1} = y_u``)
+cannot be confused with staying on the first one. ``monotonic=True`` selects it in every
+function here; its recursion is frame-synchronous, ``T`` serial steps each vectorised over
+``(B, U + 1)``.
 """
 
 import math
@@ -22,7 +34,12 @@ from torch.autograd.function import once_differentiable
 
 from cbasr import _compiled
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
-from cbasr.losses._transducer_kernel import row_logsumexp, row_softmax, transducer_lattice
+from cbasr.losses._transducer_kernel import (
+    monotonic_lattice,
+    row_logsumexp,
+    row_softmax,
+    transducer_lattice,
+)
 
 __all__ = ["rnnt_nll", "rnnt_lattice_nll", "transducer_lattice_nll", "gather_logsumexp"]
 
@@ -150,6 +167,75 @@ class _TransducerKernel(torch.autograd.Function):
         post_blank, post_emit = ctx.saved_tensors
         scale = grad_log_p[:, None, None]
         return post_blank * scale, post_emit * scale, None
+
+
+class _MonotonicForwardBackward(torch.autograd.Function):
+    """``log P(y)`` over the one-label-per-frame lattice (module docstring) from masked edge
+    weights: ``blank[b, t, :] = 0`` for padded frames ``t >= T_b`` (a free pass down),
+    ``emit[b, t, u] = -inf`` for ``t >= T_b`` or ``u >= U_b``; ``log P(y) = alpha(T, U_b)``."""
+
+    @staticmethod
+    def forward(ctx, blank, emit, target_lengths):
+        B, T, U1 = blank.shape
+        # Every path takes exactly one edge per frame: shifting both edges of frame t by one
+        # constant is exact (posteriors unchanged) and keeps alpha near 0 in float32.
+        shift = blank.detach().amax(dim=2)  # (B, T)
+        if U1 > 1:
+            shift = torch.maximum(shift, emit.detach().amax(dim=2))
+        shift = _finite_or_zero(shift)
+        blank = blank.detach() - shift[:, :, None]
+        emit = emit.detach() - shift[:, :, None]
+        blank_t = blank.transpose(0, 1)  # (B, T, U + 1) -> (T, B, U + 1)
+        emit_t = F.pad(emit, (1, 0), value=_NEG_INF).transpose(0, 1)  # arriving at u from u - 1
+        # alpha(t + 1, u) = logaddexp(alpha(t, u) + blank(t, u), alpha(t, u - 1) + emit(t, u - 1))
+        alpha = blank.new_full((T + 1, B, U1), _NEG_INF)
+        alpha[0, :, 0] = 0.0
+        via_blank, via_emit = blank.new_empty(B, U1), blank.new_empty(B, U1)
+        at, blank_n, arrive = alpha.unbind(0), blank_t.unbind(0), emit_t.unbind(0)
+        for t in range(T):
+            torch.add(at[t], blank_n[t], out=via_blank)
+            via_emit[:, 0] = _NEG_INF
+            torch.add(at[t][:, :-1], arrive[t][:, 1:], out=via_emit[:, 1:])
+            torch.logaddexp(via_blank, via_emit, out=at[t + 1])
+        log_p = alpha[T].gather(1, target_lengths[:, None].long()).squeeze(1)  # (B,)
+        ctx.save_for_backward(blank_t, emit.transpose(0, 1), alpha, log_p, target_lengths)
+        return log_p + shift.sum(dim=1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_p):
+        blank_t, emit_t, alpha, log_p, target_lengths = ctx.saved_tensors
+        T, B, U1 = blank_t.shape
+        # beta(t, u) = logaddexp(blank(t, u) + beta(t + 1, u), emit(t, u) + beta(t + 1, u + 1))
+        beta = blank_t.new_full((T + 1, B, U1), _NEG_INF)
+        beta[T].scatter_(1, target_lengths[:, None].long(), 0.0)
+        via_blank, via_emit = blank_t.new_empty(B, U1), blank_t.new_empty(B, U1)
+        at, blank_n, emit_n = beta.unbind(0), blank_t.unbind(0), emit_t.unbind(0)
+        for t in range(T - 1, -1, -1):
+            torch.add(at[t + 1], blank_n[t], out=via_blank)
+            via_emit[:, -1] = _NEG_INF
+            torch.add(at[t + 1][:, 1:], emit_n[t], out=via_emit[:, :-1])
+            torch.logaddexp(via_blank, via_emit, out=at[t])
+        log_z = torch.where(torch.isneginf(log_p), 0.0, log_p)[None, :, None]  # no path: 0
+        scale = grad_log_p[None, :, None]
+        post_blank = torch.exp(alpha[:-1] + blank_t + beta[1:] - log_z)  # (T, B, U + 1)
+        post_emit = torch.exp(alpha[:-1, :, :-1] + emit_t + beta[1:, :, 1:] - log_z)
+        # (T, B, U + 1) -> (B, T, U + 1) and (T, B, U) -> (B, T, U)
+        return (post_blank * scale).transpose(0, 1), (post_emit * scale).transpose(0, 1), None
+
+
+class _MonotonicKernel(torch.autograd.Function):
+    """:class:`_MonotonicForwardBackward` by the compiled CPU loop
+    (:func:`cbasr.losses._transducer_kernel.monotonic_lattice`)."""
+
+    @staticmethod
+    def forward(ctx, blank, emit, target_lengths):
+        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        log_p, post_blank, post_emit = monotonic_lattice(blank, emit, target_lengths, want)
+        ctx.save_for_backward(post_blank, post_emit)
+        return log_p.to(blank.dtype)
+
+    backward = staticmethod(_TransducerKernel.backward)
 
 
 # Joint entries per block of the fused log-softmax: blocks that stay in cache (measured fastest).
@@ -292,6 +378,7 @@ def transducer_lattice_nll(
     emit_log_probs: torch.Tensor,
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """``-log P(y)`` summed over the RNN-T lattice from per-node edge log-weights.
 
@@ -308,6 +395,9 @@ def transducer_lattice_nll(
             ``(t, u)``.
         input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
         target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
+        monotonic: the one-label-per-frame topology (module docstring): a label edge leaves
+            ``(t, u)`` for ``(t + 1, u + 1)``; ``T`` frame-synchronous steps. An utterance
+            with ``U_b > T_b`` has no path.
 
     Returns:
         ``(B,)`` negative log likelihoods (``+inf`` with zero gradient where every path has
@@ -332,10 +422,12 @@ def transducer_lattice_nll(
     blank = torch.where(pad_t, 0.0, torch.where(beyond_u, _NEG_INF, blank_log_probs.to(dtype)))
     valid_emit = ~pad_t & (u[..., :-1] < tgt_lens[:, None, None])  # (B, T, U)
     emit = torch.where(valid_emit, emit_log_probs.to(dtype), _NEG_INF)
-    if _compiled.enabled(blank) and dtype in (torch.float32, torch.float64):
-        log_p = _TransducerKernel.apply(blank, emit, tgt_lens)  # (B,)
+    kernel = _compiled.enabled(blank) and dtype in (torch.float32, torch.float64)
+    if monotonic:
+        lattice = _MonotonicKernel if kernel else _MonotonicForwardBackward
     else:
-        log_p = _TransducerForwardBackward.apply(blank, emit, tgt_lens)
+        lattice = _TransducerKernel if kernel else _TransducerForwardBackward
+    log_p = lattice.apply(blank, emit, tgt_lens)  # (B,)
     return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
 
 
@@ -358,6 +450,7 @@ def rnnt_lattice_nll(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     blank: int = 0,
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """RNN-T ``-log P(y | x)`` per utterance from the joint's logits, without torchaudio: the
     blank's and the next label's log-softmax at every node (:func:`gather_logsumexp`, no
@@ -367,6 +460,8 @@ def rnnt_lattice_nll(
 
     Args:
         logits, targets, input_lengths, target_lengths, blank: as :func:`rnnt_nll`.
+        monotonic: the one-label-per-frame topology (module docstring), which torchaudio's
+            loss does not have.
     """
     _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
     B, T, U1, V = logits.shape
@@ -379,7 +474,7 @@ def rnnt_lattice_nll(
     picked, lse = gather_logsumexp(logits, index)
     log_probs = picked - lse.unsqueeze(-1)  # (B, T, U + 1, 2)
     return transducer_lattice_nll(
-        log_probs[..., 0], log_probs[:, :, :-1, 1], input_lengths, target_lengths
+        log_probs[..., 0], log_probs[:, :, :-1, 1], input_lengths, target_lengths, monotonic
     )
 
 

@@ -244,3 +244,47 @@ def test_from_logits_equals_the_normalised_loss(blank_unit):
     torch.testing.assert_close(g_blank, w_blank, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(g_scores, w_scores, rtol=1e-10, atol=1e-12)
     assert not g_scores.isnan().any() and not g_blank.isnan().any()
+
+
+MONOTONIC = [(3, [1, 1, 2]), (5, [2, 2]), (4, [0]), (2, [])]
+
+
+@pytest.mark.parametrize("blank_unit", [False, True])
+def test_monotonic_matches_enumeration_from_logits(blank_unit):
+    """HAT on the one-label-per-frame lattice, from unnormalised scores (fused softmax, blank
+    separate or unit 0): values and gradients against path enumeration, padding NaN."""
+    bl, lp, targets, il, tl = _batch(21, utterances=MONOTONIC, pad_value=float("nan"))
+    scores = torch.randn(lp.shape, generator=torch.Generator().manual_seed(22), dtype=F64)
+    scores[lp.detach().isnan()] = float("nan")
+    blank = bl.detach().nan_to_num(0.0)
+    if blank_unit:
+        joint = torch.cat([blank.unsqueeze(-1), scores], -1).requires_grad_()
+        got = hat_nll_from_logits(None, joint, targets, il, tl, monotonic=True)
+        (g_joint,) = torch.autograd.grad(got.sum(), (joint,))
+        g_blank, g_scores = g_joint[..., 0], g_joint[..., 1:]
+    else:
+        b, x = blank.clone().requires_grad_(), scores.clone().requires_grad_()
+        got = hat_nll_from_logits(b, x, targets, il, tl, monotonic=True)
+        g_blank, g_scores = torch.autograd.grad(got.sum(), (b, x))
+    for b, (tb, y) in enumerate(MONOTONIC):
+        rbl = blank[b].clone().requires_grad_()
+        rx = scores[b].nan_to_num(0.0).requires_grad_()
+        want = -ref.hat_log_marginal(
+            rbl[:tb, : len(y) + 1], rx.log_softmax(-1)[:tb, : len(y) + 1], y, monotonic=True
+        )
+        w_bl, w_x = torch.autograd.grad(want, (rbl, rx), allow_unused=True)
+        w_bl = torch.zeros_like(rbl) if w_bl is None else w_bl
+        w_x = torch.zeros_like(rx) if w_x is None else w_x
+        torch.testing.assert_close(got[b], want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g_blank[b], w_bl, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g_scores[b], w_x, rtol=1e-10, atol=1e-12)
+    # the same weights on the RNN-T lattice give another value (where there are labels)
+    standard = hat_nll_from_logits(blank, scores.nan_to_num(0.0), targets, il, tl)
+    assert (standard - got.detach())[:-1].abs().min() > 1e-3
+
+
+def test_monotonic_gradcheck():
+    bl, lp, targets, il, tl = _batch(23, utterances=MONOTONIC)
+    assert torch.autograd.gradcheck(
+        lambda b, p: hat_nll(b, p, targets, il, tl, monotonic=True), (bl, lp)
+    )

@@ -363,3 +363,119 @@ def test_enumeration_helper_keeps_exactly_the_paths_inside():
     # emit y1 on frame 0 (the only way to reach u = 1 there), then y2 on frame 1 or 2: 2 paths
     first = _windowed_log_marginal(units, y, [0, 1, 1], 2, "rnnt")
     torch.testing.assert_close(first, torch.log(torch.tensor(2.0, dtype=F64)) + 5 * edge)
+
+
+# ---- the one-label-per-frame lattice ------------------------------------------------------------
+
+# at most one label per frame; a repeat; one without labels; U_b = T_b
+MONOTONIC = [(6, [1, 3, 3, 2]), (4, [2, 1]), (3, []), (2, [3, 1])]
+
+
+def _monotonic_windowed_log_marginal(units_b, y, starts_b, S, criterion):
+    """Enumeration over the one-label-per-frame paths whose node ``(t, u)`` at every frame has
+    ``starts_b[t] <= u < starts_b[t] + S``."""
+    blank, label = _edge_functions(units_b, y, criterion)
+    terms = []
+    for moves in ref.monotonic_transducer_paths(len(starts_b), len(y)):
+        u, total, inside = 0, torch.zeros((), dtype=F64), True
+        for t, m in enumerate(moves):
+            inside &= starts_b[t] <= u < starts_b[t] + S
+            if m == "b":
+                total = total + blank(t, u)
+            else:
+                total, u = total + label(t, u), u + 1
+        if inside:
+            terms.append(total)
+    return (
+        torch.logsumexp(torch.stack(terms), 0) if terms else torch.tensor(float("-inf"), dtype=F64)
+    )
+
+
+@pytest.mark.parametrize("S", [2, 3])
+def test_monotonic_windows_hold_a_path_whatever_the_occupancy(S):
+    """Random occupancy and lengths: the windows rise by at most one per frame, and a uniform
+    joint's windowed loss (counting the monotonic paths inside them) is finite."""
+    g = torch.Generator().manual_seed(40 + S)
+    for _ in range(40):
+        B, T = 3, int(torch.randint(1, 7, (), generator=g))
+        il = torch.randint(1, T + 1, (B,), generator=g)
+        il[0] = T
+        tl = torch.minimum(torch.randint(0, T + 2, (B,), generator=g), il)
+        occupancy = torch.rand(B, T, int(tl.max()) + 1, generator=g) ** 8
+        starts = prune_ranges(occupancy, il, tl, S, monotonic=True)
+        for b in range(B):
+            s = starts[b, : int(il[b])].tolist()
+            assert s[0] == 0 and all(0 <= s[t] - s[t - 1] <= 1 for t in range(1, len(s))), s
+            y = [1] * int(tl[b])
+            units_b = torch.zeros(len(s), len(y) + 1, 2, dtype=F64)
+            assert torch.isfinite(_monotonic_windowed_log_marginal(units_b, y, s, S, "rnnt"))
+
+
+def test_monotonic_windows_refuse_more_labels_than_frames():
+    with pytest.raises(ValueError, match=r"utterance 0 .* 3 labels in 2 frames.*at most 1 label"):
+        prune_ranges(torch.rand(1, 2, 4), torch.tensor([2]), torch.tensor([3]), 3, monotonic=True)
+
+
+@pytest.mark.parametrize("criterion", CRITERIA)
+def test_monotonic_pruned_loss_matches_enumeration_inside_the_windows(criterion):
+    S = 2
+    targets, il, tl = _lengths_and_targets(MONOTONIC)
+    units = _units(31, MONOTONIC)
+    occupancy = torch.rand(*units.shape[:3], generator=torch.Generator().manual_seed(32))
+    starts = prune_ranges(occupancy, il, tl, S, monotonic=True)
+    hat = criterion == "hat"
+    nll = pruned_transducer_nll(
+        _pruned_joint(units, starts, S), starts, targets, il, tl, hat, monotonic=True
+    )
+    grad = torch.autograd.grad(nll.sum(), units)[0]
+    for b, (tb, y) in enumerate(MONOTONIC):
+        units_b = units[b].detach().clone().requires_grad_()
+        want = -_monotonic_windowed_log_marginal(
+            units_b[:tb, : len(y) + 1], y, starts[b, :tb].tolist(), S, criterion
+        )
+        (want_grad,) = torch.autograd.grad(want, units_b)
+        torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[b], want_grad, rtol=1e-10, atol=1e-12)
+    # an upper bound of the exact monotonic loss, equal to it with windows over every position
+    if hat:
+        full = hat_nll_from_logits(None, units, targets - 1, il, tl, monotonic=True)
+    else:
+        full = rnnt_lattice_nll(units, targets, il, tl, monotonic=True)
+    assert (nll >= full - 1e-12).all() and (nll > full + 1e-6).any()
+    whole = torch.zeros(units.shape[:2], dtype=torch.long)
+    covered = pruned_transducer_nll(units, whole, targets, il, tl, hat, monotonic=True)
+    torch.testing.assert_close(covered, full, rtol=1e-12, atol=1e-12)
+
+
+def test_monotonic_simple_loss_is_the_trivial_joint_loss():
+    targets, il, tl = _lengths_and_targets(MONOTONIC)
+    g = torch.Generator().manual_seed(33)
+    am = torch.randn(4, 6, 4, generator=g, dtype=F64, requires_grad=True)
+    lm = torch.randn(4, 5, 4, generator=g, dtype=F64, requires_grad=True)
+    simple, starts = simple_transducer_nll(am, lm, targets, il, tl, 2, monotonic=True)
+    blank, emit = trivial_joint_log_probs(am, lm, targets, tl)
+    want = transducer_lattice_nll(blank, emit, il, tl, monotonic=True)
+    torch.testing.assert_close(simple, want)
+    grads = torch.autograd.grad(simple.sum(), (am, lm))
+    for got, w in zip(grads, torch.autograd.grad(want.sum(), (am, lm))):
+        torch.testing.assert_close(got, w)
+    assert all(
+        0 <= int(starts[b, t]) - int(starts[b, t - 1]) <= 1
+        for b in range(4)
+        for t in range(1, int(il[b]))
+    )
+
+
+def test_monotonic_windows_follow_the_occupancy_where_it_allows():
+    """All occupancy on the first position: the windows start as late as a path allows (the
+    last label emitted on the last frame); all on the last: one label per frame from the
+    start."""
+    T, U, S = 6, 4, 2
+
+    def starts_for(u):
+        occupancy = torch.zeros(1, T, U + 1)
+        occupancy[0, :, u] = 1.0
+        return prune_ranges(occupancy, torch.tensor([T]), torch.tensor([U]), S, True)[0].tolist()
+
+    assert starts_for(0) == [0, 0, 0, 0, 1, 2]
+    assert starts_for(U) == [0, 1, 2, 3, 3, 3]

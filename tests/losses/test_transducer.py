@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torchaudio.functional as AF
 
 from cbasr._compiled import use_kernels
@@ -199,3 +200,78 @@ def test_gather_logsumexp_computes_half_precision_in_float32():
     torch.testing.assert_close(outputs[0], outputs[1])
     assert x16.grad.dtype == torch.float16
     torch.testing.assert_close(x16.grad, x32.grad.half())
+
+
+# ---- the one-label-per-frame (monotonic) lattice ---------------------------------------------
+
+# U_b = T_b, U_b < T_b, a repeated label, empty, and more labels than frames (no path).
+MONOTONIC = [(3, [1, 1, 2]), (5, [2, 2]), (4, [1]), (2, []), (1, [1, 2])]
+
+
+def test_monotonic_lattice_matches_enumeration_and_gradcheck(device):
+    blank, emit, il, tl = _lattice_inputs(11, utterances=MONOTONIC)
+    blank_d = blank.detach().to(device).requires_grad_()
+    emit_d = emit.detach().to(device).requires_grad_()
+    nll = transducer_lattice_nll(blank_d, emit_d, il.to(device), tl.to(device), monotonic=True)
+    g_blank, g_emit = torch.autograd.grad(nll[:-1].sum(), (blank_d, emit_d))
+    for b, (tb, y) in enumerate(MONOTONIC[:-1]):
+        rb = blank[b].detach().clone().requires_grad_()
+        re = emit[b].detach().clone().requires_grad_()
+        want = -ref.transducer_log_marginal(rb[:tb, : len(y) + 1], re[:tb, : len(y)], True)
+        wb, we = torch.autograd.grad(want, (rb, re), allow_unused=True)
+        wb = torch.zeros_like(rb) if wb is None else wb  # U_b = T_b: no blank on any path
+        we = torch.zeros_like(re) if we is None else we
+        torch.testing.assert_close(nll[b].cpu(), want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g_blank[b].cpu(), wb, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g_emit[b].cpu(), we, rtol=1e-10, atol=1e-12)
+    # two labels in one frame: no path of the monotonic lattice, while the RNN-T lattice has one
+    assert nll[-1].item() == float("inf")
+    assert torch.isfinite(transducer_lattice_nll(blank, emit, il, tl)[-1])
+    assert torch.autograd.gradcheck(
+        lambda x, y: transducer_lattice_nll(x, y, il[:-1], tl[:-1], monotonic=True),
+        (blank[:-1].detach().requires_grad_(), emit[:-1].detach().requires_grad_()),
+    )
+
+
+def test_monotonic_lattice_hand_worked_value_and_no_path_gradient():
+    # T = 2, U = 1, every edge weight 1/2: paths (a, -) and (-, a), two edges each: P = 2 / 4.
+    half = math.log(0.5)
+    nll = transducer_lattice_nll(
+        torch.full((1, 2, 2), half),
+        torch.full((1, 2, 1), half),
+        torch.tensor([2]),
+        torch.tensor([1]),
+        monotonic=True,
+    )
+    torch.testing.assert_close(nll, torch.tensor([math.log(2.0)]))
+    blank, emit, il, tl = _lattice_inputs(12, utterances=[(2, [1, 2, 1]), (3, [2])])
+    nll = transducer_lattice_nll(blank, emit, il, tl, monotonic=True)
+    assert nll[0].item() == float("inf") and torch.isfinite(nll[1])
+    g_blank, g_emit = torch.autograd.grad(nll.sum(), (blank, emit))
+    assert torch.isfinite(g_blank).all() and torch.isfinite(g_emit).all()
+    assert g_blank[0].abs().sum() == 0 and g_emit[0].abs().sum() == 0
+
+
+def test_monotonic_lattice_float32_and_padding():
+    """float32 equals float64; padding the batch (frames and labels) changes nothing."""
+    blank, emit, il, tl = _lattice_inputs(13, utterances=MONOTONIC[:-1])
+    want = transducer_lattice_nll(blank, emit, il, tl, monotonic=True)
+    got = transducer_lattice_nll(blank.float(), emit.float(), il, tl, monotonic=True)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    padded_blank = F.pad(blank.detach(), (0, 2, 0, 3), value=float("nan"))
+    padded_emit = F.pad(emit.detach(), (0, 2, 0, 3), value=float("nan"))
+    padded = transducer_lattice_nll(padded_blank, padded_emit, il, tl, monotonic=True)
+    torch.testing.assert_close(padded, want.detach(), rtol=1e-12, atol=1e-12)
+
+
+def test_monotonic_rnnt_lattice_matches_enumeration():
+    utterances = MONOTONIC[:-1]
+    logits, targets, il, tl = _joint(14, utterances=utterances, dtype=F64)
+    nll = rnnt_lattice_nll(logits, targets, il, tl, monotonic=True)
+    (grad,) = torch.autograd.grad(nll.sum(), (logits,))
+    for b, (tb, y) in enumerate(utterances):
+        z = logits[b].detach().clone().requires_grad_()
+        want = -ref.rnnt_log_marginal(z[:tb, : len(y) + 1], y, blank=0, monotonic=True)
+        (want_grad,) = torch.autograd.grad(want, (z,))
+        torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[b], want_grad, rtol=1e-10, atol=1e-12)

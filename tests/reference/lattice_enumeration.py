@@ -23,6 +23,7 @@ __all__ = [
     "no_merge_ctc_log_marginal",
     "ctc_log_marginal",
     "transducer_paths",
+    "monotonic_transducer_paths",
     "transducer_log_marginal",
     "hat_log_marginal",
     "rnnt_log_marginal",
@@ -229,23 +230,54 @@ def _sum_transducer_paths(T: int, U: int, blank_edge, label_edge) -> torch.Tenso
     return _log_sum(terms)
 
 
+def monotonic_transducer_paths(T: int, U: int) -> list[tuple[str, ...]]:
+    """Every one-label-per-frame lattice path: ``T`` moves, one per frame, ``U`` of them labels
+    ``"y"`` (which also advance the frame), the others blanks ``"b"``: ``C(T, U)`` paths."""
+    paths = []
+    for emit_frames in itertools.combinations(range(T), U):
+        moves = ["b"] * T
+        for k in emit_frames:
+            moves[k] = "y"
+        paths.append(tuple(moves))
+    return paths
+
+
+def _sum_monotonic_paths(T: int, U: int, blank_edge, label_edge) -> torch.Tensor:
+    """:func:`_sum_transducer_paths` for the one-label-per-frame lattice: frame ``t`` takes
+    either the blank or a label edge leaving ``(t, u)``."""
+    terms = []
+    for moves in monotonic_transducer_paths(T, U):
+        u = 0
+        total = torch.zeros((), dtype=torch.float64)
+        for t, m in enumerate(moves):
+            if m == "b":
+                total = total + blank_edge(t, u)
+            else:
+                total, u = total + label_edge(t, u), u + 1
+        terms.append(total)
+    return _log_sum(terms)
+
+
 def transducer_log_marginal(
-    blank_log_probs: torch.Tensor, emit_log_probs: torch.Tensor
+    blank_log_probs: torch.Tensor, emit_log_probs: torch.Tensor, monotonic: bool = False
 ) -> torch.Tensor:
     """Sum over every lattice path of the product of its edge probabilities.
 
     Args:
         blank_log_probs: ``(T, U + 1)``; the blank edge leaving node ``(t, u)``.
         emit_log_probs: ``(T, U)``; the edge emitting ``y_{u+1}`` at node ``(t, u)``.
+        monotonic: the one-label-per-frame lattice instead of the RNN-T one.
     """
     T, U1 = blank_log_probs.shape
-    return _sum_transducer_paths(
-        T, U1 - 1, lambda t, u: blank_log_probs[t, u], lambda t, u: emit_log_probs[t, u]
-    )
+    walk = _sum_monotonic_paths if monotonic else _sum_transducer_paths
+    return walk(T, U1 - 1, lambda t, u: blank_log_probs[t, u], lambda t, u: emit_log_probs[t, u])
 
 
 def hat_log_marginal(
-    blank_logits: torch.Tensor, label_log_probs: torch.Tensor, targets: Sequence[int]
+    blank_logits: torch.Tensor,
+    label_log_probs: torch.Tensor,
+    targets: Sequence[int],
+    monotonic: bool = False,
 ) -> torch.Tensor:
     """HAT eq. (4): blank ``b_{t,u} = sigmoid(blank_logits[t, u])``, label
     ``(1 - b_{t,u}) P_{t,u}(y_{u+1})``.
@@ -256,7 +288,8 @@ def hat_log_marginal(
         targets: the ``U`` label ids.
     """
     T, U1 = blank_logits.shape
-    return _sum_transducer_paths(
+    walk = _sum_monotonic_paths if monotonic else _sum_transducer_paths
+    return walk(
         T,
         U1 - 1,
         lambda t, u: torch.log(torch.sigmoid(blank_logits[t, u])),
@@ -266,15 +299,19 @@ def hat_log_marginal(
     )
 
 
-def rnnt_log_marginal(logits: torch.Tensor, targets: Sequence[int], blank: int = 0) -> torch.Tensor:
+def rnnt_log_marginal(
+    logits: torch.Tensor, targets: Sequence[int], blank: int = 0, monotonic: bool = False
+) -> torch.Tensor:
     """RNN-T with a softmax over ``V`` classes including blank.
 
     Args:
         logits: ``(T, U + 1, V)``.
+        monotonic: the one-label-per-frame lattice instead of the RNN-T one.
     """
     log_probs = logits.log_softmax(dim=-1)
     T, U1, _ = logits.shape
-    return _sum_transducer_paths(
+    walk = _sum_monotonic_paths if monotonic else _sum_transducer_paths
+    return walk(
         T,
         U1 - 1,
         lambda t, u: log_probs[t, u, blank],
