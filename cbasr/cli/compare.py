@@ -6,9 +6,12 @@ paired significance test between two chosen systems.
     cbasr-compare exp/c --decodes test --csv cmp.csv --update  # exp/c's rows replaced or added
     cbasr-compare exp/a exp/b --pair a b                               # a:<d> vs b:<d> for each shared <d>
     cbasr-compare exp/a --pair a:test a:test_beam8                     # two decodings of one experiment
+    cbasr-compare exp/a exp/b --repeats      # with the deletions of repeated and other tokens
 
 A system is ``<experiment>:<decode dir>``; the table shows its error rate with a 95%
-bootstrap interval over utterances, S/D/I, parameters, epochs and decode settings. The paired
+bootstrap interval over utterances, S/D/I, parameters, epochs and decode settings (with
+``--repeats``, the deletions of reference tokens that repeat their predecessor and of the
+others, as ``cbasr-score`` counts them; the CSV always has them). The paired
 test resamples the utterances both systems decoded (paired bootstrap, two-sided p-value) and
 adds an exact sign test over utterances.
 """
@@ -84,6 +87,12 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="paired test: two systems (exp:decode), or two experiments (every shared decode)",
     )
+    parser.add_argument(
+        "--repeats",
+        action="store_true",
+        help="two more columns: deletions of reference tokens that repeat their predecessor, "
+        "and of the others (deleted / tokens)",
+    )
     parser.add_argument("--bootstrap", type=int, default=1000, help="replicates for the intervals")
     parser.add_argument(
         "--paired-bootstrap", type=int, default=10000, help="replicates for the paired test"
@@ -95,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         if not systems:
             raise ValueError(f"no decoding found in {[str(e) for e in args.exp_dirs]}")
         rows = comparison_rows(systems, args.bootstrap, args.seed)
-        out = markdown_table(rows)
+        out = markdown_table(rows, repeats=args.repeats)
         if args.pair:
             results = [
                 paired_comparison(a, b, args.paired_bootstrap, args.seed)

@@ -2,6 +2,9 @@
 
 Writes ``score.json`` (totals, bootstrap 95% interval, per speaker), ``per_utt.tsv`` and
 ``errors.pra`` (every utterance's alignment with its errors marked) next to the trn files.
+``score.json`` also counts the deletions of reference tokens that repeat their predecessor
+(``repeat_deletions`` of ``repeat_tokens``) apart from the others (``other_deletions`` of
+``other_tokens``): a model that merges equal neighbouring labels shows there.
 """
 
 import argparse
@@ -58,6 +61,16 @@ def main(argv: list[str] | None = None) -> None:
             s["ref_tokens"],
             s["utts"],
             s.get("failed", 0) + s.get("skipped", 0),
+        )
+        log.info(
+            "%s: deleted %d of %d repeated tokens (%.2f%%), %d of %d others (%.2f%%)",
+            name,
+            s["repeat_deletions"],
+            s["repeat_tokens"],
+            100.0 * s["repeat_deletions"] / max(s["repeat_tokens"], 1),
+            s["other_deletions"],
+            s["other_tokens"],
+            100.0 * s["other_deletions"] / max(s["other_tokens"], 1),
         )
         if s.get("empty_refs") or s.get("oov_ref_utts"):
             log.warning(

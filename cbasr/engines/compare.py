@@ -1,10 +1,12 @@
 """One table across experiments: error rates with bootstrap intervals, S/D/I, model size,
-training epochs and time, decode settings, dev alignment accuracy, and paired significance tests
-between two systems.
+training epochs and time, decode settings, dev alignment accuracy, the deletions of repeated
+and other reference tokens, and paired significance tests between two systems.
 
 A *system* is one decoding directory ``<exp>/decode/<name>`` (a split, decoded greedily or with
 some search), labelled ``<experiment name>:<name>``. Its per-utterance error counts come from
-``per_utt.tsv`` (written by ``cbasr-score``) or, for older decodings, from the trn files.
+``per_utt.tsv`` (written by ``cbasr-score``) or, for older decodings, from the trn files; its
+repeat counts (:func:`cbasr.engines.scoring.repeat_deletion_counts`) from ``score.json``, or
+from the trn files with the error counts (none for a ``score.json`` older than them).
 """
 
 import csv
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cbasr.engines.scoring import (
+    REPEAT_KEYS,
     bootstrap_interval,
     check_score_is_current,
     paired_bootstrap_test,
@@ -50,6 +53,8 @@ class System:
     parameters: int | None = None
     train_seconds: float | None = None  # sum of the epoch times in history.json
     alignment: dict = field(default_factory=dict)  # align/dev/alignment.json (empty if missing)
+    # {repeat_deletions, repeat_tokens, other_deletions, other_tokens}; None: not counted
+    repeats: dict[str, int] | None = None
 
 
 def describe_settings(settings: dict) -> str:
@@ -102,6 +107,18 @@ def _per_utterance(decode_dir: Path) -> dict[str, dict]:
         )
     ids = sorted(refs)
     return dict(zip(ids, utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])))
+
+
+def _repeats(decode_dir: Path, counts: dict[str, dict]) -> dict[str, int] | None:
+    """The repeat counts of ``score.json`` (None when it is older than them), or, for a decoding
+    counted from its trn files, their sums over the utterances."""
+    score_path = decode_dir / "score.json"
+    if score_path.is_file():
+        score = json.loads(score_path.read_text())
+        return {k: score[k] for k in REPEAT_KEYS} if all(k in score for k in REPEAT_KEYS) else None
+    if all(k in c for c in counts.values() for k in REPEAT_KEYS):
+        return {k: sum(c[k] for c in counts.values()) for k in REPEAT_KEYS}
+    return None
 
 
 def _parameters(exp_dir: Path, info: dict) -> int | None:
@@ -167,13 +184,15 @@ def collect_systems(exp_dirs: list[str | Path], decodes: list[str] | None = None
                     _parameters(exp, info),
                     _train_seconds(exp),
                     _alignment(exp),
+                    _repeats(d, counts),
                 )
             )
     return systems
 
 
 def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -> list[dict]:
-    """One row per system: error rate, its bootstrap 95% interval, S/D/I and the rest."""
+    """One row per system: error rate, its bootstrap 95% interval, S/D/I and the rest; the
+    repeat counts last (None where the system has none)."""
     rows = []
     for s in systems:
         ids = sorted(s.counts)
@@ -200,20 +219,39 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
                 "train_minutes": None if s.train_seconds is None else s.train_seconds / 60.0,
                 "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
                 "dev_onsets_within_20ms": s.alignment.get("within_20ms"),
+                **{k: None if s.repeats is None else s.repeats[k] for k in REPEAT_KEYS},
             }
         )
     return rows
 
 
-def markdown_table(rows: list[dict]) -> str:
+def _deleted_of(deletions: int | None, tokens: int | None) -> str:
+    """``deleted / tokens (percent)``, or empty when not counted."""
+    if deletions is None or tokens is None:
+        return ""
+    return f"{deletions} / {tokens} ({100.0 * deletions / max(tokens, 1):.1f}%)"
+
+
+def markdown_table(rows: list[dict], repeats: bool = False) -> str:
     """The rows as Markdown. ``training (min)`` sums every trained epoch's time (not only up to the
-    best); the onset columns are the dev forced alignment's against gold onsets (``cbasr-align``)."""
+    best); the onset columns are the dev forced alignment's against gold onsets (``cbasr-align``).
+    ``repeats``: two more columns after ``ins``, the deletions of repeated reference tokens and
+    of the others, each ``deleted / tokens (percent)``."""
+    repeat_head, repeat_rule = (
+        ("repeats deleted | others deleted | ", "---:|---:|") if repeats else ("", "")
+    )
     lines = [
-        "| system | error rate (%) | 95% CI | sub | del | ins | ref tokens | utts | parameters | epochs | decode "
-        "| RTF | training (min) | dev onset error (ms) / within 20 ms |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        f"| system | error rate (%) | 95% CI | sub | del | ins | {repeat_head}ref tokens | utts | parameters "
+        "| epochs | decode | RTF | training (min) | dev onset error (ms) / within 20 ms |",
+        f"|---|---:|---|---:|---:|---:|{repeat_rule}---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
+        repeat_cells = (
+            f"{_deleted_of(r['repeat_deletions'], r['repeat_tokens'])} | "
+            f"{_deleted_of(r['other_deletions'], r['other_tokens'])} | "
+            if repeats
+            else ""
+        )
         params = f"{r['parameters'] / 1e6:.2f} M" if r["parameters"] is not None else ""
         rtf = f"{r['rtf']:.4f}" if r["rtf"] is not None else ""
         minutes = f"{r['train_minutes']:.1f}" if r["train_minutes"] is not None else ""
@@ -224,7 +262,7 @@ def markdown_table(rows: list[dict]) -> str:
         )
         lines.append(
             f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
-            f"{r['sub']} | {r['del']} | {r['ins']} | {r['ref_tokens']} | {r['utts']} | {params} | "
+            f"{r['sub']} | {r['del']} | {r['ins']} | {repeat_cells}{r['ref_tokens']} | {r['utts']} | {params} | "
             f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |"
         )
     return "\n".join(lines) + "\n"
@@ -243,15 +281,21 @@ def csv_table(rows: list[dict]) -> str:
 def merge_csv(existing: str, rows: list[dict]) -> str:
     """``existing`` CSV text with the rows of the experiments in ``rows`` replaced by them (the
     rows of other experiments kept, in their order; new ones appended); the columns must
-    agree."""
+    agree, or the existing ones be the first of this table's (a CSV written before the later
+    columns existed: its rows get them empty)."""
     old = list(csv.DictReader(io.StringIO(existing)))
-    if old and rows and list(old[0]) != list(rows[0]):
+    if old and rows and list(rows[0])[: len(old[0])] != list(old[0]):
         raise ValueError(
             f"the CSV's columns {list(old[0])} differ from this table's {list(rows[0])}: "
             "write a new file"
         )
     replaced = {str(r["system"]).rpartition(":")[0] for r in rows}
-    kept = [r for r in old if r["system"].rpartition(":")[0] not in replaced]
+    columns = list(rows[0]) if rows else []
+    kept = [
+        {**dict.fromkeys(columns, ""), **r}
+        for r in old
+        if r["system"].rpartition(":")[0] not in replaced
+    ]
     return csv_table(sorted(kept + list(rows), key=lambda r: str(r["system"])))
 
 

@@ -12,6 +12,11 @@ independence), not tokens:
   same utterances, giving the distribution of their difference and a two-sided p-value;
 - :func:`sign_test`: an exact two-sided sign test on the utterances where the systems' error
   counts differ, as a check that needs no resampling.
+
+Beside S/D/I, :func:`repeat_deletion_counts` splits the deletions between reference tokens that
+repeat their predecessor (the second "two" of "two two": a model that needs a boundary between
+equal labels, as CTC needs a blank, or that emits at most one label per frame, may merge them)
+and the other reference tokens.
 """
 
 import hashlib
@@ -31,6 +36,8 @@ __all__ = [
     "check_score_is_current",
     "error_counts",
     "utterance_counts",
+    "repeat_deletion_counts",
+    "REPEAT_KEYS",
     "align_tokens",
     "format_alignment",
     "read_trn",
@@ -50,7 +57,51 @@ def decode_dir_name(split: str, tag: str | None) -> str:
     return f"{split}_{tag}" if tag else split
 
 
-_COUNT_KEYS = ("sub", "del", "ins", "hits")
+REPEAT_KEYS = ("repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens")
+_COUNT_KEYS = ("sub", "del", "ins", "hits", *REPEAT_KEYS)
+
+
+def repeat_deletion_counts(ref: list[str], deleted: list[bool]) -> dict:
+    """Deletions of repeated reference tokens and of the others, in one utterance.
+
+    A reference token is a *repeat* when it equals its predecessor (``ref[i] == ref[i - 1]``), so
+    a run of ``k`` equal tokens holds ``k - 1`` repeats and one other token, its first. Which
+    tokens of a run an edit-distance alignment deletes is a tie ("two two" against "two" may
+    delete either "two" at the same cost), so deletions are counted per run, from how many
+    tokens of it are deleted, not which: when ``d`` of a run's ``k`` tokens are deleted,
+    ``min(d, k - 1)`` are repeat deletions and the rest (one when the whole run is deleted,
+    else none) an other deletion. "two two" against "two" is thus one repeat deletion
+    whichever "two" the alignment drops; a run of 3 that keeps one token loses 2 repeats, and
+    one that is deleted whole loses 2 repeats and 1 other token. A substituted token is not
+    deleted. The numbers add up: ``repeat_deletions + other_deletions`` is the deletion count
+    and ``repeat_tokens + other_tokens`` the reference length.
+
+    How many tokens each run loses is the scored alignment's (the one behind S/D/I and
+    ``errors.pra``); where two alignments of equal cost move a deletion from one run to another
+    ("a a b" against "c c": delete "b", or one "a" and substitute "b"), the counts follow it,
+    as S/D/I do.
+
+    Args:
+        ref: the reference tokens, ``(N,)``.
+        deleted: per reference token, whether the alignment deletes it, ``(N,)``.
+
+    Returns:
+        ``{"repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens"}``.
+    """
+    if len(ref) != len(deleted):
+        raise ValueError(f"{len(ref)} reference tokens but {len(deleted)} deletion flags")
+    counts = dict.fromkeys(REPEAT_KEYS, 0)
+    start = 0
+    for end in range(1, len(ref) + 1):
+        if end < len(ref) and ref[end] == ref[start]:
+            continue
+        k, d = end - start, sum(deleted[start:end])  # the run ref[start:end]
+        counts["repeat_tokens"] += k - 1
+        counts["other_tokens"] += 1
+        counts["repeat_deletions"] += min(d, k - 1)
+        counts["other_deletions"] += d - min(d, k - 1)
+        start = end
+    return counts
 
 
 def _summary(counts: dict, ref_tokens: int, utts: int) -> dict:
@@ -68,8 +119,9 @@ def error_counts(refs: list[list[str]], hyps: list[list[str]]) -> dict:
     """Levenshtein alignment counts summed over utterances.
 
     Returns:
-        ``{"sub", "del", "ins", "hits", "errors", "ref_tokens", "utts", "error_rate"}`` where
-        ``error_rate = errors / ref_tokens`` (in percent).
+        ``{"sub", "del", "ins", "hits", "repeat_deletions", "repeat_tokens", "other_deletions",
+        "other_tokens", "errors", "ref_tokens", "utts", "error_rate"}`` where ``error_rate =
+        errors / ref_tokens`` (in percent); see :func:`repeat_deletion_counts` for the repeats.
     """
     per_utt = utterance_counts(refs, hyps)
     counts = {k: sum(c[k] for c in per_utt) for k in _COUNT_KEYS}
@@ -84,19 +136,23 @@ def _jiwer(refs: list[list[str]], hyps: list[list[str]]):
 
 
 def utterance_counts(refs: list[list[str]], hyps: list[list[str]]) -> list[dict]:
-    """Per utterance ``{"sub", "del", "ins", "hits", "ref_tokens"}``."""
+    """Per utterance ``{"sub", "del", "ins", "hits", "ref_tokens"}`` and the deletions of repeated
+    and other reference tokens (:func:`repeat_deletion_counts`)."""
     if not refs:
         if hyps:
             raise ValueError(f"0 references but {len(hyps)} hypotheses")
         return []
     out = []
     for ref, chunks in zip(refs, _jiwer(refs, hyps).alignments):
-        counts = dict.fromkeys(_COUNT_KEYS, 0)
+        counts = dict.fromkeys(("sub", "del", "ins", "hits"), 0)
+        deleted = [False] * len(ref)
         for c in chunks:
             n_ref, n_hyp = c.ref_end_idx - c.ref_start_idx, c.hyp_end_idx - c.hyp_start_idx
             key = {"equal": "hits", "substitute": "sub", "delete": "del", "insert": "ins"}[c.type]
             counts[key] += n_hyp if c.type == "insert" else n_ref
-        out.append({**counts, "ref_tokens": len(ref)})
+            if c.type == "delete":
+                deleted[c.ref_start_idx : c.ref_end_idx] = [True] * n_ref
+        out.append({**counts, **repeat_deletion_counts(ref, deleted), "ref_tokens": len(ref)})
     return out
 
 
@@ -306,8 +362,9 @@ def score_decode_dir(
 ) -> dict:
     """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis.
 
-    Writes ``score.json`` (totals, 95% bootstrap interval, per-speaker counts when ``utt2spk``
-    is there, the decoding's checkpoint and settings, and for character or sentencepiece units
+    Writes ``score.json`` (totals, with the deletions of repeated and other reference tokens
+    beside S/D/I (:func:`repeat_deletion_counts`), 95% bootstrap interval, per-speaker counts
+    when ``utt2spk`` is there, the decoding's checkpoint and settings, and for character or sentencepiece units
     the word error counts under ``"words"``), ``per_utt.tsv`` (id, speaker, reference
     tokens, S, D, I) and ``errors.pra`` (the alignment of every utterance, errors marked).
 

@@ -1,6 +1,7 @@
 """cbasr-compare's engine: systems from experiment directories, the table's numbers, the paired
 test on shared utterances, and errors that name what is missing."""
 
+import csv
 import json
 
 import pytest
@@ -17,9 +18,9 @@ from cbasr.engines.scoring import score_decode_dir, write_trn
 REFS = {f"u{i}": ["a", "b", "c", "d"] for i in range(20)}
 
 
-def _decoding(exp, name, hyps, settings=None, parameters=1234567, epoch=7, score=True):
+def _decoding(exp, name, hyps, settings=None, parameters=1234567, epoch=7, score=True, refs=REFS):
     d = exp / "decode" / name
-    write_trn(d / "ref.trn", sorted(REFS.items()))
+    write_trn(d / "ref.trn", sorted(refs.items()))
     write_trn(d / "hyp.trn", sorted(hyps.items()))
     (d / "decode.json").write_text(
         json.dumps(
@@ -178,3 +179,62 @@ def test_update_merges_rows_into_an_existing_csv(experiments, tmp_path, capsys):
     assert len(after) == len(before)
     compare.main([str(experiments[0]), "--csv", str(table), "--bootstrap", "50"])
     assert all(line.startswith(("system", "ctc:")) for line in table.read_text().splitlines())
+
+
+REPEATED = {f"u{i}": ["two", "two", "one", "b"] for i in range(4)}  # 1 repeat, 3 other tokens
+
+
+@pytest.fixture
+def repeat_experiments(tmp_path):
+    """``rep`` (scored: one repeat deleted in every utterance, one "b" deleted in the first),
+    ``trn`` (not scored: counted from its trn files) and ``old`` (a score.json from before the
+    repeat counts)."""
+    merged = {u: ["two", "one"] + ([] if i == 0 else ["b"]) for i, u in enumerate(REPEATED)}
+    _decoding(tmp_path / "rep", "test", merged, refs=REPEATED)
+    _decoding(tmp_path / "trn", "test", dict(REPEATED), refs=REPEATED, score=False)
+    old = _decoding(tmp_path / "old", "test", merged, refs=REPEATED)
+    score = json.loads((old / "score.json").read_text())
+    for key in ("repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens"):
+        del score[key]
+    (old / "score.json").write_text(json.dumps(score))
+    return [tmp_path / name for name in ("rep", "trn", "old")]
+
+
+def test_the_csv_has_repeat_deletion_columns_empty_for_an_old_score(repeat_experiments, tmp_path):
+    compare.main([str(e) for e in repeat_experiments] + ["--csv", str(tmp_path / "t.csv")])
+    rows = {r["system"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
+    columns = ["repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens"]
+    assert list(rows["rep:test"])[-4:] == columns
+    assert [rows["rep:test"][k] for k in columns] == ["4", "4", "1", "12"]
+    assert [rows["trn:test"][k] for k in columns] == ["0", "4", "0", "12"]
+    assert [rows["old:test"][k] for k in columns] == ["", "", "", ""]
+    assert rows["old:test"]["del"] == "5"  # the rest of an old score's row is there
+
+
+def test_the_markdown_table_shows_repeat_deletions_on_request(repeat_experiments, capsys):
+    compare.main([str(e) for e in repeat_experiments] + ["--bootstrap", "20"])
+    plain = capsys.readouterr().out
+    assert plain.splitlines()[0].startswith(
+        "| system | error rate (%) | 95% CI | sub | del | ins | ref tokens |"
+    )
+    assert "repeat" not in plain
+    compare.main([str(e) for e in repeat_experiments] + ["--bootstrap", "20", "--repeats"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "| ins | repeats deleted | others deleted | ref tokens |" in lines[0]
+    assert lines[1].count("|") == lines[0].count("|")
+    assert "| 0 | 5 | 0 | 4 / 4 (100.0%) | 1 / 12 (8.3%) | 16 |" in lines[2]
+    assert "| 0 | 0 | 0 | 0 / 4 (0.0%) | 0 / 12 (0.0%) | 16 |" in lines[3]
+    assert "| 0 | 5 | 0 |  |  | 16 |" in lines[4]
+
+
+def test_update_adds_the_repeat_columns_to_an_older_csv(experiments, tmp_path):
+    table = tmp_path / "t.csv"
+    compare.main([str(e) for e in experiments] + ["--csv", str(table), "--bootstrap", "50"])
+    header, *lines = table.read_text().splitlines()
+    cut = lambda line: ",".join(line.split(",")[:-4])  # noqa: E731
+    table.write_text("\n".join(cut(line) for line in [header, *lines]) + "\n")  # before them
+    compare.main([str(experiments[0]), "--csv", str(table), "--update", "--bootstrap", "50"])
+    rows = {r["system"]: r for r in csv.DictReader(open(table))}
+    assert rows["ctc:test"]["repeat_tokens"] == "0" and rows["ctc:test"]["other_tokens"] == "80"
+    assert rows["cb:test"]["repeat_tokens"] == ""  # the older row, kept, has them empty
+    assert cut(next(line for line in lines if line.startswith("cb:"))) in table.read_text()

@@ -9,6 +9,7 @@ from cbasr.engines.scoring import (
     format_alignment,
     paired_bootstrap_test,
     read_trn,
+    repeat_deletion_counts,
     score_decode_dir,
     sign_test,
     utterance_counts,
@@ -27,6 +28,56 @@ def test_hand_worked_counts():
     assert (s["sub"], s["del"], s["ins"], s["errors"]) == (1, 1, 0, 2)
     s = error_counts([["a", "b"]], [[]])
     assert (s["del"], s["error_rate"]) == (2, 100.0)
+
+
+def _repeats(counts: dict) -> tuple[int, int, int, int]:
+    """``(repeat deletions, repeat tokens, other deletions, other tokens)``."""
+    keys = ("repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens")
+    return tuple(counts[k] for k in keys)
+
+
+def test_deleting_either_token_of_a_repeat_is_one_repeat_deletion():
+    # "two two" against "two": an edit-distance alignment may delete the first or the second
+    two_two = ["two", "two"]
+    assert _repeats(repeat_deletion_counts(two_two, [True, False])) == (1, 1, 0, 1)
+    assert _repeats(repeat_deletion_counts(two_two, [False, True])) == (1, 1, 0, 1)
+    (c,) = utterance_counts([two_two], [["two"]])
+    assert c["del"] == 1 and _repeats(c) == (1, 1, 0, 1)
+    assert _repeats(repeat_deletion_counts(two_two, [True, True])) == (1, 1, 1, 1)
+
+
+def test_a_run_of_three_loses_repeats_before_its_first_token():
+    run = ["a", "a", "a", "b"]  # 2 repeats, 2 other tokens
+    for deleted in ([False, True, False, False], [True, False, False, False]):
+        assert _repeats(repeat_deletion_counts(run, deleted)) == (1, 2, 0, 2)
+    for deleted in ([True, True, False, False], [True, False, True, False]):
+        assert _repeats(repeat_deletion_counts(run, deleted)) == (2, 2, 0, 2)
+    assert _repeats(repeat_deletion_counts(run, [True, True, True, False])) == (2, 2, 1, 2)
+    refs = [run] * 4
+    hyps = [["a", "b"], ["b"], ["a", "a", "a", "b"], ["a", "a", "a"]]
+    per_utt = utterance_counts(refs, hyps)
+    assert [_repeats(c) for c in per_utt] == [
+        (2, 2, 0, 2),
+        (2, 2, 1, 2),
+        (0, 2, 0, 2),
+        (0, 2, 1, 2),
+    ]
+    total = error_counts(refs, hyps)
+    assert _repeats(total) == (4, 8, 2, 8) and total["del"] == 6  # every deletion counted once
+
+
+def test_substituted_repeats_are_not_deletions_and_other_deletions_are_apart():
+    (sub, other, both, apart) = utterance_counts(
+        [["a", "a", "b"], ["a", "b", "c"], ["a", "a"], ["a", "b", "a"]],
+        [["a", "x", "b"], ["a", "c"], ["x"], ["a", "a"]],
+    )
+    assert (sub["sub"], sub["del"]) == (1, 0) and _repeats(sub) == (0, 1, 0, 2)
+    assert other["del"] == 1 and _repeats(other) == (0, 0, 1, 3)
+    # one "a" substituted, the other deleted: the run lost one token, a repeat
+    assert (both["sub"], both["del"]) == (1, 1) and _repeats(both) == (1, 1, 0, 1)
+    # equal tokens that are not neighbours are no repeat
+    assert apart["del"] == 1 and _repeats(apart) == (0, 0, 1, 3)
+    assert _repeats(utterance_counts([[]], [["a"]])[0]) == (0, 0, 0, 0)
 
 
 def test_trn_round_trip_and_errors(tmp_path):
@@ -114,6 +165,7 @@ def test_a_decode_directory_is_scored_per_speaker_with_its_error_file(tmp_path):
     assert s["by_speaker"]["s1"]["errors"] == 3 and s["by_speaker"]["s1"]["ref_tokens"] == 5
     assert s["by_speaker"]["s2"]["error_rate"] == 0.0 and s["ci95"][0] <= 50.0 <= s["ci95"][1]
     assert json.loads((tmp_path / "score.json").read_text())["by_speaker"] == s["by_speaker"]
+    assert _repeats(s) == (0, 0, 1, 6) and _repeats(s["by_speaker"]["s1"]) == (0, 0, 1, 5)
     assert (tmp_path / "per_utt.tsv").read_text().splitlines()[1:] == [
         "u1\ts1\t2\t0\t1\t0",
         "u2\ts2\t1\t0\t0\t0",
@@ -124,6 +176,22 @@ def test_a_decode_directory_is_scored_per_speaker_with_its_error_file(tmp_path):
     (tmp_path / "utt2spk").write_text("u1\n")
     with pytest.raises(ValueError, match="utt2spk:1: expected 'utt_id speaker'"):
         score_decode_dir(tmp_path)
+
+
+def test_score_json_counts_repeat_deletions_in_total_and_per_speaker(tmp_path):
+    write_trn(
+        tmp_path / "ref.trn",
+        [("u1", ["two", "two", "one"]), ("u2", ["one", "one", "one"]), ("u3", ["a", "b"])],
+    )
+    write_trn(tmp_path / "hyp.trn", [("u1", ["two", "one"]), ("u2", []), ("u3", ["b"])])
+    (tmp_path / "utt2spk").write_text("u1 s1\nu2 s1\nu3 s2\n")
+    s = score_decode_dir(tmp_path, bootstrap_samples=10)
+    # u1: a repeat deleted; u2: the run of 3 deleted whole (2 repeats, 1 other); u3: "a" deleted
+    assert s["del"] == 5 and _repeats(s) == (3, 3, 2, 5)
+    assert _repeats(s["by_speaker"]["s1"]) == (3, 3, 1, 3)
+    assert _repeats(s["by_speaker"]["s2"]) == (0, 0, 1, 2)
+    written = json.loads((tmp_path / "score.json").read_text())
+    assert _repeats(written) == (3, 3, 2, 5) and written["by_speaker"] == s["by_speaker"]
 
 
 def test_character_decodings_also_get_a_word_error_rate(tmp_path):
