@@ -30,7 +30,13 @@ from cbasr.engines.decode import (
 )
 from cbasr.engines.scoring import score_decode_dir
 from cbasr.engines.training_options import select_device
-from cbasr.search import CB_SEARCHES, BeamSearchOptions, check_options, load_language_model
+from cbasr.search import (
+    CB_SEARCHES,
+    BeamSearchOptions,
+    check_options,
+    load_language_model,
+    search_family,
+)
 from cbasr.storage.files import write_text
 
 log = logging.getLogger("cbasr-decode")
@@ -48,7 +54,8 @@ def default_tag(args) -> str | None:
     name = Path(args.checkpoint).stem if args.checkpoint.endswith(".pt") else args.checkpoint
     checkpoint = [] if name == "best" else [name]
     if args.beam == 0:
-        return "_".join(checkpoint) or None
+        rule = [f"greedy-{args.greedy_rule}"] if args.greedy_rule else []
+        return "_".join([*checkpoint, *rule]) or None
     tag = "_".join([*checkpoint, f"beam{args.beam}"])
     if args.lm is not None:
         tag += f"_lm{args.lm_weight:g}-{lm_name(args.lm)}" + ("-words" if args.lm_words else "")
@@ -81,6 +88,8 @@ def search_options(args) -> BeamSearchOptions | None:
         "--max-symbols": args.max_symbols is not None,
         "--cb-search": args.cb_search != "auto",
     }
+    if args.beam != 0 and args.greedy_rule:
+        raise SystemExit("cbasr-decode: --greedy-rule is for the greedy search (--beam 0)")
     if args.beam == 0:
         given = [name for name, set_ in beam_only.items() if set_]
         if given:
@@ -181,6 +190,13 @@ def main(argv: list[str] | None = None) -> None:
         "decoders only; default auto: frame)",
     )
     search.add_argument(
+        "--greedy-rule",
+        choices=("label", "emission"),
+        help="transducers' greedy search: emit the best label where it beats the blank (label) "
+        "or where P(not blank) > P(blank) (emission); default: the model's loss.greedy; the "
+        "directory gets _greedy-<rule>",
+    )
+    search.add_argument(
         "--tag",
         default=None,
         help="output to decode/<split>_<tag> (default: [<checkpoint>_]beam<N>[_lm<w>-<lm>...]; "
@@ -212,6 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     exp = Experiment(args.exp_dir, args.checkpoint, select_device(args.device))
+    if args.greedy_rule:
+        if search_family(exp.model) != "transducer":
+            raise SystemExit(f"cbasr-decode: {args.exp_dir}: --greedy-rule is for transducers")
+        exp.model.greedy = args.greedy_rule
     lm = (
         load_language_model(args.lm, exp.vocab.tokens, exp.device, args.lm_words, exp.units)
         if args.lm is not None

@@ -56,6 +56,8 @@ Subsampling = choice("Subsampling", "none", "stack", "conv", "embed")
 Emission = choice("Emission", "encoder", "decoder")
 Joint = choice("Joint", "rnnt", "hat")
 BlankJoint = choice("BlankJoint", "tanh", "linear")
+Topology = choice("Topology", "standard", "monotonic")
+GreedyRule = choice("GreedyRule", "label", "emission")
 Estimator = choice("Estimator", "auto", "global", "idb", "bb", "mbb")
 Baseline = choice("Baseline", "none", "loo", "running_mean")
 Features = choice("Features", "cached", "on_the_fly")
@@ -214,7 +216,14 @@ class TransducerLossConfig:
     """RNN-T (torchaudio) or HAT (eq. 4); the decoder's joint must match."""
 
     name: str = "rnnt"  # rnnt | hat
-    max_symbols: int = 4  # greedy search: most labels per frame
+    # standard: the RNN-T lattice, any number of labels per frame; monotonic: one label per
+    # frame, a label edge advancing the frame too (Tripathi et al. 2019), so that a repeated
+    # label is not confused with staying on the first one
+    topology: Topology = Topology.standard
+    max_symbols: int = 4  # greedy search: most labels per frame (1 for the monotonic topology)
+    # greedy search: label emits the best label where it beats the blank; emission emits the
+    # best label where P(not blank) > P(blank)
+    greedy: GreedyRule = GreedyRule.label
     # 0: the whole lattice; S >= 2: train with the pruned loss (Kuang et al. 2022), the joint
     # on S label positions per frame chosen by a trivial joint; validation stays exact
     prune_range: int = 0
@@ -281,6 +290,7 @@ class TrainerConfig:
     checkpoint_every_steps: int = 0  # and every this many optimizer steps (0: never)
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
     best_metric: Metric = Metric.valid_error_rate  # picks best.pt, the plateau, the early stop
+    valid_beam: int = 0  # the validation error rate's search: 0 the greedy search, N a beam of N
     early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
     max_bad_steps: int = 20  # non-finite steps in a row that stop the run
     find_unused_parameters: bool = False  # DistributedDataParallel: models with unused parameters

@@ -161,6 +161,9 @@ def transducer_alignment(
             blank[b, :T, : U + 1].double().cpu().numpy(),
             label[b, :T, :U].double().cpu().numpy(),
         )
+        if model.monotonic:
+            out.append(_monotonic_best_path(bl, lab))
+            continue
         # Max-product forward over nodes (t, u); from_label[t, u]: node reached by a label edge.
         best = np.full((T, U + 1), -np.inf)
         from_label = np.zeros((T, U + 1), dtype=bool)
@@ -180,6 +183,32 @@ def transducer_alignment(
                 t -= 1
         out.append(Alignment(start, [1] * U))
     return out
+
+
+def _monotonic_best_path(blank: np.ndarray, label: np.ndarray) -> Alignment:
+    """The best path of the one-label-per-frame lattice (:mod:`cbasr.losses.transducer`) from
+    ``blank (T, U + 1)`` and ``label (T, U)`` log weights: a label edge leaves ``(t, u)`` for
+    ``(t + 1, u + 1)``, so each label's frame is the frame of its edge."""
+    T, U = label.shape
+    if U > T:
+        raise ValueError(
+            f"{U} labels in {T} frames: the one-label-per-frame transducer emits at most one "
+            "label per frame"
+        )
+    # best[t, u]: the best path to node (t, u); from_label[t, u]: reached by a label edge.
+    best = np.full((T + 1, U + 1), -np.inf)
+    from_label = np.zeros((T + 1, U + 1), dtype=bool)
+    best[0, 0] = 0.0
+    for t in range(T):
+        stay = best[t] + blank[t]
+        climb = np.concatenate([[-np.inf], best[t, :-1] + label[t]])
+        from_label[t + 1] = climb > stay
+        best[t + 1] = np.maximum(stay, climb)
+    start, u = [0] * U, U
+    for t in range(T, 0, -1):
+        if from_label[t, u]:
+            start[u - 1], u = t - 1, u - 1
+    return Alignment(start, [1] * U)
 
 
 def onset_errors(start_seconds: list[float], gold_seconds: list[float]) -> list[float]:

@@ -26,6 +26,7 @@ from cbasr.engines.fine_tuning import load_initial_weights
 from cbasr.engines.scoring import error_counts
 from cbasr.engines.task import TaskOutput
 from cbasr.engines.training_options import augmentation_of, fbank_options_of
+from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.files import write_json
 
 __all__ = ["AsrTask", "MODEL_KEYS", "BATCH_KEYS"]
@@ -72,6 +73,10 @@ class AsrTask:
         # Typed at the door: a bad entry fails here, naming it, before any data is read.
         self.data: DataConfig = typed(DataConfig, cfg["data"], "data")
         self.options: TrainerConfig = typed(TrainerConfig, cfg["trainer"], "trainer")
+        if self.options.valid_beam < 0:
+            raise ValueError(
+                f"trainer.valid_beam must be 0 (greedy) or a beam width, got {self.options.valid_beam}"
+            )
         self.model_config = model_configs(cfg)
         self.model: torch.nn.Module | None = None
         self.device = torch.device("cpu")
@@ -190,8 +195,10 @@ class AsrTask:
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module, autocast) -> dict:
-        """Per-token loss and greedy error rate on the validation split (shared among processes)."""
+        """Per-token loss and error rate on the validation split (shared among processes): the
+        greedy search's, or a beam search's with ``trainer.valid_beam``."""
         model.eval()
+        search = BeamSearchOptions(beam=self.options.valid_beam or 1)
         sampler = BucketBatchSampler(self.valid_set.num_frames, self.data.max_frames, shuffle=False)
         totals = {"nll": 0.0, "tokens": 0, "errors": 0, "ref_tokens": 0}
         stats, batches = {}, 0
@@ -203,6 +210,11 @@ class AsrTask:
                 out, hyps = model.validate_batch(
                     batch.feats, batch.feat_lens, batch.targets, batch.target_lens
                 )
+                if self.options.valid_beam:  # the error rate of a beam search instead
+                    hyps = [
+                        nbest[0].tokens if nbest else []
+                        for nbest in beam_search(model, batch.feats, batch.feat_lens, search)
+                    ]
             refs = [y[:n].tolist() for y, n in zip(batch.targets, batch.target_lens.tolist())]
             counts = error_counts(
                 [self.vocab.decode(r) for r in refs], [self.vocab.decode(h) for h in hyps]

@@ -101,13 +101,15 @@ def decode_settings(
     lm_path: str | Path | None = None,
     lm_words: bool = False,
 ) -> dict:
-    """What ``decode.json`` records of a search: ``{"search": "greedy"}`` or the beam search's
-    options (a transducer's ``max_symbols`` resolved to the model's when unset), the LM path
-    and, for a word ARPA scored at word ends, ``lm_words``."""
+    """What ``decode.json`` records of a search: ``{"search": "greedy"}`` (with a transducer's
+    ``greedy`` rule unless it is ``label``) or the beam search's options (a transducer's
+    ``max_symbols`` resolved to the model's when unset), the LM path and, for a word ARPA
+    scored at word ends, ``lm_words``."""
     if options is None:
         if lm_path is not None:
             raise ValueError("LM fusion needs a beam search (--beam N with N >= 1)")
-        return {"search": "greedy"}
+        rule = getattr(exp.model, "greedy", "label")
+        return {"search": "greedy", **({"greedy": rule} if rule != "label" else {})}
     if search_family(exp.model) == "transducer" and options.max_symbols is None:
         options = dataclasses.replace(options, max_symbols=exp.model.max_symbols)
     return {

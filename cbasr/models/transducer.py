@@ -1,5 +1,6 @@
 """Transducer models: RNN-T (torchaudio's loss) and HAT (HAT paper eq. 4), on the whole
-lattice or, in training, on the windows of a pruned loss (:mod:`cbasr.losses.pruned`)."""
+lattice or, in training, on the windows of a pruned loss (:mod:`cbasr.losses.pruned`), in the
+standard topology or the one-label-per-frame one (:mod:`cbasr.losses.transducer`)."""
 
 import torch
 from torch import nn
@@ -32,6 +33,14 @@ class TransducerModel(AsrModel):
             whose own loss is added with weight ``simple_loss_scale``. Evaluation
             (``model.eval()``) computes the exact loss on the whole lattice.
         simple_loss_scale: the trivial joint's loss weight when pruning.
+        topology: ``"standard"`` (the RNN-T lattice) or ``"monotonic"``: one label per
+            frame, a label edge advancing the frame too (Tripathi et al. 2019, ASRU;
+            :mod:`cbasr.losses.transducer`); its searches emit at most one label per frame
+            (``max_symbols`` is 1) and take no blank after an emission.
+        greedy: the greedy search's rule on each frame: ``"label"`` emits the best label
+            where it beats the blank, ``"emission"`` where ``P(not blank) > P(blank)`` (the
+            labels' summed probability beats the blank's; for HAT ``1 - b > b``), so a frame
+            whose label mass is spread over several labels still emits.
     """
 
     def __init__(
@@ -42,6 +51,8 @@ class TransducerModel(AsrModel):
         max_symbols: int = 4,
         prune_range: int = 0,
         simple_loss_scale: float = 0.5,
+        topology: str = "standard",
+        greedy: str = "label",
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -53,7 +64,13 @@ class TransducerModel(AsrModel):
             raise ValueError(f"prune_range must be 0 (no pruning) or >= 2, got {prune_range}")
         if simple_loss_scale < 0:
             raise ValueError(f"simple_loss_scale must be >= 0, got {simple_loss_scale}")
-        self.criterion, self.max_symbols = criterion, max_symbols
+        if topology not in ("standard", "monotonic"):
+            raise ValueError(f"topology must be standard or monotonic, got {topology!r}")
+        if greedy not in ("label", "emission"):
+            raise ValueError(f"greedy must be label or emission, got {greedy!r}")
+        self.monotonic, self.greedy = topology == "monotonic", str(greedy)
+        self.criterion = criterion
+        self.max_symbols = 1 if self.monotonic else max_symbols
         self.prune_range, self.simple_loss_scale = prune_range, simple_loss_scale
         if prune_range:
             joint = decoder.joint
@@ -74,12 +91,22 @@ class TransducerModel(AsrModel):
             return "the pruned loss (prune_range > 0) needs blank_joint=tanh"
         return None
 
+    @property
+    def topology(self) -> str:
+        return "monotonic" if self.monotonic else "standard"
+
     def check_utterance(self, num_frames: int, targets: list[int]) -> str | None:
         """A transducer emits any number of labels per frame: it needs one frame; the pruned
-        loss's windows hold at most ``prune_range - 1`` labels per frame."""
+        loss's windows hold at most ``prune_range - 1`` labels per frame; the one-label-per-
+        frame topology at most one."""
         frames = self.output_frames(num_frames)
         if frames < 1:
             return f"{num_frames} frames leave no frame after subsampling"
+        if self.monotonic and len(targets) > frames:
+            return (
+                f"{len(targets)} labels in {frames} frames: the one-label-per-frame topology "
+                "emits at most 1 per frame"
+            )
         if self.prune_range and len(targets) > frames * (self.prune_range - 1):
             return (
                 f"{len(targets)} labels in {frames} frames: more than prune_range - 1 = "
@@ -101,14 +128,16 @@ class TransducerModel(AsrModel):
             return self._pruned_loss(h, lens, targets, target_lens)
         if self.criterion == "rnnt":
             logits = self.decoder(h, lens, targets)
-            # the same loss: torchaudio's CUDA kernel on a GPU; on a CPU the fused-gather
-            # lattice, several times faster than torchaudio's CPU code and half its memory
-            loss = rnnt_nll if logits.is_cuda else rnnt_lattice_nll
-            nll = loss(logits, targets, lens, target_lens)
+            if self.monotonic:  # torchaudio's loss has only the standard topology
+                nll = rnnt_lattice_nll(logits, targets, lens, target_lens, monotonic=True)
+            elif logits.is_cuda:  # the same loss: torchaudio's CUDA kernel on a GPU; on a CPU
+                nll = rnnt_nll(logits, targets, lens, target_lens)  # the fused-gather
+            else:  # lattice, several times faster than torchaudio's CPU code, half its memory
+                nll = rnnt_lattice_nll(logits, targets, lens, target_lens)
             return LossOutput(nll, nll.detach(), {})
         blank_logits, units = self.decoder.hat_scores(h, targets)
         nll = hat_nll_from_logits(
-            blank_logits, units, (targets - 1).clamp(min=0), lens, target_lens
+            blank_logits, units, (targets - 1).clamp(min=0), lens, target_lens, self.monotonic
         )
         return LossOutput(nll, nll.detach(), {})
 
@@ -117,11 +146,12 @@ class TransducerModel(AsrModel):
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
         g = self.decoder.prediction(targets)  # (B, U + 1, H); label y is unit y of the joint
+        am, lm, S = self.simple_am(h), self.simple_lm(g), self.prune_range
         simple, starts = simple_transducer_nll(
-            self.simple_am(h), self.simple_lm(g), targets, lens, target_lens, self.prune_range, hat
+            am, lm, targets, lens, target_lens, S, hat, self.monotonic
         )
-        units = self.decoder.joint.pruned_scores(h, g, starts, self.prune_range)
-        nll = pruned_transducer_nll(units, starts, targets, lens, target_lens, hat)
+        units = self.decoder.joint.pruned_scores(h, g, starts, S)
+        nll = pruned_transducer_nll(units, starts, targets, lens, target_lens, hat, self.monotonic)
         labels = max(int(target_lens.sum()), 1)
         stats = {"simple_loss": float(simple.detach().sum()) / labels}
         return LossOutput(nll + self.simple_loss_scale * simple, nll.detach(), stats)
@@ -134,7 +164,8 @@ class TransducerModel(AsrModel):
 
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
-        """Per frame, emit the best label while it beats the blank, at most ``max_symbols`` times."""
+        """Per frame, emit the best label while it beats the blank (``greedy="label"``) or while
+        the labels' summed probability does (``"emission"``), at most ``max_symbols`` times."""
         return self._greedy(*self.encoder(feats, feat_lens))
 
     def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
@@ -145,7 +176,8 @@ class TransducerModel(AsrModel):
             for _ in range(self.max_symbols):
                 blank, labels = self.decoder.frame_scores(state, t)  # (B,), (B, V - 1)
                 best, index = labels.max(dim=-1)
-                emitted = active & (best > blank)
+                emit = labels.logsumexp(dim=-1) if self.greedy == "emission" else best
+                emitted = active & (emit > blank)
                 if not bool(emitted.any()):
                     break
                 state = self.decoder.commit(state, emitted, index + 1)

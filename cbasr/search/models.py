@@ -91,4 +91,4 @@ def beam_search(
         return cb_beam_search(model.decoder, h, lens, options, lm)
     if options.max_symbols is None:
         options = dataclasses.replace(options, max_symbols=model.max_symbols)
-    return transducer_beam_search(model.decoder, h, lens, options, lm)
+    return transducer_beam_search(model.decoder, h, lens, options, lm, monotonic=model.monotonic)

@@ -26,6 +26,11 @@ A hypothesis of ``D`` holds ``log`` of the summed probability of the paths reach
 - with ``beam=1`` the joint pruning compares, at each step, the blank with the best label: the
   model's greedy search (:meth:`~cbasr.models.TransducerModel.greedy_decode`), tested.
 
+The one-label-per-frame topology (``monotonic=True``; :mod:`cbasr.losses.transducer`): a label
+edge advances the frame, so a hypothesis emits at most one label per frame and takes no blank
+after it (``max_symbols`` must be 1): ``D`` gets ``A`` extended by the blank and ``C`` as it is.
+The statements above hold with that lattice's ``log P(y | x)`` (tested by enumeration).
+
 Fusion (HAT paper eq. 9): candidates are ranked by ``am_weight * am + lm_weight * lm -
 ilm_weight * ilm + label_bonus * |y|``; the internal LM of HAT is ``log softmax(J(g2_u))``
 (section 3.2), computed per prefix from the prediction network state.
@@ -141,6 +146,7 @@ def transducer_beam_search(
     options: BeamSearchOptions,
     lm: LabelScorer | None = None,
     per_utterance: tuple[str, ...] | None = None,
+    monotonic: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search over an RNN-T or HAT decoder (module docstring).
 
@@ -150,6 +156,7 @@ def transducer_beam_search(
         options: ``max_symbols`` is required here; ``ilm_weight`` needs the HAT joint.
         lm: external LM for shallow fusion.
         per_utterance: see :class:`~cbasr.search.rows.DecoderRows` (tests only).
+        monotonic: the one-label-per-frame topology (module docstring).
 
     Returns:
         Per utterance, its hypotheses best first.
@@ -160,6 +167,11 @@ def transducer_beam_search(
         )
     if options.max_symbols is None:
         raise ValueError("transducer search needs options.max_symbols (labels per frame)")
+    if monotonic and options.max_symbols != 1:
+        raise ValueError(
+            f"the one-label-per-frame transducer emits at most 1 label per frame; "
+            f"got max_symbols={options.max_symbols}"
+        )
     use_ilm = options.ilm_weight != 0
     if use_ilm and decoder.joint.name != "hat":
         raise ValueError(
@@ -184,13 +196,16 @@ def transducer_beam_search(
         c_scores, c_prefixes, c_width, c_lm = scores, prefixes, width, lm_state
         for s in range(options.max_symbols + 1):
             state = rows.state
-            blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
-            V1 = label_lp.shape[1]
-            active = active_utt.index_select(0, utterance_rows(B, c_width, device))
-            blank_lp = torch.where(
-                active, blank_lp.to(dtype), 0.0
-            )  # a finished utterance stays put
-            label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
+            if monotonic and s == options.max_symbols:  # the emission took the frame's edge
+                blank_lp = c_scores.am.new_zeros(c_scores.am.shape)
+            else:
+                blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
+                V1 = label_lp.shape[1]
+                active = active_utt.index_select(0, utterance_rows(B, c_width, device))
+                blank_lp = torch.where(
+                    active, blank_lp.to(dtype), 0.0
+                )  # a finished utterance stays put
+                label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
             snapshots.append(rows.dynamic)
             lm_snapshots.append(c_lm)
             finished.add(

@@ -84,3 +84,26 @@ def test_hat_weights_reach_decode_json_and_name_the_directory(tone_data, tmp_pat
         json.loads((exp / "decode/dev_mine/decode.json").read_text())["settings"]["max_symbols"]
         == 3
     )
+
+
+def test_the_greedy_rule_names_the_directory_and_reaches_decode_json(tone_data, tmp_path):
+    """--greedy-rule emission decodes into dev_greedy-emission with the rule in decode.json
+    (TransducerModel's
+    greedy="emission"); the default rule records nothing;
+    it is refused with a beam and for a model that is not a transducer."""
+    exp = make_experiment(tmp_path / "exp", tone_data, "hat", "hat")
+    decode.main(_args(exp, tone_data, "--greedy-rule", "emission"))
+    decode.main(_args(exp, tone_data))
+    info = json.loads((exp / "decode/dev_greedy-emission/decode.json").read_text())
+    assert info["settings"] == {"search": "greedy", "greedy": "emission"}
+    assert json.loads((exp / "decode/dev/decode.json").read_text())["settings"] == {
+        "search": "greedy"
+    }
+    # this random HAT model's label mass is spread: the rules differ (tests/search has the rule)
+    hyps = (exp / "decode/dev_greedy-emission/hyp.trn").read_text()
+    assert hyps != (exp / "decode/dev/hyp.trn").read_text()
+    with pytest.raises(SystemExit, match="--greedy-rule is for the greedy search"):
+        decode.main(_args(exp, tone_data, "--beam", "2", "--greedy-rule", "label"))
+    cb = make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal")
+    with pytest.raises(SystemExit, match="--greedy-rule is for transducers"):
+        decode.main(_args(cb, tone_data, "--greedy-rule", "label"))

@@ -53,13 +53,16 @@ def make_experiment(
     seed: int = 0,
     epoch: int = 3,
     emission_shift: float = 2.0,
+    loss_options: dict | None = None,
 ) -> Path:
     """``root`` as a trained experiment: config, vocabulary, CMVN and ``checkpoints/best.pt``.
 
-    CB models get ``emission_shift`` added to their emission bias (random ones hardly emit)."""
+    CB models get ``emission_shift`` added to their emission bias (random ones hardly emit);
+    ``loss_options`` are added to the loss group (``{"topology": "monotonic"}``)."""
     vocab = Vocabulary.load(tone_data / "lang" / "phones.txt")
     torch.manual_seed(seed)
     loss_cfg = {"name": loss, **({"max_symbols": 3} if loss in ("rnnt", "hat") else {})}
+    loss_cfg.update(loss_options or {})
     model = builder.build_model(ENCODER, DECODERS[decoder], loss_cfg, 40, len(vocab))
     with torch.no_grad():
         if loss == "cb_marginal":

@@ -19,7 +19,11 @@ from cbasr.engines.alignment import (
 )
 from cbasr.engines.decode import Experiment
 from tests.engines.fake_experiment import make_experiment
-from tests.reference.lattice_enumeration import cb_best_path, transducer_paths
+from tests.reference.lattice_enumeration import (
+    cb_best_path,
+    monotonic_transducer_paths,
+    transducer_paths,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +55,41 @@ def test_the_transducer_best_path_is_the_best_of_every_lattice_path(
         if total > best:
             best, best_frames = total, frames
     assert aligned.start == best_frames
+
+
+@pytest.mark.parametrize("decoder,loss", [("transducer", "rnnt"), ("hat", "hat")])
+def test_the_monotonic_transducer_best_path_is_the_best_of_its_lattice_paths(
+    tone_data, tmp_path, decoder, loss
+):
+    """One label per frame: the best of the C(T, U) paths, a repeated label included; more
+    labels than frames is refused."""
+    exp = make_experiment(
+        tmp_path / "x", tone_data, decoder, loss, seed=2, loss_options={"topology": "monotonic"}
+    )
+    model = Experiment(exp).model
+    assert model.monotonic and model.max_symbols == 1
+    torch.manual_seed(1)
+    feats, lens, target = torch.randn(1, 12, 40), torch.tensor([12]), [2, 2, 5]
+    aligned = transducer_alignment(model, feats, lens, [target])[0]
+    with torch.no_grad():
+        h, h_lens = model.encoder(feats, lens)
+        blank, label = _lattice_weights(model, h, h_lens, torch.tensor([target]), torch.tensor([3]))
+    scored = []
+    for moves in monotonic_transducer_paths(int(h_lens[0]), 3):
+        u, total, frames = 0, 0.0, []
+        for t, m in enumerate(moves):
+            if m == "b":
+                total += float(blank[0, t, u])
+            else:
+                total, u = total + float(label[0, t, u]), u + 1
+                frames.append(t)
+        scored.append((total, frames))
+    scored.sort(reverse=True)
+    assert scored[0][0] - scored[1][0] > 1e-6  # no tie at the top
+    assert aligned.start == scored[0][1]
+    frames = int(h_lens[0])
+    with pytest.raises(ValueError, match=f"{frames + 1} labels in {frames} frames"):
+        transducer_alignment(model, feats, lens, [[1] * (frames + 1)])
 
 
 def test_cb_viterbi_times_are_the_best_emission_set(tone_data, tmp_path):

@@ -13,8 +13,11 @@ from hydra import compose, initialize_config_dir
 
 from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
+from cbasr.data.dataset import collate
+from cbasr.engines.scoring import error_counts
 from cbasr.engines.trainer import Trainer, train
 from cbasr.models import CTCModel, LossOutput
+from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.checkpoint import load_checkpoint
 
 
@@ -605,3 +608,31 @@ def test_text_input_trains_a_cb_model_on_source_tokens(tmp_path):
         (tmp_path / "src/source_vocab.txt").read_text().split()
     )
     assert len(t.task.train_set) == 3 and history[-1]["train_loss"] < 0.7 * history[0]["train_loss"]
+
+
+def test_validation_by_a_beam_search(tone_data, tmp_path):
+    """trainer.valid_beam=N: the validation error rate is the beam search's (recomputed here
+    from cbasr.search.beam_search over the validation split), not the greedy search's."""
+    rates = {}
+    for beam in (0, 3):
+        overrides = ["decoder=hat", "loss=hat", f"trainer.valid_beam={beam}"]
+        trainer = Trainer(
+            make_cfg(tone_data, tmp_path / str(beam), *overrides), tmp_path / str(beam)
+        )
+        with torch.no_grad():  # a random HAT model that emits: the blank unit's bias down
+            trainer.model.decoder.joint.out[-1].bias[0] -= 3.0
+        rates[beam] = trainer.validate()["valid_error_rate"]
+    task, model = trainer.task, trainer.model
+    errors = ref_tokens = 0
+    for i in range(len(task.valid_set)):
+        batch = collate([task.valid_set[i]])
+        (nbest,) = beam_search(
+            model.eval(), batch.feats, batch.feat_lens, BeamSearchOptions(beam=3)
+        )
+        ref = batch.targets[0, : int(batch.target_lens[0])].tolist()
+        counts = error_counts([task.vocab.decode(ref)], [task.vocab.decode(nbest[0].tokens)])
+        errors, ref_tokens = errors + counts["errors"], ref_tokens + counts["ref_tokens"]
+    assert rates[3] == pytest.approx(100.0 * errors / ref_tokens)
+    assert rates[3] != rates[0]
+    with pytest.raises(ValueError, match="trainer.valid_beam must be 0"):
+        Trainer(make_cfg(tone_data, tmp_path / "bad", "trainer.valid_beam=-1"), tmp_path / "bad")

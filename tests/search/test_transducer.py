@@ -13,6 +13,7 @@ from cbasr.search import (
     hat_internal_lm_step,
     transducer_beam_search,
 )
+from tests.reference.lattice_enumeration import transducer_log_marginal
 from tests.reference.search_enumeration import (
     argmax_unique,
     capped_transducer_log_prob,
@@ -235,3 +236,68 @@ def test_the_internal_lm_needs_the_hat_joint():
         ValueError, match="--ilm-weight .* needs a HAT model; this is a transducer model \\(rnnt\\)"
     ):
         beam_search(model, *tiny.batch(), BeamSearchOptions(ilm_weight=0.5))
+
+
+# ---- the one-label-per-frame topology and the greedy rules ------------------------------------
+
+
+@pytest.mark.parametrize("joint", ["rnnt", "hat"])
+def test_monotonic_exhaustive_search_is_the_monotonic_lattice_exactly(joint):
+    """Without pruning, one label per frame and no blank after an emission: every sequence of
+    at most T labels, each with its one-label-per-frame lattice sum (enumerated)."""
+    T = 3
+    decoder = _decoder(joint, seed=5)
+    h = torch.randn(1, T, D, dtype=torch.float64)
+    options = BeamSearchOptions(beam=None, nbest=None, max_symbols=1)
+    hyps = transducer_beam_search(decoder, h, torch.tensor([T]), options, monotonic=True)[0]
+    found = {tuple(x.tokens): x.am_score for x in hyps}
+    assert set(found) == set(label_sequences(V - 1, T))
+    exact = {y: float(transducer_log_marginal(*_lattice(decoder, h, y), True)) for y in found}
+    for y, score in found.items():
+        assert score == pytest.approx(exact[y], abs=1e-9), y
+    # a proper distribution over the sequences of at most T labels
+    assert torch.logsumexp(torch.tensor(list(exact.values())), 0) == pytest.approx(0.0, abs=1e-9)
+    assert tuple(hyps[0].tokens) == argmax_unique(exact)
+    with pytest.raises(ValueError, match="at most 1 label per frame; got max_symbols=2"):
+        transducer_beam_search(
+            decoder, h, torch.tensor([T]), BeamSearchOptions(max_symbols=2), monotonic=True
+        )
+
+
+@pytest.mark.parametrize("name", ["transducer", "hat"])
+def test_monotonic_beam_one_is_the_monotonic_greedy_search(name):
+    model = tiny.build(name, seed=1, shift=2.0, loss_options={"topology": "monotonic"})
+    assert model.max_symbols == 1
+    feats, lens = tiny.batch(seed=2)
+    greedy = model.greedy_decode(feats, lens)
+    beam = [nbest[0].tokens for nbest in beam_search(model, feats, lens, BeamSearchOptions(beam=1))]
+    assert beam == greedy
+    assert any(len(y) > 2 for y in greedy)
+    assert all(len(y) <= model.output_frames(int(n)) for y, n in zip(greedy, lens))
+
+
+@pytest.mark.parametrize("name", ["transducer", "hat"])
+def test_the_emission_greedy_rule_finds_a_word_whose_label_is_not_sure(name):
+    """Frames 1-3 of 6 hold a word: P(blank) = 0.4 there, and the label mass 0.6 is shared by
+    the labels (the best has 0.3). The "label" rule never emits it (0.3 < 0.4); the
+    "emission" rule emits the best label once (0.6 > 0.4), after which the blank is sure."""
+    label_share = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()  # V - 1 = 4 labels
+
+    def frame_scores(state, t):
+        emitted = state["count"]  # (B,)
+        word = (1 <= t <= 3) & (emitted == 0)
+        blank = torch.where(word, 0.4, 0.95).log()
+        labels = torch.where(word, 0.6, 0.05).log()[:, None] + label_share
+        return blank, labels
+
+    def commit(state, emitted, labels):
+        return {"count": state["count"] + emitted.long()}
+
+    hyps = {}
+    for rule in ("label", "emission"):
+        model = tiny.build(name, seed=1, loss_options={"greedy": rule})
+        model.decoder.begin = lambda h, lens: {"count": torch.zeros(h.shape[0], dtype=torch.long)}
+        model.decoder.frame_scores, model.decoder.commit = frame_scores, commit
+        hyps[rule] = model._greedy(torch.zeros(2, 6, 1), torch.tensor([6, 2]))
+    assert hyps["label"] == [[], []]
+    assert hyps["emission"] == [[1], [1]]

@@ -88,14 +88,18 @@ FEATS, VOCAB = 6, 5
 
 
 def build(
-    decoder: str, loss: str | None = None, seed: int = 0, shift: float = 1.5, dtype=torch.float32
+    decoder: str,
+    loss: str | None = None,
+    seed: int = 0,
+    shift: float = 1.5,
+    dtype=torch.float32,
+    loss_options: dict | None = None,
 ):
     """A random model in eval mode; ``shift`` moves CB emissions up, HAT blanks down and RNN-T
-    blanks up."""
+    blanks up; ``loss_options`` join the loss group (``{"topology": "monotonic"}``)."""
     torch.manual_seed(seed)
-    model = builder.build_model(
-        ENCODER, DECODERS[decoder], {"name": loss or LOSS[decoder]}, FEATS, VOCAB
-    )
+    loss_cfg = {"name": loss or LOSS[decoder], **(loss_options or {})}
+    model = builder.build_model(ENCODER, DECODERS[decoder], loss_cfg, FEATS, VOCAB)
     d = model.decoder
     with torch.no_grad():
         if hasattr(d, "emission"):
