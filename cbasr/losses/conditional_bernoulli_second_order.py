@@ -4,17 +4,25 @@ The CB paper names, right after eq. (40), the extension of eq. (38) to higher-or
 which ``P(y_l | ...)`` depends on a fixed-length history of emission times; section 3 argues
 that a second-order model, ``P(y_l | t_l, t_{l-1}, y_<l)``, can already penalise emissions
 that are too close. Here the label term depends on the current emission frame and on the gap
-``t_l - t_{l-1}`` in ``{1, ..., W}``; a gap larger than ``W`` has probability zero. This is
-the lattice of a variable-window monotonic attention decoder, whose window for label ``l``
-covers the ``W`` frames after the previous emission.
+``t_l - t_{l-1}``, told apart up to ``W``: gaps ``1 .. W - 1`` each have their own term, and
+every gap of ``W`` frames or more shares the last one (``d = W - 1``). This is the lattice of a
+variable-window monotonic attention decoder, whose window for label ``l`` covers the frames
+after the previous emission, at most the last ``W`` of them: a longer gap keeps the ``W``
+frames ending at the emission. No gap and no first emission has probability zero by
+construction, so words further apart than ``W`` frames are explained where they are, not by
+emitting labels early, away from their words.
+
+Each step's "gap of ``W`` or more" term sums the forward variables of every frame at least
+``W`` back; a running log-sum-exp carries that sum from step to step (and a running suffix sum
+in the backward pass), so the cost stays ``T`` steps of ``W`` terms.
 
 Conventions (0-based frames):
 
 - ``label_log_probs[b, t, d, l] = log P(y_l | t_l = t, t_l - t_{l-1} = d + 1, y_<l)``.
+- ``d = W - 1`` stands for every gap of ``W`` frames or more.
 - The first label's previous emission is the start, ``t_{-1} = -1``: ``y_0`` at frame ``t``
-  uses ``d = t``, so it must be emitted in frames ``0 .. W-1``; entries with ``d != t`` are
-  never read for ``l = 0``. Only gaps between emissions are bounded: after the last label any
-  number of frames may pass.
+  uses ``d = min(t, W - 1)``; other entries are never read for ``l = 0``. After the last label
+  any number of frames may pass.
 - ``P(b) = prod_t P(b_t)`` as in the first-order model, so with ``W >= T`` and a label term
   constant over ``d`` this equals :func:`cb_marginal_nll`.
 - Padding, ``impossible`` and the ``+inf`` / zero-gradient rule are as in
@@ -33,13 +41,14 @@ __all__ = ["cb_marginal_nll_windowed", "cb_viterbi_windowed", "cb_posteriors_win
 _NEG_INF = float("-inf")
 
 
-def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> torch.Tensor:
+def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward variables of the second-order lattice: ``T`` serial steps over frames.
 
     ``alpha[W + t, b, l + 1]`` = log weight of all prefixes whose label ``l`` is emitted at
     frame ``t``; column 0 is the start state, finite only at frame ``-1`` (row ``W - 1``).
-    Second-order form of eq. (38): ``alpha[t, l] = logsumexp_d alpha[t - d - 1, l - 1] +
-    emit[t, d, l]``.
+    Second-order form of eq. (38): ``alpha[t, l] = logsumexp_{d < W - 1} alpha[t - d - 1,
+    l - 1] + emit[t, d, l]``, plus ``far[t, l - 1] + emit[t, W - 1, l]`` where ``far[t, l] =
+    logsumexp_{s <= t - W} alpha[s, l]`` (every gap of ``W`` or more).
 
     Args:
         emit_rev: ``(T + W, W, B, L)``, ``emit_rev[t, k] = emit[t, d = W - 1 - k]`` for
@@ -47,7 +56,7 @@ def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> torch.Tensor:
         L: number of label positions.
 
     Returns:
-        ``(W + T, B, L + 1)``; row ``r`` is frame ``r - W``.
+        ``alpha (W + T, B, L + 1)``, row ``r`` frame ``r - W``, and ``far (T, B, L)``.
     """
     T = emit_rev.shape[0] - emit_rev.shape[1]
     _, W, B, _ = emit_rev.shape
@@ -57,19 +66,25 @@ def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> torch.Tensor:
     window = alpha.unfold(0, W, 1)[:, :, :L]  # (T + 1, B, L, W)
     window = window.permute(0, 3, 1, 2)  # (T + 1, B, L, W) -> (T + 1, W, B, L)
     window, arrive, out = window.unbind(0), emit_rev.unbind(0), alpha[W:, :, 1:].unbind(0)
+    far = emit_rev.new_full((T, B, L), _NEG_INF)
+    running = emit_rev.new_full((B, L), _NEG_INF)  # logsumexp of rows 0 .. t: frames <= t - W
     step = emit_rev.new_empty(W, B, L)
     for t in range(T):
+        torch.logaddexp(running, alpha[t, :, :L], out=running)
+        far[t] = running
         torch.add(window[t], arrive[t], out=step)
+        torch.add(running, arrive[t][0], out=step[0])  # k = 0: every gap of W or more
         torch.logsumexp(step, dim=0, out=out[t])
-    return alpha
+    return alpha, far
 
 
 def _windowed_beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
     """Backward variables: ``beta[t, b, l]`` = log weight of completing the path given that
     ``l`` labels are emitted, the last at frame ``t``.
 
-    ``beta[t, L_b] = 0``; otherwise ``beta[t, l] = logsumexp_d emit[t + d + 1, d, l] +
-    beta[t + d + 1, l + 1]``.
+    ``beta[t, L_b] = 0``; otherwise ``beta[t, l] = logsumexp_{d < W - 1} emit[t + d + 1, d,
+    l] + beta[t + d + 1, l + 1]``, plus ``logsumexp_{s >= t + W} emit[s, W - 1, l] + beta[s,
+    l + 1]`` (every gap of ``W`` or more), a running suffix sum.
 
     Args:
         emit_rev: ``(T + W, W, B, L)`` as in :func:`_windowed_alpha`.
@@ -94,8 +109,11 @@ def _windowed_beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torc
     window = window.permute(0, 3, 1, 2)  # (T, B, L, W) -> (T, W, B, L)
     window, next_emit, rows = window.unbind(0), next_emit.unbind(0), beta.unbind(0)
     step = emit_rev.new_empty(W, B, L)
+    running = emit_rev.new_full((B, L), _NEG_INF)  # gaps of W or more: emissions at s >= t + W
     for t in range(T - 1, -1, -1):
+        torch.logaddexp(running, emit_rev[t + W, 0] + rows[t + W][:, 1:], out=running)
         torch.add(next_emit[t], window[t], out=step)
+        step[W - 1] = running
         torch.logsumexp(step, dim=0, out=rows[t][:, :L])
         rows[t].masked_fill_(end, 0.0)
     return beta
@@ -112,16 +130,16 @@ class _WindowedForwardBackward(torch.autograd.Function):
         shift = emit.detach().amax(dim=(1, 2)) if T else emit.new_zeros(B, L)  # (B, L)
         shift = torch.where(torch.isfinite(shift), shift, 0.0)
         emit_rev = _reversed_window(emit.detach() - shift[:, None, None, :])  # k = W - 1 - d
-        alpha = _windowed_alpha(emit_rev, L)
+        alpha, far = _windowed_alpha(emit_rev, L)
         ends = alpha[:, torch.arange(B, device=emit.device), target_lengths]  # (W + T, B)
         log_z = torch.logsumexp(ends, dim=0)  # (B,)
-        ctx.save_for_backward(emit_rev, alpha, target_lengths, log_z)
+        ctx.save_for_backward(emit_rev, alpha, far, target_lengths, log_z)
         return log_z + shift.sum(dim=1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_log_z: torch.Tensor):
-        emit_rev, alpha, target_lengths, log_z = ctx.saved_tensors
+        emit_rev, alpha, far, target_lengths, log_z = ctx.saved_tensors
         W = emit_rev.shape[1]
         T = emit_rev.shape[0] - W
         L = alpha.shape[2] - 1
@@ -129,7 +147,8 @@ class _WindowedForwardBackward(torch.autograd.Function):
         log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)  # no path: avoid -inf - (-inf)
         # source[t, k] = alpha row t + k = frame t - W + k = t - d - 1 for d = W - 1 - k.
         source = alpha.unfold(0, W, 1)[:T, :, :L]  # (T, B, L, W)
-        source = source.permute(0, 3, 1, 2)  # (T, B, L, W) -> (T, W, B, L)
+        source = source.permute(0, 3, 1, 2).clone()  # (T, B, L, W) -> (T, W, B, L)
+        source[:, 0] = far  # k = 0 (d = W - 1): every frame at least W back
         log_post = source + emit_rev[:T] + beta[:T, None, :, 1:] - log_z[None, None, :, None]
         post = torch.exp(log_post) * grad_log_z[None, None, :, None]
         return post.flip(1).permute(2, 0, 1, 3), None  # (T, W, B, L) -> (B, T, W, L), d order
@@ -164,22 +183,22 @@ def cb_marginal_nll_windowed(
     *,
     impossible: str = "raise",
 ) -> torch.Tensor:
-    """``-log P(y)`` of the second-order CB model with emission gaps bounded by ``W``.
+    """``-log P(y)`` of the second-order CB model with emission gaps told apart up to ``W``.
 
-    ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, t_l - t_{l-1}, y_<l)`` over emission
-    patterns with ``L`` ones and every gap ``t_l - t_{l-1} <= W`` (``t_{-1} = -1``). Forward:
-    ``T`` serial steps, each a log-sum-exp over the ``W`` previous frames vectorised over
-    ``(B, L)``; backward: explicit beta recursion. Memory ``O(B T W L)``.
+    ``P(y) = sum_b prod_t P(b_t) prod_l P(y_l | t_l, min(t_l - t_{l-1}, W), y_<l)`` over
+    emission patterns with ``L`` ones (``t_{-1} = -1``). Forward: ``T`` serial steps, each a
+    log-sum-exp over the ``W - 1`` previous frames and the running sum of those further back,
+    vectorised over ``(B, L)``; backward: explicit beta recursion. Memory ``O(B T W L)``.
 
     Args:
         emit_logits: ``(B, T)`` logits of ``P(B_t = 1)``.
         label_log_probs: ``(B, T, W, L)``; ``[b, t, d, l] = log P(y_l | t_l = t,
-            t_l - t_{l-1} = d + 1, y_<l)`` (see the module docstring for ``l = 0``).
+            t_l - t_{l-1} = d + 1, y_<l)``, ``d = W - 1`` for every gap of ``W`` or more (see
+            the module docstring for ``l = 0``).
         input_lengths: ``(B,)`` valid frames.
         target_lengths: ``(B,)`` valid labels.
         impossible: ``"inf"`` or ``"raise"`` for ``L_b > T_b``, as in
-            :func:`cb_marginal_nll`. Utterances whose only alignments need a gap ``> W`` also
-            get ``+inf`` and zero gradient (that is a property of the inputs, not an error).
+            :func:`cb_marginal_nll`.
 
     Returns:
         ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs.
@@ -201,8 +220,8 @@ def cb_viterbi_windowed(
     target_lengths: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Most likely emission times of the second-order model: the max-product form of the
-    windowed lattice (``alpha[t, l] = max_d alpha[t - d - 1, l - 1] + emit[t, d, l]``) and a
-    backtrace.
+    windowed lattice (``alpha[t, l] = max_d alpha[t - d - 1, l - 1] + emit[t, d, l]``, the
+    best of every frame at least ``W`` back for ``d = W - 1``) and a backtrace.
 
     Args:
         as :func:`cb_marginal_nll_windowed`.
@@ -221,10 +240,17 @@ def cb_viterbi_windowed(
     window = alpha.unfold(0, W, 1)[:, :, :L].permute(
         0, 3, 1, 2
     )  # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    far = emit.new_full((B, L), _NEG_INF)  # best of rows 0 .. t (frames <= t - W) ...
+    far_row = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)  # ... and its row
+    best_row = torch.zeros(B, L, dtype=torch.long, device=emit.device)
     for t in range(T):
-        alpha[W + t, :, 1:], best_k[t] = (window[t] + emit_rev[t]).max(
-            dim=0
-        )  # over the W previous frames
+        better = alpha[t, :, :L] > far
+        far = torch.where(better, alpha[t, :, :L], far)
+        best_row = torch.where(better, t, best_row)
+        far_row[t] = best_row
+        scores = window[t] + emit_rev[t]  # (W, B, L): over the W previous frames ...
+        scores[0] = far + emit_rev[t, 0]  # ... k = 0 standing for every gap of W or more
+        alpha[W + t, :, 1:], best_k[t] = scores.max(dim=0)
     lengths = target_lengths.to(emit.device)
     ends = alpha[
         :, torch.arange(B, device=emit.device), lengths
@@ -232,7 +258,7 @@ def cb_viterbi_windowed(
     best_end, last_row = ends.max(dim=0)
     log_prob = best_end + stay
     # Backtrace on the host: row r holds frame r - W; entry k of frame t's window is row t + k.
-    best_k, rows = best_k.cpu().numpy(), last_row.cpu().numpy()
+    best_k, rows, far_row = best_k.cpu().numpy(), last_row.cpu().numpy(), far_row.cpu().numpy()
     times = np.full((B, L), -1, dtype=np.int64)
     for b in range(B):
         if not np.isfinite(float(best_end[b])):
@@ -241,7 +267,8 @@ def cb_viterbi_windowed(
         for l in range(int(lengths[b]) - 1, -1, -1):
             t = row - W
             times[b, l] = t
-            row = t + int(best_k[t, b, l])
+            k = int(best_k[t, b, l])
+            row = t + k if k > 0 else int(far_row[t, b, l])
     return torch.from_numpy(times).to(emit.device), log_prob
 
 

@@ -1,4 +1,5 @@
-"""cb_marginal_nll_windowed: the second-order CB model with emission gaps bounded by W."""
+"""cb_marginal_nll_windowed: the second-order CB model with emission gaps told apart up to W
+(every longer gap reads the entry of gap W), against enumeration of every emission set."""
 
 import math
 
@@ -75,26 +76,37 @@ def test_constant_over_gap_and_wide_window_equals_first_order(extra):
 def test_hand_worked_value():
     # T = 3, L = 1, W = 2, every P(B_t = 1) = sigmoid(0) = 1/2, so every b has P(b) = 1/8.
     # t_{-1} = -1: y_0 at frame 0 has gap 1 (d = 0), at frame 1 gap 2 (d = 1), at frame 2
-    # gap 3 > W (impossible). With P(y_0 | t=0, d=0) = 0.5 and P(y_0 | t=1, d=1) = 0.3:
-    # P(y) = (0.5 + 0.3) / 8 = 0.1, so -log P(y) = log 10. Entries with d != t are never used.
+    # gap 3 >= W, which reads d = W - 1 = 1 too. With P(y_0 | t=0, d=0) = 0.5,
+    # P(y_0 | t=1, d=1) = 0.3 and P(y_0 | t=2, d=1) = 0.2: P(y) = (0.5 + 0.3 + 0.2) / 8, so
+    # -log P(y) = log 8. Entries with d != min(t, W - 1) are never used.
     lp = torch.full((1, 3, 2, 1), 0.9, dtype=F64).log()
-    lp[0, 0, 0, 0], lp[0, 1, 1, 0] = math.log(0.5), math.log(0.3)
+    lp[0, 0, 0, 0], lp[0, 1, 1, 0], lp[0, 2, 1, 0] = math.log(0.5), math.log(0.3), math.log(0.2)
     a = torch.zeros(1, 3, dtype=F64)
     nll = cb_marginal_nll_windowed(a, lp, torch.tensor([3]), torch.tensor([1]))
-    torch.testing.assert_close(nll, torch.tensor([math.log(10.0)], dtype=F64))
+    torch.testing.assert_close(nll, torch.tensor([math.log(8.0)], dtype=F64))
 
 
-def test_gap_beyond_window_is_inf_with_zero_gradient():
-    # y_0 may only come in frames 0..W-1 = 0..1; make it impossible there.
-    a, lp, il, tl = _batch(22, 2, lengths=[(5, 1), (5, 1)])
+def test_gaps_beyond_the_window_keep_their_probability():
+    """Emissions possible only W + 2 frames apart (and the first one late): finite, and equal to
+    the enumeration that reads the gap-W entry there; a gap that the labels make impossible
+    everywhere still gives +inf with zero gradient."""
+    W = 2
+    a, lp, il, tl = _batch(22, W, lengths=[(7, 2), (7, 2), (5, 1)])
     blocked = lp.detach().clone()
-    blocked[0, :2] = float("-inf")
+    blocked[0, [0, 1, 2, 4, 5, 6]] = float("-inf")  # utterance 0: label terms only at frame 3 ...
+    blocked[0, 6] = lp[0, 6].detach()  # ... frames 3 and 6: first gap 4, then 3, both > W
+    blocked[2] = float("-inf")  # utterance 2: its label can never be emitted
     blocked.requires_grad_()
     nll = cb_marginal_nll_windowed(a, blocked, il, tl)
-    assert nll[0].item() == float("inf") and torch.isfinite(nll[1])
+    want = -ref.cb_windowed_log_marginal(a[0].detach(), blocked[0].detach())
+    assert torch.isfinite(nll[0]) and torch.isfinite(nll[1]) and nll[2].item() == float("inf")
+    torch.testing.assert_close(nll[0], want, rtol=1e-12, atol=1e-12)
     ga, glp = torch.autograd.grad(nll.sum(), (a, blocked))
-    assert ga[0].abs().sum() == 0 and glp[0].abs().sum() == 0
+    assert ga[2].abs().sum() == 0 and glp[2].abs().sum() == 0
     assert torch.isfinite(ga).all() and torch.isfinite(glp).all()
+    # the one alignment: d(-log P)/d term = -1 on its two gap-W entries
+    torch.testing.assert_close(glp[0, 3, W - 1, 0], torch.tensor(-1.0, dtype=F64))
+    torch.testing.assert_close(glp[0, 6, W - 1, 1], torch.tensor(-1.0, dtype=F64))
 
 
 def test_batch_and_padding_invariance():
@@ -165,9 +177,7 @@ def _best_windowed_path(emit_logits, label_log_probs):
     T, W, L = label_log_probs.shape
     best, best_lp = (), float("-inf")
     for s in ref.cb_emission_sets(T, L):
-        gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
-        if any(g > W for g in gaps):
-            continue
+        gaps = [min(t - prev, W) for t, prev in zip(s, (-1,) + s[:-1])]
         lp = sum(
             float(torch.nn.functional.logsigmoid(emit_logits[t] if t in s else -emit_logits[t]))
             for t in range(T)
@@ -207,9 +217,7 @@ def test_posteriors_sum_over_gaps_and_match_enumeration():
         # Enumerated P(t_l = t | y): path weights of the admissible emission sets.
         weights = {}
         for s in ref.cb_emission_sets(T, L):
-            gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
-            if any(g > W for g in gaps):
-                continue
+            gaps = [min(t - prev, W) for t, prev in zip(s, (-1,) + s[:-1])]
             w = sum(
                 float(torch.nn.functional.logsigmoid(a[b, t] if t in s else -a[b, t]))
                 for t in range(T)

@@ -166,22 +166,28 @@ def test_monotonic_windows_equal_a_direct_softmax(variable):
                     continue
                 for d in range(W):
                     reachable = l <= t <= T - L + l and (
-                        d == t if l == 0 else t - T + L - l <= d <= t - l
+                        d == min(t, W - 1) if l == 0 else t - T + L - l <= d <= t - l
                     )
-                    if reachable:
+                    if reachable:  # d = W - 1 also stands for longer gaps: the last W frames
                         direct = _direct_window(decoder, h[0], g[l], t - d, t)
                         torch.testing.assert_close(terms[0, t, d, l], direct[y])
                     else:
                         assert terms[0, t, d, l] == 0.0
 
 
-def test_variable_window_forbids_gaps_beyond_the_window_when_decoding():
+def test_variable_window_keeps_the_last_w_frames_of_a_longer_gap_when_decoding():
+    """A gap beyond W = 4 has the label distribution of gap W ending at the same frame: the
+    teacher-forced term at d = W - 1 (here for the first label, previous emission frame -1)."""
     decoder = CB_DECODERS["monotonic_variable"]().eval()
-    state = decoder.begin(torch.randn(1, 9, D), torch.tensor([9]))
-    _, log_probs = decoder.candidates(state, 3)  # gap 4 from t = -1: allowed
-    assert torch.isfinite(log_probs).all()
-    _, log_probs = decoder.candidates(state, 4)  # gap 5 > W = 4
-    assert torch.isneginf(log_probs).all()
+    W, T = decoder.window, 9
+    h, targets = torch.randn(1, T, D), torch.tensor([[2]])
+    state = decoder.begin(h, torch.tensor([T]))
+    with torch.no_grad():
+        _, terms = decoder.cb_terms(h, torch.tensor([T]), targets, torch.tensor([1]))
+        for t in (3, 4, 7):  # gaps 4 (= W), 5 and 8 from t = -1
+            _, log_probs = decoder.candidates(state, t)
+            assert torch.isfinite(log_probs).all()
+            torch.testing.assert_close(log_probs[0, 1], terms[0, t, min(t, W - 1), 0])
 
 
 @pytest.mark.parametrize(

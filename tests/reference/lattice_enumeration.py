@@ -132,14 +132,13 @@ def cb_windowed_log_marginal(
     emit_logits: torch.Tensor, label_log_probs: torch.Tensor
 ) -> torch.Tensor:
     """Second-order CB: ``label_log_probs (T, W, L)``, ``[t, d, l] = log P(y_l | t_l = t,
-    t_l - t_{l-1} = d + 1, y_<l)`` with ``t_{-1} = -1``; a gap larger than ``W`` is impossible.
+    t_l - t_{l-1} = d + 1, y_<l)`` with ``t_{-1} = -1``; a gap larger than ``W`` reads the
+    entry of gap ``W`` (its window is the last ``W`` frames).
     """
     T, W, L = label_log_probs.shape
     terms = []
     for s in cb_emission_sets(T, L):
-        gaps = [t - prev for t, prev in zip(s, (-1,) + s[:-1])]
-        if any(g > W for g in gaps):
-            continue
+        gaps = [min(t - prev, W) for t, prev in zip(s, (-1,) + s[:-1])]
         total = sum(
             (F.logsigmoid(emit_logits[t] if t in s else -emit_logits[t]) for t in range(T)),
             torch.zeros((), dtype=torch.float64),

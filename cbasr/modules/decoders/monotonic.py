@@ -12,9 +12,11 @@ its emission frame. The query is a label-history state ``g_l``
   frames before 0 are left out). The label term depends on ``t_l`` only: memoryless, so the
   exact marginal of eq. (38) applies, ``(B, T, L)``.
 - ``variable=True``: the window is ``t_{l-1} + 1 .. t_l``, of ``d = t_l - t_{l-1}`` frames,
-  ``1 <= d <= window`` (the first label's window starts at frame 0). The label term depends on
-  the current and the previous emission time: second order, ``(B, T, W, L)`` for
-  :func:`cbasr.losses.cb_marginal_nll_windowed`, where gaps beyond ``window`` have probability 0.
+  at most the last ``window`` (``W``) of them: a gap longer than ``W`` keeps the ``W`` frames
+  ending at ``t_l`` (the first label's previous emission is frame -1). The label term depends
+  on the current and the previous emission time: second order, ``(B, T, W, L)`` for
+  :func:`cbasr.losses.cb_marginal_nll_windowed`, with entry ``W - 1`` for every gap of ``W`` or
+  more, so that no gap has probability zero.
 
 Teacher forcing computes only what the lattice reads. The fixed window's contexts come from
 one online-softmax pass over the window (running maximum, rescaled sums). The variable
@@ -204,7 +206,7 @@ class MonotonicAttentionDecoder(CBDecoder):
         d = torch.arange(self.window, device=device).view(1, 1, 1, -1)
         T_b, L_b = lens.view(-1, 1, 1, 1), target_lens.to(device).view(-1, 1, 1, 1)
         band = (l < L_b) & (t >= l) & (t <= T_b - L_b + l)
-        first = (l == 0) & (d == t)
+        first = (l == 0) & (d == t.clamp(max=self.window - 1))  # gaps >= W share d = W - 1
         later = (l > 0) & (d <= t - l) & (d >= t - T_b + L_b - l)
         return band & (first | later)
 
@@ -247,13 +249,9 @@ class MonotonicAttentionDecoder(CBDecoder):
                 1
             )  # (B, w): after the previous emission
         weights = energy.masked_fill(~inside, _NEG_INF).softmax(dim=-1)  # (B, w)
-        weights = torch.nan_to_num(weights, nan=0.0)  # a gap beyond the window: no frame in it
+        # a gap beyond W keeps the W frames ending at t: frame t is always inside
         context = torch.einsum("bw,bwa->ba", weights, values[:, first : t + 1])
         log_probs = self._output(context, self.label_proj(state["g"]))  # (B, V - 1)
-        if self.variable:  # a gap beyond W has probability 0
-            log_probs = log_probs.masked_fill(
-                (t - state["last"] > self.window).unsqueeze(1), _NEG_INF
-            )
         return state["emit_logits"][:, t], log_probs
 
     def commit(self, state, t, emitted, labels):
