@@ -291,6 +291,9 @@ class TrainerConfig:
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
     best_metric: Metric = Metric.valid_error_rate  # picks best.pt, the plateau, the early stop
     valid_beam: int = 0  # the validation error rate's search: 0 the greedy search, N a beam of N
+    # second-order CB (monotonic_variable): refuse to train when more than this share of the
+    # training utterances has more encoder frames per label than the window (1.0: never)
+    max_long_gap_share: float = 0.5
     early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
     max_bad_steps: int = 20  # non-finite steps in a row that stop the run
     find_unused_parameters: bool = False  # DistributedDataParallel: models with unused parameters

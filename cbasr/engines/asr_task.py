@@ -23,6 +23,7 @@ from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
 from cbasr.engines.fine_tuning import load_initial_weights
+from cbasr.engines.gap_check import check_long_gaps
 from cbasr.engines.scoring import error_counts
 from cbasr.engines.task import TaskOutput
 from cbasr.engines.training_options import augmentation_of, fbank_options_of
@@ -140,6 +141,12 @@ class AsrTask:
             raise RuntimeError(
                 f"no usable training utterances in {data.manifest_dir} (data.manifest_dir)"
             )
+        check_long_gaps(
+            self.model,
+            self.train_set.num_frames,
+            self.train_set.target_lens,
+            self.options.max_long_gap_share,
+        )
         if len(self.valid_set) == 0:
             log.warning(
                 "no usable %s utterances (data.valid_split): validation metrics are meaningless and "

@@ -138,8 +138,8 @@ class CBModel(AsrModel):
             )
         if criterion != "cb_marginal" and decoder.order is LabelOrder.SECOND_ORDER:
             return (
-                "a bounded-window decoder gives gaps beyond its window probability 0, and samples "
-                "of P(b | L) do not respect the window: train it with the exact cb_marginal"
+                "the second-order (variable-window) label terms, one per gap up to the window, "
+                "are read by the exact lattice only: train it with the exact cb_marginal"
             )
         if criterion == "cb_reinforce":
             if estimator == "auto":
