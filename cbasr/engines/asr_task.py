@@ -22,6 +22,7 @@ from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_setti
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
+from cbasr.engines.emission_bias import init_emission_bias
 from cbasr.engines.fine_tuning import load_initial_weights
 from cbasr.engines.gap_check import check_long_gaps
 from cbasr.engines.scoring import error_counts
@@ -276,8 +277,20 @@ class AsrTask:
             )
 
     def start_new_run(self, model: torch.nn.Module) -> None:
-        """Fine-tuning: start from ``trainer.init_from``'s weights when it names a model."""
-        if self.options.init_from:
-            load_initial_weights(
-                model, self.options.init_from, list(self.options.init_skip), self.vocab
-            )
+        """Fine-tuning: start from ``trainer.init_from``'s weights when it names a model;
+        otherwise a CB model's emission bias as ``trainer.emit_bias_init`` says (e.g. at the
+        training data's label rate, :mod:`cbasr.engines.emission_bias`)."""
+        options = self.options
+        if options.init_from:
+            load_initial_weights(model, options.init_from, list(options.init_skip), self.vocab)
+            if options.emit_bias_init != "decoder":
+                log.info(
+                    "trainer.init_from: the emission bias is %s's, trainer.emit_bias_init=%s "
+                    "is not used",
+                    options.init_from,
+                    options.emit_bias_init,
+                )
+            return
+        init_emission_bias(
+            model, options.emit_bias_init, self.train_set.num_frames, self.train_set.target_lens
+        )

@@ -12,6 +12,7 @@ import torch
 from cbasr.config.schema import DataConfig, OptimConfig, TrainerConfig
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions, extraction_options
+from cbasr.engines.emission_bias import emit_bias_option
 
 __all__ = [
     "METRICS",
@@ -68,6 +69,7 @@ def check_options(
             raise ValueError(f"trainer.{key} must be >= 0, got {getattr(trainer, key)}")
     if optim.weight_noise < 0:
         raise ValueError(f"optim.weight_noise must be >= 0, got {optim.weight_noise}")
+    emit_bias_option(trainer.emit_bias_init)
 
 
 def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:

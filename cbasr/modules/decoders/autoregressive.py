@@ -81,6 +81,10 @@ class AutoregressiveDecoder(CBDecoder):
     def autoregressive_emissions(self) -> bool:
         return self.emission_source == "decoder"
 
+    def emission_bias(self) -> torch.Tensor:
+        """The emission logit's bias ``(1,)``, of the encoder's or of Luo et al.'s network."""
+        return self.emission_out.bias if self.autoregressive_emissions else self.emission.bias
+
     def emission_logits(self, h: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` emission logits from the encoder (``emission="encoder"`` only)."""
         if self.autoregressive_emissions:

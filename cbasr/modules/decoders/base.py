@@ -71,6 +71,11 @@ class EmissionHead(nn.Module):
         nn.init.constant_(layers[-1].bias, bias_init)
         self.net = nn.Sequential(*layers)
 
+    @property
+    def bias(self) -> torch.Tensor:
+        """The output unit's bias ``(1,)``, the parameter itself."""
+        return self.net[-1].bias
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.net(h).squeeze(-1)
 
@@ -133,6 +138,13 @@ class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
 
     order: LabelOrder = LabelOrder.MEMORYLESS
     autoregressive_emissions: bool = False
+
+    def emission_bias(self) -> torch.Tensor:
+        """The bias of the emission logits ``a_t``, ``(1,)``: the parameter or a view of it, so
+        that filling it under ``torch.no_grad()`` sets the initial ``P(B_t = 1)`` (training
+        starts it at the data's label rate). The default is :class:`EmissionHead`'s, as
+        ``self.emission``."""
+        return self.emission.bias
 
     def cb_terms(
         self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor, target_lens: torch.Tensor

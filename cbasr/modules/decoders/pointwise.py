@@ -45,6 +45,10 @@ class PointwiseDecoder(CBDecoder):
         layers.append(nn.Linear(input_dim, vocab_size))
         self.net = nn.Sequential(*layers)
 
+    def emission_bias(self) -> torch.Tensor:
+        """CB: the bias of output unit 0, the emission logit, ``(1,)`` (a view of the layer's)."""
+        return self.net[-1].bias[:1]
+
     def forward(self, h: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """CTC: ``h (B, T, D) -> log_probs (B, T, V)``."""
         return self.net(h).log_softmax(dim=-1)
