@@ -1,8 +1,11 @@
-"""cbasr-synth: generate the synthetic eSpeak corpus (audio, manifests, phone inventories).
+"""cbasr-synth: generate a synthetic eSpeak corpus (audio, manifests, inventories).
 
-Example::
+Two profiles: ``sentences`` (the default), English sentences with gold phone times
+(cbasr.corpora.synth.corpus), and ``digits``, connected digit strings in noise and
+reverberation with gold word times (cbasr.corpora.synth.digits). Examples::
 
     cbasr-synth --out data/synth --size default --workers 2
+    cbasr-synth --profile digits --out data/digits --snr-db 0 20
 
 A rerun with the same parameters on a complete directory does nothing; different
 parameters or an incomplete directory regenerate it.
@@ -15,8 +18,15 @@ from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.corpora.synth.corpus import SIZES, make_corpus
+from cbasr.corpora.synth.digits import DIGITS_SIZES, make_digits_corpus
 
 __all__ = ["main"]
+
+# profile -> (preset sizes, generator); both profiles have the sizes "default" and "tiny"
+_PROFILES = {
+    "sentences": (SIZES, make_corpus),
+    "digits": (DIGITS_SIZES, make_digits_corpus),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,10 +35,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", required=True, type=Path, help="corpus directory to write")
     parser.add_argument(
+        "--profile",
+        choices=sorted(_PROFILES),
+        default="sentences",
+        help="sentences with gold phone times, or connected digits in noise with gold word times",
+    )
+    parser.add_argument(
         "--size",
         choices=sorted(SIZES),
         default="default",
-        help="preset sizes; the options below override them",
+        help="the profile's preset sizes; the options below override them",
     )
     for split in ("train", "dev", "test"):
         parser.add_argument(
@@ -48,6 +64,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed", type=int, metavar="S", help="seed for speakers, sentences and eSpeak's noise"
+    )
+    parser.add_argument(
+        "--snr-db",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="digits: the range of the additive noise's SNR in dB (default 5 25)",
+    )
+    parser.add_argument(
+        "--reverb-share",
+        type=float,
+        metavar="P",
+        help="digits: the share of utterances with reverberation (default 0.5)",
     )
     parser.add_argument(
         "--workers",
@@ -78,11 +107,19 @@ def main(argv: list[str] | None = None) -> None:
             )
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if args.profile == "digits":
+        if args.snr_db is not None:
+            overrides["min_snr_db"], overrides["max_snr_db"] = args.snr_db
+        if args.reverb_share is not None:
+            overrides["reverb_share"] = args.reverb_share
+    elif args.snr_db is not None or args.reverb_share is not None:
+        parser.error("--snr-db and --reverb-share need --profile digits")
+    sizes, make = _PROFILES[args.profile]
     try:
-        config = dataclasses.replace(SIZES[args.size], **overrides)
+        config = dataclasses.replace(sizes[args.size], **overrides)
     except ValueError as error:
         parser.error(str(error))
-    make_corpus(args.out, config, workers=args.workers)
+    make(args.out, config, workers=args.workers)
 
 
 if __name__ == "__main__":

@@ -32,24 +32,23 @@ import dataclasses
 import importlib.metadata
 import json
 import logging
-import multiprocessing
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cbasr.corpora.synth.phones import FULL_PHONES, MERGED_PHONES
-from cbasr.corpora.synth.speakers import SPLITS, Speaker, draw_speakers
-from cbasr.corpora.synth.synthesis import (
-    SkippedUtterance,
-    SpeakerJob,
-    UtterancePlan,
-    synthesize_speaker,
+from cbasr.corpora.synth.directory import (
+    MARKER,
+    CorpusSummary,
+    clear,
+    describe,
+    find_complete,
+    finish,
+    run_jobs,
 )
+from cbasr.corpora.synth.phones import FULL_PHONES, MERGED_PHONES
+from cbasr.corpora.synth.speakers import SPLITS, draw_speakers
+from cbasr.corpora.synth.synthesis import SpeakerJob, UtterancePlan, synthesize_speaker
 from cbasr.corpora.synth.text import SentenceGenerator
-from cbasr.progress import progress_bar
 
 __all__ = [
     "FORMAT_VERSION",
@@ -62,7 +61,7 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-MARKER = ".done"
+_FILES = ("speakers.json", "phones.txt", "phones_full.txt")
 _LOG = logging.getLogger(__name__)
 
 
@@ -104,17 +103,6 @@ SIZES: dict[str, CorpusConfig] = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CorpusSummary:
-    """What a corpus holds; ``generated`` is False when :func:`make_corpus` found it complete."""
-
-    utterances: dict[str, int]
-    hours: dict[str, float]
-    skipped: int
-    seconds: float
-    generated: bool
-
-
 def plan_corpus(config: CorpusConfig, corpus_dir: str | Path) -> list[SpeakerJob]:
     """Speakers and their sentences, one job per speaker, in speaker order.
 
@@ -154,38 +142,26 @@ def make_corpus(
     config = SIZES["default"] if config is None else config
     out_dir = Path(out_dir)
     params = _parameters(config)
-    summary = _complete_summary(out_dir, params)
+    summary = find_complete(out_dir, params, _FILES)
     if summary is not None:
         _LOG.info(
             "synth corpus in %s is complete for these parameters, nothing to do: %s",
             out_dir,
-            _describe(summary),
+            describe(summary),
         )
         return summary
     start = time.monotonic()
-    _clear(out_dir)
+    clear(out_dir, _FILES)
     jobs = plan_corpus(config, out_dir.resolve())
-    entries, skipped = _run_jobs(jobs, workers)
-    for item in skipped:
-        _LOG.warning("skipped utterance %s: %s", item.id, item.reason)
-    speakers = [job.speaker for job in jobs]
-    _write_outputs(out_dir, entries, speakers)
-    summary = CorpusSummary(
-        utterances={split: len(entries[split]) for split in SPLITS},
-        hours={
-            split: round(sum(e["duration"] for e in entries[split]) / 3600, 4) for split in SPLITS
-        },
-        skipped=len(skipped),
-        seconds=round(time.monotonic() - start, 2),
-        generated=True,
-    )
-    contents = {
-        "utterances": summary.utterances,
-        "hours": summary.hours,
-        "skipped": summary.skipped,
+    entries, skipped = run_jobs(jobs, synthesize_speaker, workers)
+    speakers = [dataclasses.asdict(job.speaker) for job in jobs]
+    files = {
+        "speakers.json": json.dumps(speakers, indent=1) + "\n",
+        "phones.txt": "".join(label + "\n" for label in MERGED_PHONES),
+        "phones_full.txt": "".join(label + "\n" for label in FULL_PHONES),
     }
-    _write_atomic(out_dir / MARKER, json.dumps({"params": params, **contents}, indent=1) + "\n")
-    _LOG.info("synth corpus: %s", _describe(summary))
+    summary = finish(out_dir, params, entries, skipped, files, start)
+    _LOG.info("synth corpus: %s", describe(summary))
     return summary
 
 
@@ -195,101 +171,3 @@ def _parameters(config: CorpusConfig) -> dict:
         "espeakng_loader": importlib.metadata.version("espeakng-loader"),
         **dataclasses.asdict(config),
     }
-
-
-def _complete_summary(out_dir: Path, params: dict) -> CorpusSummary | None:
-    """The recorded summary if ``out_dir`` is complete for ``params``, else None."""
-    try:
-        marker = json.loads((out_dir / MARKER).read_text())
-        if marker["params"] != params or not _files_complete(out_dir, marker["utterances"]):
-            return None
-        return CorpusSummary(
-            marker["utterances"], marker["hours"], marker["skipped"], 0.0, generated=False
-        )
-    except (OSError, ValueError, KeyError, TypeError):  # missing or damaged files
-        return None
-
-
-def _files_complete(out_dir: Path, utterances: dict[str, int]) -> bool:
-    """Every manifest has its recorded number of lines and every audio file it names exists."""
-    for split in SPLITS:
-        lines = (out_dir / f"{split}.jsonl").read_text().splitlines()
-        if len(lines) != utterances[split]:
-            return False
-        if not all((out_dir / json.loads(line)["audio"]).is_file() for line in lines):
-            return False
-    return all(
-        (out_dir / name).is_file() for name in ("speakers.json", "phones.txt", "phones_full.txt")
-    )
-
-
-def _clear(out_dir: Path) -> None:
-    """Remove the marker first, then every file a previous run may have left."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MARKER).unlink(missing_ok=True)
-    for name in [f"{split}.jsonl" for split in SPLITS] + [
-        "speakers.json",
-        "phones.txt",
-        "phones_full.txt",
-    ]:
-        (out_dir / name).unlink(missing_ok=True)
-    for partial in out_dir.glob("*.partial"):
-        partial.unlink()
-    shutil.rmtree(out_dir / "wav", ignore_errors=True)
-
-
-def _run_jobs(
-    jobs: list[SpeakerJob], workers: int
-) -> tuple[dict[str, list[dict]], list[SkippedUtterance]]:
-    """Synthesize every job in order, logging progress about every tenth of the corpus."""
-    entries: dict[str, list[dict]] = {split: [] for split in SPLITS}
-    skipped: list[SkippedUtterance] = []
-    total = sum(len(job.utterances) for job in jobs)
-    done, start, next_report = 0, time.monotonic(), 0.1
-    results = progress_bar(_results(jobs, workers), "synthesizing", len(jobs), "speaker")
-    for job, (job_entries, job_skipped) in zip(jobs, results):
-        entries[job.speaker.split] += job_entries
-        skipped += job_skipped
-        done += len(job.utterances)
-        if done >= next_report * total or done == total:
-            _LOG.info("synth: %d/%d utterances, %.1f s", done, total, time.monotonic() - start)
-            next_report = done / total + 0.1
-    return entries, skipped
-
-
-def _results(
-    jobs: list[SpeakerJob], workers: int
-) -> Iterator[tuple[list[dict], list[SkippedUtterance]]]:
-    """Job results in job order, from this process or from ``workers`` spawned processes."""
-    if workers <= 1:
-        yield from map(synthesize_speaker, jobs)
-        return
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        yield from pool.imap(synthesize_speaker, jobs)
-
-
-def _write_outputs(out_dir: Path, entries: dict[str, list[dict]], speakers: list[Speaker]) -> None:
-    for split in SPLITS:
-        lines = "".join(json.dumps(entry, ensure_ascii=False) + "\n" for entry in entries[split])
-        _write_atomic(out_dir / f"{split}.jsonl", lines)
-    speakers_json = json.dumps([dataclasses.asdict(s) for s in speakers], indent=1)
-    _write_atomic(out_dir / "speakers.json", speakers_json + "\n")
-    _write_atomic(out_dir / "phones.txt", "".join(label + "\n" for label in MERGED_PHONES))
-    _write_atomic(out_dir / "phones_full.txt", "".join(label + "\n" for label in FULL_PHONES))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
-def _describe(summary: CorpusSummary) -> str:
-    splits = ", ".join(
-        f"{split} {summary.utterances[split]} utterances ({summary.hours[split]:.2f} h)"
-        for split in SPLITS
-    )
-    hours = f"{sum(summary.hours.values()):.2f} h of audio"
-    if summary.generated:
-        hours += f" in {summary.seconds:.1f} s"
-    return f"{splits}; {hours}; {summary.skipped} skipped"

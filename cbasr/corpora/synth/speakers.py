@@ -71,8 +71,16 @@ class Speaker:
     pitch_range: int
 
 
-def draw_speakers(counts: dict[str, int], seed: int) -> list[Speaker]:
+def draw_speakers(counts: dict[str, int], seed: int, held_out_first: bool = False) -> list[Speaker]:
     """Draw ``counts[split]`` speakers for each split in ``SPLITS``; ids run over all splits.
+
+    Args:
+        held_out_first: draw dev and test before train, each held-out speaker with a
+            variant no other held-out speaker has (while there are enough). When training
+            takes most of the (voice, variant) pairs, drawing it first leaves the held-out
+            splits the variants it happened to take least of (four of twenty test speakers
+            with one variant in a draw of 250 + 20 + 20): their error rates then measure that
+            variant. Ids and the returned order follow ``SPLITS`` either way.
 
     Raises:
         ValueError: more speakers are asked for than there are (voice, variant) pairs.
@@ -84,23 +92,28 @@ def draw_speakers(counts: dict[str, int], seed: int) -> list[Speaker]:
         )
     rng = random.Random(seed)
     unused = {voice: list(VARIANTS) for voice in VOICES}
-    speakers = []
-    for split in SPLITS:
+    drawn: dict[str, list[tuple]] = {}
+    held_out_variants: set[str] = set()
+    for split in (SPLITS[1:] + SPLITS[:1]) if held_out_first else SPLITS:
         voice_order = list(VOICES)
         rng.shuffle(voice_order)
+        drawn[split] = []
         for i in range(counts.get(split, 0)):
             voice = _next_voice(voice_order, i, unused)
-            variant = unused[voice].pop(rng.randrange(len(unused[voice])))
+            candidates = unused[voice]
+            if held_out_first and split != "train":
+                candidates = [v for v in candidates if v not in held_out_variants] or candidates
+            variant = candidates[rng.randrange(len(candidates))]
+            unused[voice].remove(variant)
+            if split != "train":
+                held_out_variants.add(variant)
+            prosody = (rng.randint(*RATE_WPM), rng.randint(*PITCH), rng.randint(*PITCH_RANGE))
+            drawn[split].append((voice, variant, *prosody))
+    speakers = []
+    for split in SPLITS:
+        for voice, variant, rate, pitch, pitch_range in drawn[split]:
             speakers.append(
-                Speaker(
-                    id=f"spk{len(speakers):03d}",
-                    split=split,
-                    voice=voice,
-                    variant=variant,
-                    rate=rng.randint(*RATE_WPM),
-                    pitch=rng.randint(*PITCH),
-                    pitch_range=rng.randint(*PITCH_RANGE),
-                )
+                Speaker(f"spk{len(speakers):03d}", split, voice, variant, rate, pitch, pitch_range)
             )
     return speakers
 

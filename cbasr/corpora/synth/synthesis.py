@@ -40,6 +40,7 @@ __all__ = [
     "render_utterance",
     "resample_to_16k",
     "synthesize_speaker",
+    "write_wav",
 ]
 
 SAMPLE_RATE = 16000
@@ -175,7 +176,7 @@ def synthesize_speaker(job: SpeakerJob) -> tuple[list[dict], list[SkippedUtteran
                 skipped.append(SkippedUtterance(plan.id, str(skip)))
                 continue
             audio_path = f"{job.audio_dir}/{plan.id}.wav"
-            _write_wav(Path(job.corpus_dir) / audio_path, rendered.audio)
+            write_wav(Path(job.corpus_dir) / audio_path, rendered.audio)
             entries.append(_manifest_entry(plan, speaker, audio_path, rendered))
     finally:
         torch.set_num_threads(threads)
@@ -197,7 +198,7 @@ def _manifest_entry(
     }
 
 
-def _write_wav(path: Path, audio: np.ndarray) -> None:
+def write_wav(path: Path, audio: np.ndarray) -> None:
     """Write 16-bit PCM mono through a temporary file, so a killed run leaves no partial WAV."""
     partial = path.with_name(path.name + ".partial")
     soundfile.write(partial, audio, SAMPLE_RATE, subtype="PCM_16", format="WAV")

@@ -1,0 +1,222 @@
+"""The connected-digits corpus: manifest contract, gold word times, digit statistics,
+determinism, idempotence and the command line."""
+
+import dataclasses
+import json
+import logging
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from cbasr.cli.synth import main as synth_main
+from cbasr.corpora.synth.digits import (
+    DIGIT_WORDS,
+    DIGITS_SIZES,
+    NOISES,
+    DigitsConfig,
+    digit_words,
+    make_digits_corpus,
+    plan_digits,
+)
+from cbasr.corpora.synth.directory import MARKER
+
+TINY = DIGITS_SIZES["tiny"]
+SPLITS = ("train", "dev", "test")
+KEYS = ["id", "audio", "duration", "speaker", "words", "word_starts", "word_ends"]
+KEYS += ["noise", "snr_db", "rt60"]
+# gold times and gaps are whole samples at 16 kHz: compare seconds to a tenth of a sample
+EPS = 1 / 160000
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("digits") / "tiny"
+    make_digits_corpus(out, TINY, workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """Neither noise nor reverberation: the gaps are digital silence."""
+    out = tmp_path_factory.mktemp("digits") / "clean"
+    make_digits_corpus(out, dataclasses.replace(TINY, noise_share=0.0, reverb_share=0.0))
+    return out
+
+
+def _manifest(corpus: Path, split: str) -> list[dict]:
+    return [json.loads(line) for line in (corpus / f"{split}.jsonl").read_text().splitlines()]
+
+
+def _entries(corpus: Path) -> list[dict]:
+    return [e for split in SPLITS for e in _manifest(corpus, split)]
+
+
+def _files(corpus: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(corpus)): p.read_bytes() for p in sorted(corpus.rglob("*")) if p.is_file()
+    }
+
+
+def _gaps(entry: dict) -> list[float]:
+    """Seconds before each word and after the last."""
+    ends = [0.0] + entry["word_ends"]
+    starts = entry["word_starts"] + [entry["duration"]]
+    return [start - end for start, end in zip(starts, ends)]
+
+
+def test_manifest_contract(tiny):
+    assert (tiny / "words.txt").read_text().split() == list(DIGIT_WORDS)
+    speakers = {s["id"]: s for s in json.loads((tiny / "speakers.json").read_text())}
+    for split in SPLITS:
+        entries = _manifest(tiny, split)
+        assert len(entries) == TINY.speakers(split) * TINY.utts_per_speaker(split)
+        for e in entries:
+            assert list(e) == KEYS
+            assert (
+                e["id"].startswith(e["speaker"] + "-") and speakers[e["speaker"]]["split"] == split
+            )
+            assert e["audio"] == f"wav/{split}/{e['id']}.wav"
+            info = soundfile.info(tiny / e["audio"])
+            assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+            assert e["duration"] == info.frames / 16000
+            words = e["words"].split()
+            assert e["words"] == " ".join(words) and set(words) <= set(DIGIT_WORDS)
+            assert TINY.min_words <= len(words) <= TINY.max_words
+            assert len(e["word_starts"]) == len(e["word_ends"]) == len(words)
+            assert all(s < t for s, t in zip(e["word_starts"], e["word_ends"]))
+            assert all(0.05 - EPS < gap < 0.3 + EPS for gap in _gaps(e)), _gaps(e)
+            assert e["noise"] in NOISES and TINY.min_snr_db <= e["snr_db"] <= TINY.max_snr_db
+            assert e["rt60"] is None or 0.2 <= e["rt60"] <= 0.7
+    train = {e["speaker"] for e in _manifest(tiny, "train")}
+    held_out = {e["speaker"] for split in ("dev", "test") for e in _manifest(tiny, split)}
+    assert not train & held_out
+
+
+def _frame_rms(audio: np.ndarray) -> np.ndarray:
+    """RMS of each 5 ms frame (80 samples; the last one padded with zeros)."""
+    frames = np.zeros(-(-len(audio) // 80) * 80)
+    frames[: len(audio)] = audio
+    return np.sqrt((frames.reshape(-1, 80) ** 2).mean(axis=1))
+
+
+def test_word_times_span_the_words(clean):
+    """Without noise or room: the gaps are exact silence and every word starts and ends loud."""
+    for e in _entries(clean):
+        audio, _ = soundfile.read(clean / e["audio"], dtype="int16")
+        bounds = [0] + [
+            round(t * 16000) for pair in zip(e["word_starts"], e["word_ends"]) for t in pair
+        ]
+        bounds.append(len(audio))
+        for gap_start, gap_end in zip(bounds[::2], bounds[1::2]):
+            assert not audio[gap_start:gap_end].any(), (e["id"], gap_start, gap_end)
+        for start, end in zip(bounds[1::2], bounds[2::2]):
+            rms = _frame_rms(audio[start:end])
+            floor = rms.max() * 10 ** (-41 / 20)  # the trim's 40 dB, less int16 rounding
+            assert rms[0] >= floor and rms[-1] >= floor, e["id"]
+
+
+def test_noise_fills_the_gaps(tiny):
+    """With noise (every utterance of the default difficulty), no gap is silent."""
+    for e in _entries(tiny):
+        audio, _ = soundfile.read(tiny / e["audio"], dtype="int16")
+        first_gap = audio[: round(e["word_starts"][0] * 16000)]
+        assert np.sqrt(np.mean(first_gap.astype(np.float64) ** 2)) > 1.0, e["id"]
+
+
+def test_words_are_uniform_and_repeat_about_one_in_ten():
+    rng = random.Random(0)
+    config = DIGITS_SIZES["default"]
+    strings = [digit_words(rng, config) for _ in range(20000)]
+    lengths = Counter(len(words) for words in strings)
+    assert set(lengths) == set(range(2, 8))
+    assert all(abs(count / 20000 - 1 / 6) < 0.015 for count in lengths.values())  # 5 sd
+    words = Counter(word for s in strings for word in s)
+    total = sum(words.values())  # about 90,000
+    for word, count in words.items():
+        expected = 0.05 if word in ("zero", "oh") else 0.1
+        assert abs(count / total - expected) < 5 * np.sqrt(expected * (1 - expected) / total), word
+    # P(repeat) = 9 * 0.1^2 + 2 * 0.05^2 = 0.095 per word after the first
+    pairs = [(a, b) for s in strings for a, b in zip(s, s[1:])]
+    repeats = sum(a == b for a, b in pairs) / len(pairs)  # about 70,000 pairs: sd 0.0011
+    assert abs(repeats - 0.095) < 0.0055
+
+
+def test_default_plan_repeats_and_shares():
+    jobs = plan_digits(DIGITS_SIZES["default"], "/nonexistent")
+    plans = [plan for job in jobs for plan in job.utterances]
+    assert len(plans) == 3600
+    pairs = [(a.word, b.word) for p in plans for a, b in zip(p.words, p.words[1:])]
+    repeats = sum(a == b for a, b in pairs) / len(pairs)  # about 12,600 pairs: sd 0.0026
+    assert abs(repeats - 0.095) < 0.013
+    noises = Counter(p.noise for p in plans)
+    assert set(noises) == set(NOISES) and min(noises.values()) > 1000
+    assert 0.45 < sum(p.rt60 is not None for p in plans) / len(plans) < 0.55
+    for job in jobs:  # per-word prosody jitter around the speaker's
+        rates = {w.rate for p in job.utterances for w in p.words}
+        assert len(rates) > 5 and all(abs(r / job.speaker.rate - 1) <= 0.16 for r in rates)
+    held_out = [job.speaker for job in jobs if job.speaker.split != "train"]
+    assert len(held_out) == 40  # 20 dev and 20 test speakers, each with a variant of its own
+    assert len({speaker.variant for speaker in held_out}) == 40
+
+
+def test_same_seed_same_bytes(tiny, tmp_path):
+    make_digits_corpus(tmp_path / "again", TINY, workers=1)
+    assert _files(tmp_path / "again") == _files(tiny)
+
+
+def test_workers_do_not_change_the_output(tiny, tmp_path):
+    make_digits_corpus(tmp_path / "parallel", TINY, workers=2)
+    assert _files(tmp_path / "parallel") == _files(tiny)
+
+
+def test_other_seed_differs(tiny, tmp_path):
+    make_digits_corpus(tmp_path / "other", dataclasses.replace(TINY, seed=1))
+    other, ours = _entries(tmp_path / "other"), _entries(tiny)
+    assert (tmp_path / "other/speakers.json").read_text() != (tiny / "speakers.json").read_text()
+    for key in ("words", "word_starts", "snr_db"):  # the plans change too, not only the voices
+        assert [e[key] for e in other] != [e[key] for e in ours]
+
+
+def test_rerun_is_a_no_op_and_damage_regenerates(tmp_path, caplog):
+    out = tmp_path / "corpus"
+    make_digits_corpus(out, TINY)
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with caplog.at_level(logging.INFO):
+        summary = make_digits_corpus(out, TINY)
+    assert not summary.generated and "nothing to do" in caplog.text
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == mtimes
+    (out / "wav/dev/spk004-00001.wav").unlink()
+    assert make_digits_corpus(out, TINY).generated
+    assert (out / "wav/dev/spk004-00001.wav").is_file()
+    harder = dataclasses.replace(TINY, min_snr_db=0.0)
+    assert make_digits_corpus(out, harder).generated
+    assert json.loads((out / MARKER).read_text())["params"]["min_snr_db"] == 0.0
+    assert not list(out.rglob("*.partial"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"min_words": 0}, {"min_words": 5, "max_words": 4}, {"min_gap_ms": 400}, {"max_snr_db": 0.0}]
+    + [{"reverb_share": 1.5}, {"train_speakers": -1}],
+)
+def test_bad_config_is_refused(change):
+    with pytest.raises(ValueError):
+        dataclasses.replace(DigitsConfig(), **change)
+
+
+def test_command_line(tmp_path, capsys):
+    out = tmp_path / "cli"
+    synth_main(
+        ["--profile", "digits", "--out", str(out), "--size", "tiny", "--workers", "1"]
+        + ["--train-speakers", "2", "--snr-db", "0", "10", "--reverb-share", "0"]
+    )
+    params = json.loads((out / MARKER).read_text())["params"]
+    assert (params["train_speakers"], params["min_snr_db"], params["max_snr_db"]) == (2, 0.0, 10.0)
+    assert all(e["rt60"] is None and e["snr_db"] <= 10 for e in _entries(out))
+    with pytest.raises(SystemExit) as error:
+        synth_main(["--out", str(tmp_path / "sentences"), "--snr-db", "0", "10"])
+    assert error.value.code == 2 and "--profile digits" in capsys.readouterr().err
