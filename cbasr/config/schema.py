@@ -224,6 +224,7 @@ class TransducerLossConfig:
     # greedy search: label emits the best label where it beats the blank; emission emits the
     # best label where P(not blank) > P(blank)
     greedy: GreedyRule = GreedyRule.label
+    ctc_weight: float = 0.0  # an auxiliary CTC loss on the encoder with this weight (0: none)
     # 0: the whole lattice; S >= 2: train with the pruned loss (Kuang et al. 2022), the joint
     # on S label positions per frame chosen by a trivial joint; validation stays exact
     prune_range: int = 0

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from cbasr.losses import (
+    ctc_nll,
     hat_internal_lm_score,
     hat_nll_from_logits,
     pruned_transducer_nll,
@@ -41,6 +42,10 @@ class TransducerModel(AsrModel):
             where it beats the blank, ``"emission"`` where ``P(not blank) > P(blank)`` (the
             labels' summed probability beats the blank's; for HAT ``1 - b > b``), so a frame
             whose label mass is spread over several labels still emits.
+        ctc_weight: an auxiliary CTC loss on the encoder, through a linear layer of its own
+            (as ESPnet, icefall and NeMo's hybrid RNNT-CTC models train), added with this
+            weight in training; 0 (the default) has no such layer. Validation reports the
+            transducer's loss alone.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class TransducerModel(AsrModel):
         simple_loss_scale: float = 0.5,
         topology: str = "standard",
         greedy: str = "label",
+        ctc_weight: float = 0.0,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -68,7 +74,13 @@ class TransducerModel(AsrModel):
             raise ValueError(f"topology must be standard or monotonic, got {topology!r}")
         if greedy not in ("label", "emission"):
             raise ValueError(f"greedy must be label or emission, got {greedy!r}")
+        if ctc_weight < 0:
+            raise ValueError(f"ctc_weight must be >= 0, got {ctc_weight}")
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
+        self.ctc_weight = ctc_weight
+        if ctc_weight:  # the encoder's own frame posteriors over the V units, blank 0
+            vocab = decoder.prediction.embedding.num_embeddings
+            self.ctc_head = nn.Linear(decoder.joint.encoder_proj.in_features, vocab)
         self.criterion = criterion
         self.max_symbols = 1 if self.monotonic else max_symbols
         self.prune_range, self.simple_loss_scale = prune_range, simple_loss_scale
@@ -112,6 +124,12 @@ class TransducerModel(AsrModel):
                 f"{len(targets)} labels in {frames} frames: more than prune_range - 1 = "
                 f"{self.prune_range - 1} per frame"
             )
+        repeats = sum(a == b for a, b in zip(targets, targets[1:]))
+        if self.ctc_weight and frames < len(targets) + repeats:
+            return (
+                f"{len(targets)} labels with {repeats} repeats in {frames} frames: the auxiliary "
+                "CTC loss (ctc_weight) has no alignment"
+            )
         return None
 
     def loss(self, feats, feat_lens, targets, target_lens):
@@ -125,7 +143,19 @@ class TransducerModel(AsrModel):
 
     def _loss(self, h, lens, targets, target_lens) -> LossOutput:
         if self.prune_range and self.training:
-            return self._pruned_loss(h, lens, targets, target_lens)
+            out = self._pruned_loss(h, lens, targets, target_lens)
+        else:
+            out = self._lattice_loss(h, lens, targets, target_lens)
+        if not (self.ctc_weight and self.training):
+            return out
+        log_probs = self.ctc_head(h).log_softmax(dim=-1)  # (B, T, V)
+        ctc = ctc_nll(log_probs, targets, lens, target_lens)
+        labels = max(int(target_lens.sum()), 1)
+        stats = {**out.stats, "ctc_loss": float(ctc.detach().sum()) / labels}
+        return LossOutput(out.loss + self.ctc_weight * ctc, out.nll, stats)
+
+    def _lattice_loss(self, h, lens, targets, target_lens) -> LossOutput:
+        """The transducer's loss on the whole lattice."""
         if self.criterion == "rnnt":
             logits = self.decoder(h, lens, targets)
             if self.monotonic:  # torchaudio's loss has only the standard topology
