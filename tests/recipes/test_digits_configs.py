@@ -31,7 +31,6 @@ CHANGES = {
     "hat": {("loss", "topology"): "monotonic"},
     "demo_hat": {("loss", "topology"): "monotonic"},
     "rnnt": {("loss", "topology"): "monotonic", ("loss", "ctc_weight"): 0.3},
-    "cb_pointwise": {("trainer", "emit_bias_init"): "label_rate"},
     "cb_monotonic_variable": {("trainer", "max_long_gap_share"): 1.0},
 }
 SYNTH_NAME = {"hat_standard": "hat", "rnnt_standard": "rnnt"}
