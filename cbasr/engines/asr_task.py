@@ -215,14 +215,16 @@ class AsrTask:
             if not batch.ids:
                 continue
             with autocast():
-                out, hyps = model.validate_batch(
-                    batch.feats, batch.feat_lens, batch.targets, batch.target_lens
-                )
-                if self.options.valid_beam:  # the error rate of a beam search instead
+                if self.options.valid_beam:  # the loss, and a beam search's hypotheses
+                    out = model.loss(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
                     hyps = [
                         nbest[0].tokens if nbest else []
                         for nbest in beam_search(model, batch.feats, batch.feat_lens, search)
                     ]
+                else:  # the loss and the greedy search on one encoder pass
+                    out, hyps = model.validate_batch(
+                        batch.feats, batch.feat_lens, batch.targets, batch.target_lens
+                    )
             refs = [y[:n].tolist() for y, n in zip(batch.targets, batch.target_lens.tolist())]
             counts = error_counts(
                 [self.vocab.decode(r) for r in refs], [self.vocab.decode(h) for h in hyps]
