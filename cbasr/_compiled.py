@@ -1,10 +1,11 @@
-"""The compiled CPU kernels' common ground (package-internal): the switch, and SIMD-friendly
-``exp`` and ``log-add-exp`` in float64.
+"""The compiled CPU kernels' common ground (package-internal): numba's ``jit`` as the kernels
+use it, and SIMD-friendly ``exp`` and ``log-add-exp`` in float64.
 
 The kernels are loops compiled by numba (Lam, Pitrou and Seibert, 2015, "Numba: a LLVM-based
-Python JIT compiler"). They serve CPU tensors only; CUDA tensors, and the cases a kernel does
-not cover, keep the PyTorch code they stand in for, which the tests hold each kernel to (they
-run the affected tests both ways through :func:`use_kernels`).
+Python JIT compiler"), the ``numba`` backend of :mod:`cbasr._backends`. They serve CPU tensors
+only; CUDA tensors, and the cases a kernel does not cover, keep the PyTorch code they stand in
+for, which the tests hold each kernel to (they run the affected tests under each backend
+through :func:`cbasr._backends.use_backend`).
 
 Log-space lattices need an ``exp`` and a ``log1p`` per state. numba calls the C library for
 ``math.exp`` and ``math.log1p``, one value at a time, and a loop that calls them does not
@@ -27,50 +28,23 @@ the error). A loop with a division vectorises only under numba's ``error_model="
 IEEE rounding of their additions, so they must not be compiled with ``reassoc``.
 """
 
-import contextlib
 import math
 
+import numba
 import numpy as np
-import torch
+from llvmlite import ir
+from numba.extending import intrinsic
 
 __all__: list[str] = []  # package-internal
 
-_enabled = True
-
-try:
-    import numba
-    from llvmlite import ir
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    numba = None
-
-
-def enabled(tensor: torch.Tensor) -> bool:
-    """Whether the compiled kernels serve ``tensor``: a CPU tensor, numba importable, and not
-    switched off by :func:`use_kernels`."""
-    return _enabled and numba is not None and tensor.device.type == "cpu"
-
-
-@contextlib.contextmanager
-def use_kernels(flag: bool):
-    """Switch the compiled kernels on or off within a ``with`` block (tests, benchmarks)."""
-    global _enabled
-    before, _enabled = _enabled, flag
-    try:
-        yield
-    finally:
-        _enabled = before
-
 
 def jit(function=None, *, fastmath=frozenset({"contract"}), inline="never"):
-    """numba's ``njit`` with an on-disk cache, without the GIL and with numpy's error model;
-    the function itself where numba is missing. ``fastmath`` defaults to contraction (fused
-    multiply-add) only; ``inline="always"`` inlines a function into its callers in numba's
-    own IR (a loop that calls a compiled function does not vectorise)."""
+    """numba's ``njit`` with an on-disk cache, without the GIL and with numpy's error model.
+    ``fastmath`` defaults to contraction (fused multiply-add) only; ``inline="always"`` inlines
+    a function into its callers in numba's own IR (a loop that calls a compiled function does
+    not vectorise)."""
     if function is None:
         return lambda f: jit(f, fastmath=fastmath, inline=inline)
-    if numba is None:  # pragma: no cover
-        return function
     return numba.njit(
         cache=True, nogil=True, fastmath=set(fastmath), error_model="numpy", inline=inline
     )(function)
@@ -93,17 +67,10 @@ def _bitcast(source: str, target: str, llvm_type):
     return cast
 
 
-if numba is not None:
-    _bits = _bitcast("float64", "int64", ir.IntType(64))
-    _from_bits = _bitcast("int64", "float64", ir.DoubleType())
-    _bits32 = _bitcast("float32", "int32", ir.IntType(32))
-    _from_bits32 = _bitcast("int32", "float32", ir.FloatType())
-else:  # pragma: no cover
-
-    def _bits(x):
-        raise RuntimeError("numba is required")
-
-    _from_bits = _bits32 = _from_bits32 = _bits
+_bits = _bitcast("float64", "int64", ir.IntType(64))
+_from_bits = _bitcast("int64", "float64", ir.DoubleType())
+_bits32 = _bitcast("float32", "int32", ir.IntType(32))
+_from_bits32 = _bitcast("int32", "float32", ir.FloatType())
 
 
 _LOG2E = 1.4426950408889634

@@ -36,8 +36,8 @@ import time
 
 import torch
 
+from cbasr._backends import use_backend
 from cbasr.distributions import ConditionalBernoulli
-from cbasr.distributions._kernels import use_kernels
 
 CASES = {
     "log_prob + backward": ("cbasr", "cbasr pytorch", "naive"),
@@ -125,7 +125,7 @@ def _author_module():
 
 def run_case(operation: str, implementation: str, logits, total, b) -> None:
     if implementation.endswith(" pytorch"):  # cbasr without its compiled CPU loops
-        with use_kernels(False):
+        with use_backend("torch"):
             return run_case(operation, implementation.removesuffix(" pytorch"), logits, total, b)
     if implementation == "author":  # ConditionalBernoulli(given_count, logits=...)
         author = _author_module()
@@ -224,7 +224,7 @@ def float32_errors(logits, total, b, author: bool) -> dict[str, float]:
     reference = naive_log_prob(logits.double(), total, b.double())
     x, value = logits.float(), b.float()
     found = {"cbasr": ConditionalBernoulli(x, total).log_prob(value)}
-    with use_kernels(False):
+    with use_backend("torch"):
         found["cbasr pytorch"] = ConditionalBernoulli(x, total).log_prob(value)
     if author:
         found["author"] = _author_module().ConditionalBernoulli(total, logits=x).log_prob(value)

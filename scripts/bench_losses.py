@@ -3,7 +3,8 @@
 Compares, at equal ``(B, T, U, V)``:
 
 - ``ctc_nll`` (PyTorch's kernel) and ``cb_marginal_nll`` (explicit forward-backward: on CPU
-  the compiled lattice; ``cb_pytorch`` is the same call with the kernels off), plus a
+  the compiled lattice, on CUDA the Triton kernels; ``cb_pytorch`` is the same call on the
+  PyTorch reference), plus a
   plain autograd version of the same CB lattice (``T`` logaddexp steps recorded by autograd);
   the CTC and CB rows both start from ``(B, T, V)`` logits and include the log-softmax (and,
   for CB, the gather of the ``L`` reference labels);
@@ -38,6 +39,7 @@ use ``--omp-wait-policy passive`` or ``--threads 1`` there.
 """
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -53,7 +55,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cbasr._compiled import use_kernels  # noqa: E402
+from cbasr._backends import use_backend  # noqa: E402
 from cbasr.losses import (  # noqa: E402
     cb_marginal_nll,
     ctc_nll,
@@ -122,7 +124,9 @@ def _make_inputs(loss, B, T, U, V, device, prune_range=PRUNE_RANGE):
 
         def run():
             lp = z.log_softmax(-1).gather(2, targets[:, None, :].expand(B, T, U))  # (B, T, L)
-            with use_kernels(loss != "cb_pytorch"):  # cb_pytorch: without the CPU kernel
+            # cb: the device's default backend (numba on CPU, triton on CUDA); cb_pytorch: the
+            # PyTorch reference
+            with use_backend("torch") if loss == "cb_pytorch" else contextlib.nullcontext():
                 return fn(a, lp, il, tl)
 
         return [z, a], run

@@ -1,4 +1,6 @@
-"""Shared pytest options: ``--device`` and the ``slow`` / ``gpu`` markers."""
+"""Shared pytest options: ``--device`` and the ``slow`` / ``gpu`` / ``triton`` markers."""
+
+import os
 
 import pytest
 import torch
@@ -10,6 +12,13 @@ def pytest_addoption(parser):
         default="cpu",
         help="torch device for device-parametrised tests (cpu, cuda, cuda:1, ...)",
     )
+
+
+def pytest_configure(config):
+    # Triton kernels (the ``triton`` marker) run on CPU tensors in Triton's interpreter, which
+    # is chosen when a kernel module is imported: before any test imports one.
+    if not config.getoption("--device").startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ precision. The loops are compiled by numba (Lam, Pitrou and Seibert, 2015, "Numb
 LLVM-based Python JIT compiler"), with an on-disk cache, one parameter row at a time, for CPU
 tensors. CUDA tensors and double backward use the PyTorch recursion of
 :mod:`cbasr.distributions._tables`, which the tests hold these kernels to (they run every
-distribution test both ways, see :func:`use_kernels`). Each loop starts at a constant and
+distribution test under both backends, see :func:`cbasr._backends.use_backend`). Each loop starts at a constant and
 walks memory upwards: a loop from a run-time start does not vectorise, and a large table read
 or written backwards row by row costs about twice as much.
 
@@ -31,7 +31,7 @@ import threading
 import numpy as np
 import torch
 
-from cbasr._compiled import enabled, numba, use_kernels  # noqa: F401 - the switch, shared
+from cbasr._compiled import jit
 
 __all__: list[str] = []  # package-internal
 
@@ -41,10 +41,8 @@ _FAST = {"reassoc", "contract", "nsz", "arcp", "afn"}
 
 
 def _jit(function):
-    """numba's ``njit`` with an on-disk cache; the function itself where numba is missing."""
-    if numba is None:  # pragma: no cover
-        return function
-    return numba.njit(cache=True, nogil=True, fastmath=_FAST)(function)
+    """:func:`cbasr._compiled.jit` with the fast-maths flags of these loops."""
+    return jit(function, fastmath=frozenset(_FAST))
 
 
 # ---- the loops ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from cbasr import _backends
 from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import Arguments, frame_mask, max_total
 
@@ -260,7 +261,7 @@ def tilt_for_total(logits: torch.Tensor, total: torch.Tensor, valid: torch.Tenso
     """
     if logits.shape[-1] == 0:  # no frames: any shift will do
         return logits.new_zeros(logits.shape[:-1])
-    if _kernels.enabled(logits):
+    if _backends.backend(logits) == "numba":
         return _kernels.tilt(logits, total, valid.sum(-1))
     x = logits.detach().double()
     finite = valid & torch.isfinite(x)
@@ -354,7 +355,7 @@ def conditional_normaliser(args: Arguments) -> ConditionalTables:
     read from the prefix table, which is kept.
     """
     valid, log_off, log_on, num_states = _tilted_weights(args)
-    if not _kernels.enabled(log_on):
+    if _backends.backend(log_on) != "numba":
         prefix = count_table(log_off, log_on, num_states)
         return ConditionalTables(log_off, log_on, prefix, None, args.total, args.lengths, valid)
     normaliser = _kernels.LogNormaliser.apply(log_off, log_on, args.total, args.lengths, num_states)

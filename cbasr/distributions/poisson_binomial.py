@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Distribution, constraints
 
+from cbasr import _backends
 from cbasr.checks import check_range
 from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import broadcast_arguments, frame_mask, value_rows
@@ -94,7 +95,7 @@ class PoissonBinomial(Distribution):
         count = torch.where(rows == rows.floor(), rows, -1).long()  # non-integers are impossible
         num_states = int(count.max().clamp(0, T)) + 1 if count.numel() else 1
         valid = frame_mask(args.lengths, T)
-        if _kernels.enabled(args.logits) and len(rows) == len(args.logits):
+        if _backends.backend(args.logits) == "numba" and len(rows) == len(args.logits):
             one_per_row = _tilted_log_prob(args.logits, valid, count[:, 0], args.lengths)
             if one_per_row is not None:
                 return one_per_row.reshape(shape)

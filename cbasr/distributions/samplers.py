@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from cbasr import _backends
 from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import (
     Arguments,
@@ -231,7 +232,7 @@ def id_checking_sample(
         ``(*sample_shape, *, T)`` 0./1. in the logits' dtype: exactly ``total`` highs, all
         before ``lengths``. Raises ValueError if ``total`` cannot be met. Not differentiable.
     """
-    if _kernels.enabled(logits):
+    if _backends.backend(logits) == "numba":
         return _kernel_sample(_kernels.id_checking, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
@@ -283,7 +284,7 @@ def bounded_bernoulli_sample(
         ``(*sample_shape, *, K)`` int64 increasing frames, ``K = max(total)``; entries
         ``l >= total`` are -1. Not differentiable.
     """
-    if _kernels.enabled(logits):
+    if _backends.backend(logits) == "numba":
         return _kernel_sample(_kernels.bounded, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)

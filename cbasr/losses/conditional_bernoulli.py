@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from cbasr import _compiled
+from cbasr import _backends
 from cbasr.checks import check_floating, check_lengths, check_shape
 from cbasr.losses._cb_kernel import cb_lattice
 
@@ -256,6 +256,31 @@ class _CBForwardBackward(torch.autograd.Function):
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
 
+class _CBTritonLattice(torch.autograd.Function):
+    """:class:`_CBForwardBackward` by the Triton kernels (:mod:`cbasr.losses._cb_triton`): one
+    program per utterance runs the forward recursion; backward runs the backward recursion
+    and the edge posteriors in one more."""
+
+    @staticmethod
+    def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+        from cbasr.losses import _cb_triton
+
+        emit_t, shift = _shift_labels(emit.detach())  # (T, B, L), (B,)
+        alpha, log_z = _cb_triton.forward(emit_t, target_lengths)
+        ctx.save_for_backward(emit_t, alpha, log_z, target_lengths)
+        return log_z + shift
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_z: torch.Tensor):
+        from cbasr.losses import _cb_triton
+
+        emit_t, alpha, log_z, target_lengths = ctx.saved_tensors
+        post = _cb_triton.posteriors(emit_t, alpha, log_z, target_lengths)  # (T, B, L)
+        grad = post * grad_log_z[None, :, None]
+        return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
+
+
 class _CBKernel(torch.autograd.Function):
     """``-log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._cb_kernel`), which
     computes the gradient in the forward pass when one is needed."""
@@ -278,15 +303,16 @@ class _CBKernel(torch.autograd.Function):
         return grad_emit, grad_lp, None, None, None
 
 
-def _use_kernel(emit_logits: torch.Tensor, label_log_probs: torch.Tensor) -> bool:
-    """Whether the compiled lattice serves these inputs: CPU, float32 or float64, kernels on."""
+def _lattice_backend(emit_logits: torch.Tensor, label_log_probs: torch.Tensor) -> str:
+    """Which lattice serves these inputs (:mod:`cbasr._backends`): ``numba`` (the compiled CPU
+    loop, for float32 and float64 inputs), ``triton`` (the kernels of
+    :mod:`cbasr.losses._cb_triton`, on the reference's weights in at least float32) or
+    ``torch`` (the reference)."""
+    which = _backends.backend(emit_logits)
     exact = (torch.float32, torch.float64)
-    return (
-        _compiled.enabled(emit_logits)
-        and emit_logits.dtype in exact
-        and label_log_probs.dtype in exact
-        and label_log_probs.device.type == "cpu"
-    )
+    if which == "numba" and not (emit_logits.dtype in exact and label_log_probs.dtype in exact):
+        return "torch"
+    return which
 
 
 def _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths) -> None:
@@ -314,10 +340,11 @@ def cb_marginal_nll(
     On CPU, for float32 and float64 inputs, one compiled loop (:mod:`cbasr.losses._cb_kernel`)
     computes in float64 the forward variables, then the backward variables and the edge
     posteriors (the gradient) together, over each utterance's band of reachable states.
-    Elsewhere (CUDA, half precision): ``T`` serial steps vectorised over ``(B, L)`` that
-    compute the alpha and the beta variables together (the reversed lattice as more batch
-    rows); backward: the edge posteriors from both, not autograd through the loop. Memory
-    ``O(B T L)`` either way.
+    On CUDA, Triton kernels (:mod:`cbasr.losses._cb_triton`) run the recursion over frames,
+    one program per utterance. Elsewhere (the ``torch`` backend, half precision on CPU): ``T``
+    serial steps vectorised over ``(B, L)`` that compute the alpha and the beta variables
+    together (the reversed lattice as more batch rows). Backward is the edge posteriors, not
+    autograd through the loop. Memory ``O(B T L)`` in every case.
 
     Args:
         emit_logits: ``(B, T)`` logits ``a_t`` of ``P(B_t = 1) = sigmoid(a_t)``.
@@ -334,11 +361,13 @@ def cb_marginal_nll(
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
     _apply_impossible_policy(input_lengths, target_lengths, impossible)
-    if _use_kernel(emit_logits, label_log_probs):
+    which = _lattice_backend(emit_logits, label_log_probs)
+    if which == "numba":
         dtype = _work_dtype(emit_logits, label_log_probs)
         return _CBKernel.apply(emit_logits, label_log_probs, input_lengths, target_lengths, dtype)
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
-    log_z = _CBForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
+    lattice = _CBTritonLattice if which == "triton" else _CBForwardBackward
+    log_z = lattice.apply(emit, target_lengths.to(emit.device))  # (B,)
     # -inf log Z means no alignment: return +inf with zero gradient for that utterance.
     return torch.where(torch.isneginf(log_z), float("inf"), -(stay + log_z))
 
@@ -361,12 +390,18 @@ def cb_posteriors(
         ``t < T_b``. Zero at padded ``(t, l)`` and for utterances with no alignment.
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
-    if _use_kernel(emit_logits, label_log_probs):
+    which = _lattice_backend(emit_logits, label_log_probs)
+    if which == "numba":
         _, _, post = cb_lattice(emit_logits, label_log_probs, input_lengths, target_lengths, True)
         return post.to(_work_dtype(emit_logits, label_log_probs))
     _, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, _ = _shift_labels(emit)  # (T, B, L)
     target_lengths = target_lengths.to(emit.device)
+    if which == "triton":
+        from cbasr.losses import _cb_triton
+
+        alpha, log_z = _cb_triton.forward(emit_t, target_lengths)
+        return _cb_triton.posteriors(emit_t, alpha, log_z, target_lengths).transpose(0, 1)
     alpha, beta = _cb_alpha_beta(emit_t, target_lengths)
     log_z = alpha[-1, torch.arange(emit.shape[0], device=emit.device), target_lengths + 1]
     post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import torchaudio.functional as AF
 from torch.autograd.function import once_differentiable
 
-from cbasr import _compiled
+from cbasr import _backends
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
 from cbasr.losses._transducer_kernel import (
     monotonic_lattice,
@@ -238,6 +238,48 @@ class _MonotonicKernel(torch.autograd.Function):
     backward = staticmethod(_TransducerKernel.backward)
 
 
+class _TransducerTriton(torch.autograd.Function):
+    """``log P(y)`` over either topology by the Triton kernels
+    (:mod:`cbasr.losses._transducer_triton`), on the same masked weights and with the same
+    exact shifts as :class:`_TransducerForwardBackward` and :class:`_MonotonicForwardBackward`:
+    one program per utterance runs the forward recursion; backward runs the backward recursion
+    and the edge posteriors in one more."""
+
+    @staticmethod
+    def forward(ctx, blank, emit, target_lengths, monotonic: bool):
+        from cbasr.losses import _transducer_triton
+
+        blank, emit = blank.detach(), emit.detach()
+        if monotonic:  # one edge per frame: one shift per frame
+            shift = blank.amax(dim=2)  # (B, T)
+            if emit.shape[2]:
+                shift = torch.maximum(shift, emit.amax(dim=2))
+            shift = _finite_or_zero(shift)
+            blank, emit = blank - shift[:, :, None], emit - shift[:, :, None]
+            total = shift.sum(dim=1)
+        else:  # one blank per frame, one emission per label
+            blank_shift = _finite_or_zero(blank.amax(dim=2))  # (B, T)
+            emit_shift = _finite_or_zero(emit.amax(dim=1))  # (B, U)
+            blank, emit = blank - blank_shift[:, :, None], emit - emit_shift[:, None, :]
+            total = blank_shift.sum(dim=1) + emit_shift.sum(dim=1)
+        alpha, log_p = _transducer_triton.forward(blank, emit, target_lengths, monotonic)
+        ctx.save_for_backward(blank, emit, alpha, log_p, target_lengths)
+        ctx.monotonic = monotonic
+        return log_p + total
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_log_p: torch.Tensor):
+        from cbasr.losses import _transducer_triton
+
+        blank, emit, alpha, log_p, target_lengths = ctx.saved_tensors
+        post_blank, post_emit = _transducer_triton.posteriors(
+            blank, emit, alpha, log_p, target_lengths, ctx.monotonic
+        )
+        scale = grad_log_p[:, None, None]
+        return post_blank * scale, post_emit * scale, None, None
+
+
 # Joint entries per block of the fused log-softmax: blocks that stay in cache (measured fastest).
 _CHUNK_ELEMENTS = 1 << 18
 _BACKWARD_ELEMENTS = 1 << 20
@@ -329,7 +371,7 @@ def _kernel_rows(rows: torch.Tensor, start: int) -> bool:
     """Whether the compiled row passes serve this ``(N, V)`` view of a joint: a contiguous
     float32/float64 CPU tensor with columns to normalise, kernels on."""
     return (
-        _compiled.enabled(rows)
+        _backends.backend(rows) == "numba"
         and rows.dtype in (torch.float32, torch.float64)
         and rows.is_contiguous()
         and rows.shape[1] > start
@@ -385,9 +427,11 @@ def transducer_lattice_nll(
     Gather first, lattice second: only ``B * T * (U + 1)`` values enter the lattice, whatever
     the vocabulary. On CPU (float32 and float64) one compiled loop computes it in float64,
     the utterances as its vector lanes (:mod:`cbasr.losses._transducer_kernel`), with the edge
-    posteriors in the same pass as the backward variables. Elsewhere, forward and backward are
-    ``T + U + 1`` serial anti-diagonal steps each, vectorised over ``(B, U + 1)``. Memory
-    ``O(B (T + U) U)`` either way.
+    posteriors in the same pass as the backward variables. On CUDA, Triton kernels
+    (:mod:`cbasr.losses._transducer_triton`) run the recursion, one program per utterance.
+    Elsewhere (the ``torch`` backend, half precision), forward and backward are ``T + U + 1``
+    serial anti-diagonal steps each, vectorised over ``(B, U + 1)``. Memory ``O(B (T + U) U)``
+    in every case.
 
     Args:
         blank_log_probs: ``(B, T, U + 1)``; log weight of the blank edge leaving ``(t, u)``.
@@ -422,12 +466,17 @@ def transducer_lattice_nll(
     blank = torch.where(pad_t, 0.0, torch.where(beyond_u, _NEG_INF, blank_log_probs.to(dtype)))
     valid_emit = ~pad_t & (u[..., :-1] < tgt_lens[:, None, None])  # (B, T, U)
     emit = torch.where(valid_emit, emit_log_probs.to(dtype), _NEG_INF)
-    kernel = _compiled.enabled(blank) and dtype in (torch.float32, torch.float64)
-    if monotonic:
-        lattice = _MonotonicKernel if kernel else _MonotonicForwardBackward
+    which = _backends.backend(blank)
+    if dtype not in (torch.float32, torch.float64):
+        which = "torch"
+    if which == "triton":
+        log_p = _TransducerTriton.apply(blank, emit, tgt_lens, monotonic)  # (B,)
     else:
-        lattice = _TransducerKernel if kernel else _TransducerForwardBackward
-    log_p = lattice.apply(blank, emit, tgt_lens)  # (B,)
+        if monotonic:
+            lattice = _MonotonicKernel if which == "numba" else _MonotonicForwardBackward
+        else:
+            lattice = _TransducerKernel if which == "numba" else _TransducerForwardBackward
+        log_p = lattice.apply(blank, emit, tgt_lens)  # (B,)
     return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
 
 

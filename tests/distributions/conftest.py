@@ -5,7 +5,7 @@
 import pytest
 import torch
 
-from cbasr.distributions._kernels import use_kernels
+from cbasr._backends import use_backend
 
 
 @pytest.fixture(autouse=True)
@@ -21,5 +21,5 @@ def _single_thread():
 @pytest.fixture(autouse=True, params=["kernels", "pytorch"])
 def recursion(request):
     """Which implementation of the count recursions serves CPU tensors in this test."""
-    with use_kernels(request.param == "kernels"):
+    with use_backend("numba" if request.param == "kernels" else "torch"):
         yield request.param

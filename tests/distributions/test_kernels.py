@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cbasr._backends import use_backend
 from cbasr.distributions import ConditionalBernoulli, PoissonBinomial, id_checking_sample
 from cbasr.distributions._arguments import frame_mask
-from cbasr.distributions._kernels import use_kernels
 from cbasr.distributions._tables import tilt_for_total
 from tests.distributions.cases import extreme_logits, random_logits
 
@@ -31,7 +31,7 @@ def _log_prob_and_gradient(logits, kernels: bool):
     value = id_checking_sample(logits[:-1], TOTALS[:-1], LENGTHS[:-1], (), _seeded(1))
     value = torch.cat([value, value.new_zeros(1, value.shape[-1])])
     x = logits.detach().requires_grad_()
-    with use_kernels(kernels):
+    with use_backend("numba" if kernels else "torch"):
         cb = ConditionalBernoulli(x, TOTALS, LENGTHS, validate_args=False)
         log_prob = cb.log_prob(value)
     weights = torch.linspace(0.5, 2.0, len(LENGTHS), dtype=logits.dtype)
@@ -64,7 +64,7 @@ def test_kernel_normaliser_equals_the_prefix_table_at_the_same_tilt():
 
     logits = _logits()
     valid = frame_mask(LENGTHS, logits.shape[-1])
-    with use_kernels(False):
+    with use_backend("torch"):
         tilt = tilt_for_total(logits, TOTALS, valid)
     log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
     got = LogNormaliser.apply(log_off, log_on, TOTALS, LENGTHS, 10)
@@ -81,9 +81,9 @@ def test_float32_kernel_log_prob_is_accurate_on_long_extreme_sequences():
     value = ConditionalBernoulli(logits.double(), total).sample(
         generator=torch.Generator().manual_seed(0)
     )
-    with use_kernels(False):
+    with use_backend("torch"):
         want = ConditionalBernoulli(logits.double(), total).log_prob(value)
-    with use_kernels(True):
+    with use_backend("numba"):
         got = ConditionalBernoulli(logits, total).log_prob(value.float())
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-4)
 
@@ -95,7 +95,7 @@ def test_kernel_tilt_puts_the_mean_count_at_the_total():
     total = torch.tensor([25, 1, 49, 3, 10, 30])
     lengths = torch.tensor([50, 50, 50, 20, 50, 40])
     valid = frame_mask(lengths, 50)
-    with use_kernels(True):
+    with use_backend("numba"):
         tilt = tilt_for_total(logits, total, valid)
     finite = valid & logits.isfinite()
     mean = torch.where(finite, torch.sigmoid(logits - tilt.unsqueeze(-1)), 0.0).sum(-1)
@@ -103,7 +103,7 @@ def test_kernel_tilt_puts_the_mean_count_at_the_total():
     target = (total - always).double().clamp(min=0.5)
     target = torch.minimum(target, finite.sum(-1).double() - 0.5)
     torch.testing.assert_close(mean, target, rtol=1e-8, atol=1e-8)
-    with use_kernels(False):
+    with use_backend("torch"):
         bisection = tilt_for_total(logits, total, valid)
     torch.testing.assert_close(tilt, bisection, rtol=1e-7, atol=1e-7)
 
@@ -116,7 +116,7 @@ def test_double_backward_through_the_kernel():
     def log_prob(x):
         return ConditionalBernoulli(x, total, lengths).log_prob(value)
 
-    with use_kernels(True):
+    with use_backend("numba"):
         assert torch.autograd.gradcheck(log_prob, (logits,))
         assert torch.autograd.gradgradcheck(log_prob, (logits,))
 
@@ -129,7 +129,7 @@ def test_kernel_draws_the_same_sequences_as_the_loop(sample_shape):
     total, lengths = TOTALS[:-1], LENGTHS[:-1]
     draws = {}
     for kernels in (True, False):
-        with use_kernels(kernels):
+        with use_backend("numba" if kernels else "torch"):
             generator = torch.Generator().manual_seed(11)
             draws[kernels] = id_checking_sample(logits, total, lengths, sample_shape, generator)
     assert torch.equal(draws[True], draws[False])
@@ -143,7 +143,7 @@ def test_poisson_binomial_tails_by_the_tilted_kernel():
     logits = random_logits(4, 400, seed=9).requires_grad_()
     lengths = torch.tensor([400, 400, 300, 400])
     count = torch.tensor([400, 0, 300, 150])
-    with use_kernels(True):
+    with use_backend("numba"):
         got = PoissonBinomial(logits, lengths).log_prob(count)
     valid = frame_mask(lengths, 400)
     every = torch.where(valid, F.logsigmoid(logits), 0.0).sum(-1)
@@ -151,7 +151,7 @@ def test_poisson_binomial_tails_by_the_tilted_kernel():
     torch.testing.assert_close(got[[0, 2]], every[[0, 2]], rtol=1e-12, atol=0)
     torch.testing.assert_close(got[1], none[1], rtol=1e-12, atol=0)
     assert float(got[0].detach()) < -300
-    with use_kernels(False):
+    with use_backend("torch"):
         want = PoissonBinomial(logits, lengths).log_prob(count)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
     (got_grad,) = torch.autograd.grad(got.sum(), logits)
@@ -182,9 +182,9 @@ def test_kernel_samples_have_the_inclusion_probabilities_of_eq_16(sampler):
     over 20,000 kernel draws is within 5 standard errors of ``P(B_t = 1 | k)``."""
     logits = random_logits(2, 40, seed=6)
     total, lengths = torch.tensor([12, 5]), torch.tensor([40, 31])
-    with use_kernels(False):
+    with use_backend("torch"):
         mean = ConditionalBernoulli(logits, total, lengths).mean  # the PyTorch tables
-    with use_kernels(True):
+    with use_backend("numba"):
         cb = ConditionalBernoulli(logits, total, lengths, sampler=sampler)
         draws = cb.sample((20_000,), generator=_seeded(7))
     frequency = draws.mean(0)

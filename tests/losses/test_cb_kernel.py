@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from cbasr._compiled import exp32, exp64, log1p64, log_add_exp64, use_kernels
+from cbasr._backends import use_backend
+from cbasr._compiled import exp32, exp64, log1p64, log_add_exp64
 from cbasr.losses import cb_marginal_nll, cb_posteriors
 
 EPS = np.finfo(np.float64).eps
@@ -109,7 +110,7 @@ def _ragged(seed, B, T, L, dtype):
 def _loss_and_gradients(a, lp, il, tl, kernels):
     a = a.detach().requires_grad_()
     lp = lp.detach().requires_grad_()
-    with use_kernels(kernels):
+    with use_backend("numba" if kernels else "torch"):
         nll = cb_marginal_nll(a, lp, il, tl, impossible="inf")
         weights = torch.linspace(0.5, 2.0, len(nll), dtype=nll.dtype)
         loss = torch.where(nll.isfinite(), nll, 0.0) @ weights
@@ -149,7 +150,7 @@ def test_kernel_matches_the_pytorch_recursion_float32_long():
 
 def test_kernel_without_gradients_gives_the_same_loss():
     a, lp, il, tl = _ragged(4, B=6, T=30, L=12, dtype=torch.float64)
-    with use_kernels(True), torch.no_grad():
+    with use_backend("numba"), torch.no_grad():
         plain = cb_marginal_nll(a, lp, il, tl, impossible="inf")
     with_grad = _loss_and_gradients(a, lp, il, tl, kernels=True)[0]
     torch.testing.assert_close(plain, with_grad, rtol=0, atol=0)
@@ -161,9 +162,9 @@ def test_kernel_gradients_scale_with_the_incoming_gradient():
     a = torch.nan_to_num(a).requires_grad_()
     lp = torch.nan_to_num(lp).requires_grad_()
     weights = torch.tensor([1.0, -2.0, 0.5, 3.0, 0.0], dtype=torch.float64)
-    with use_kernels(True):
+    with use_backend("numba"):
         ga, glp = torch.autograd.grad(cb_marginal_nll(a, lp, il, tl) @ weights, (a, lp))
-    with use_kernels(False):
+    with use_backend("torch"):
         wa, wlp = torch.autograd.grad(cb_marginal_nll(a, lp, il, tl) @ weights, (a, lp))
     torch.testing.assert_close(ga, wa, rtol=1e-11, atol=1e-12)
     torch.testing.assert_close(glp, wlp, rtol=1e-11, atol=1e-12)

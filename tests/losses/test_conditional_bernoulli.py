@@ -1,7 +1,8 @@
 """cb_marginal_nll, cb_posteriors, cb_viterbi: CB paper eqs. (18), (38)-(40).
 
-On CPU every test runs twice: with the compiled lattice (:mod:`cbasr.losses._cb_kernel`) and
-with the PyTorch recursion it stands in for (what CUDA tensors and half precision use)."""
+Every test runs under each backend (:mod:`cbasr._backends`): the compiled CPU lattice
+(:mod:`cbasr.losses._cb_kernel`), the Triton kernels (:mod:`cbasr.losses._cb_triton`; on CPU
+in Triton's interpreter, marked ``triton``) and the PyTorch recursion both stand in for."""
 
 import math
 
@@ -9,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cbasr._compiled import use_kernels
+from cbasr._backends import use_backend
 from cbasr.losses import cb_marginal_nll, cb_posteriors, cb_viterbi, ctc_nll
+from tests.backends import BACKENDS, skip_interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -19,10 +21,10 @@ F64 = torch.float64
 LENGTHS = [(7, 4), (5, 2), (4, 4), (6, 0), (3, 1)]
 
 
-@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+@pytest.fixture(autouse=True, params=BACKENDS)
 def lattice(request):
-    """Which implementation of the lattice serves CPU tensors in this test."""
-    with use_kernels(request.param == "kernels"):
+    """Which implementation of the lattice serves the tensors in this test."""
+    with use_backend(request.param):
         yield request.param
 
 
@@ -79,7 +81,8 @@ def test_equals_poisson_binomial_decomposition():
         torch.testing.assert_close(nll[b], want, rtol=1e-12, atol=1e-12)
 
 
-def test_gradcheck():
+def test_gradcheck(lattice):
+    skip_interpreted(lattice, "gradcheck runs the lattice once per input element")
     a, lp, il, tl = _batch(4, lengths=[(5, 3), (4, 1), (3, 0)])
     assert torch.autograd.gradcheck(lambda x, y: cb_marginal_nll(x, y, il, tl), (a, lp))
 
@@ -209,7 +212,8 @@ def test_batch_and_padding_invariance():
         assert glp[b, tb:].abs().sum() == 0 and glp[b, :, lb:].abs().sum() == 0
 
 
-def test_float32_long_utterances_are_stable():
+def test_float32_long_utterances_are_stable(lattice):
+    skip_interpreted(lattice, "T = 2000 frames")
     # T = 2000, L = 400: finite, and close to the float64 value and gradients.
     g = torch.Generator().manual_seed(11)
     B, T, L = 2, 2000, 400

@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 import torchaudio.functional as AF
 
-from cbasr._compiled import use_kernels
+from cbasr._backends import use_backend
 from cbasr.losses import hat_internal_lm_score, hat_nll, hat_nll_from_logits
+from tests.backends import BACKENDS, skip_interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -16,11 +17,12 @@ F64 = torch.float64
 UTTERANCES = [(5, [1, 2, 0]), (4, [2]), (1, [1, 1]), (3, [])]
 
 
-@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+@pytest.fixture(autouse=True, params=BACKENDS)
 def lattice(request):
-    """Which transducer lattice serves CPU tensors in this test: the compiled loop
-    (:mod:`cbasr.losses._transducer_kernel`) or the PyTorch recursion it stands in for."""
-    with use_kernels(request.param == "kernels"):
+    """Which transducer lattice serves this test: the compiled CPU loop
+    (:mod:`cbasr.losses._transducer_kernel`), the PyTorch recursion or the Triton kernels
+    (:mod:`cbasr.losses._transducer_triton`)."""
+    with use_backend(request.param):
         yield request.param
 
 
@@ -62,7 +64,8 @@ def test_matches_enumeration_values_and_gradients(seed, device):
         torch.testing.assert_close(g_lp[b].cpu(), want_lp, rtol=1e-10, atol=1e-12)
 
 
-def test_gradcheck():
+def test_gradcheck(lattice):
+    skip_interpreted(lattice, "gradcheck runs the lattice once per input element")
     bl, lp, targets, il, tl = _batch(2, utterances=[(4, [1, 0]), (2, [1])], V=2)
     assert torch.autograd.gradcheck(lambda x, y: hat_nll(x, y, targets, il, tl), (bl, lp))
 
@@ -136,7 +139,8 @@ def test_batch_and_padding_invariance():
         assert g_lp[b, tb:].abs().sum() == 0 and g_lp[b, :, u1:].abs().sum() == 0
 
 
-def test_float32_moderate_size_is_stable_and_matches_torchaudio():
+def test_float32_moderate_size_is_stable_and_matches_torchaudio(lattice):
+    skip_interpreted(lattice, "a moderate size")
     g = torch.Generator().manual_seed(5)
     B, T, U, V = 2, 300, 60, 32
     z = 2 * torch.randn(B, T, U + 1, V + 1, generator=g)
@@ -283,7 +287,8 @@ def test_monotonic_matches_enumeration_from_logits(blank_unit):
     assert (standard - got.detach())[:-1].abs().min() > 1e-3
 
 
-def test_monotonic_gradcheck():
+def test_monotonic_gradcheck(lattice):
+    skip_interpreted(lattice, "gradcheck runs the lattice once per input element")
     bl, lp, targets, il, tl = _batch(23, utterances=MONOTONIC)
     assert torch.autograd.gradcheck(
         lambda b, p: hat_nll(b, p, targets, il, tl, monotonic=True), (bl, lp)

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cbasr._compiled import use_kernels
+from cbasr._backends import use_backend
 from cbasr.losses import (
     hat_nll_from_logits,
     prune_ranges,
@@ -15,6 +15,7 @@ from cbasr.losses import (
     transducer_lattice_nll,
     trivial_joint_log_probs,
 )
+from tests.backends import BACKENDS
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -25,10 +26,11 @@ UTTERANCES_S2 = UTTERANCES[:3] + [(2, [3, 1])]
 CRITERIA = ["rnnt", "hat"]
 
 
-@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+@pytest.fixture(autouse=True, params=BACKENDS)
 def lattice(request):
-    """Which transducer lattice serves CPU tensors: the compiled loop or the PyTorch recursion."""
-    with use_kernels(request.param == "kernels"):
+    """Which transducer lattice serves the tensors: the compiled CPU loop, the PyTorch recursion
+    or the Triton kernels."""
+    with use_backend(request.param):
         yield request.param
 
 

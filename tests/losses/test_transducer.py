@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 import torchaudio.functional as AF
 
-from cbasr._compiled import use_kernels
+from cbasr._backends import use_backend
 from cbasr.losses import gather_logsumexp, rnnt_lattice_nll, rnnt_nll, transducer_lattice_nll
+from tests.backends import BACKENDS, interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -17,11 +18,12 @@ F64 = torch.float64
 UTTERANCES = [(5, [1, 2, 2]), (4, [2]), (1, [1, 1]), (3, [])]
 
 
-@pytest.fixture(autouse=True, params=["kernels", "pytorch"])
+@pytest.fixture(autouse=True, params=BACKENDS)
 def lattice(request):
-    """Which transducer lattice serves CPU tensors in this test: the compiled loop
-    (:mod:`cbasr.losses._transducer_kernel`) or the PyTorch recursion it stands in for."""
-    with use_kernels(request.param == "kernels"):
+    """Which transducer lattice serves this test: the compiled CPU loop
+    (:mod:`cbasr.losses._transducer_kernel`), the PyTorch recursion or the Triton kernels
+    (:mod:`cbasr.losses._transducer_triton`)."""
+    with use_backend(request.param):
         yield request.param
 
 
@@ -99,7 +101,7 @@ def _lattice_inputs(seed, utterances=UTTERANCES):
     return blank.requires_grad_(), emit.requires_grad_(), il, tl
 
 
-def test_lattice_matches_enumeration_and_gradcheck(device):
+def test_lattice_matches_enumeration_and_gradcheck(device, lattice):
     blank, emit, il, tl = _lattice_inputs(3)
     blank_d = blank.detach().to(device).requires_grad_()
     emit_d = emit.detach().to(device).requires_grad_()
@@ -114,9 +116,10 @@ def test_lattice_matches_enumeration_and_gradcheck(device):
         torch.testing.assert_close(nll[b].cpu(), want, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(g_blank[b].cpu(), wb, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(g_emit[b].cpu(), we, rtol=1e-10, atol=1e-12)
-    assert torch.autograd.gradcheck(
-        lambda x, y: transducer_lattice_nll(x, y, il, tl), (blank, emit)
-    )
+    if not interpreted(lattice):  # (the gradients were checked against enumeration above)
+        assert torch.autograd.gradcheck(
+            lambda x, y: transducer_lattice_nll(x, y, il, tl), (blank, emit)
+        )
 
 
 def test_lattice_zero_probability_gives_inf_and_zero_gradient():
@@ -208,7 +211,7 @@ def test_gather_logsumexp_computes_half_precision_in_float32():
 MONOTONIC = [(3, [1, 1, 2]), (5, [2, 2]), (4, [1]), (2, []), (1, [1, 2])]
 
 
-def test_monotonic_lattice_matches_enumeration_and_gradcheck(device):
+def test_monotonic_lattice_matches_enumeration_and_gradcheck(device, lattice):
     blank, emit, il, tl = _lattice_inputs(11, utterances=MONOTONIC)
     blank_d = blank.detach().to(device).requires_grad_()
     emit_d = emit.detach().to(device).requires_grad_()
@@ -227,6 +230,8 @@ def test_monotonic_lattice_matches_enumeration_and_gradcheck(device):
     # two labels in one frame: no path of the monotonic lattice, while the RNN-T lattice has one
     assert nll[-1].item() == float("inf")
     assert torch.isfinite(transducer_lattice_nll(blank, emit, il, tl)[-1])
+    if interpreted(lattice):  # (the gradients were checked against enumeration above)
+        return
     assert torch.autograd.gradcheck(
         lambda x, y: transducer_lattice_nll(x, y, il[:-1], tl[:-1], monotonic=True),
         (blank[:-1].detach().requires_grad_(), emit[:-1].detach().requires_grad_()),
@@ -262,6 +267,24 @@ def test_monotonic_lattice_float32_and_padding():
     padded_emit = F.pad(emit.detach(), (0, 2, 0, 3), value=float("nan"))
     padded = transducer_lattice_nll(padded_blank, padded_emit, il, tl, monotonic=True)
     torch.testing.assert_close(padded, want.detach(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_lattice_float32_follows_float64_on_a_longer_batch(monotonic):
+    """T = 40 frames, U = 12 labels, weights of a real scale (log-probabilities near -3 and
+    -0.05): float32 values and gradients stay close to float64."""
+    utterances = [(40, [1] * 12), (31, [2] * 9)]
+    blank, emit, il, tl = _lattice_inputs(17, utterances=utterances)
+    blank = (blank.detach() * 0.05).requires_grad_()  # near -0.05: blanks are likely
+    emit = (emit.detach() * 2 - 1).requires_grad_()  # near -3
+    out = {}
+    for dtype in (torch.float32, F64):
+        b, e = blank.detach().to(dtype).requires_grad_(), emit.detach().to(dtype).requires_grad_()
+        nll = transducer_lattice_nll(b, e, il, tl, monotonic=monotonic)
+        out[dtype] = (nll, *torch.autograd.grad(nll.sum(), (b, e)))
+    for got, want in zip(out[torch.float32], out[F64]):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_monotonic_rnnt_lattice_matches_enumeration():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cbasr._compiled import use_kernels
+from cbasr._backends import use_backend
 from cbasr.losses import transducer_lattice_nll
 
 
@@ -35,7 +35,7 @@ def _ragged(seed, B, T, U, dtype):
 def _loss_and_gradients(blank, emit, il, tl, kernels):
     blank = blank.detach().requires_grad_()
     emit = emit.detach().requires_grad_()
-    with use_kernels(kernels):
+    with use_backend("numba" if kernels else "torch"):
         nll = transducer_lattice_nll(blank, emit, il, tl)
     weights = torch.linspace(0.5, 2.0, len(nll), dtype=nll.dtype)
     loss = torch.where(nll.isfinite(), nll, 0.0) @ weights
@@ -90,7 +90,7 @@ def test_gather_logsumexp_kernel_matches_the_pytorch_blocks(threads):
             results = []
             for kernels in (True, False):
                 leaf = x.clone().requires_grad_()
-                with use_kernels(kernels):
+                with use_backend("numba" if kernels else "torch"):
                     picked, lse = gather_logsumexp(leaf, index, 1)
                     loss = torch.where(weight != 0, lse * weight, 0.0).sum() + picked[:, :7].sum()
                     (grad,) = torch.autograd.grad(loss, leaf)

@@ -1,0 +1,147 @@
+"""The CB marginal lattice of :mod:`cbasr.losses.conditional_bernoulli` as Triton kernels
+(package-internal): the ``triton`` backend of :mod:`cbasr._backends`.
+
+The same forward-backward as the PyTorch reference (CB paper section 2.4, the HMM reading of
+eq. 38), on the reference's shifted weights (:func:`~cbasr.losses.conditional_bernoulli.
+_shift_labels`), with one program per utterance that runs the whole recursion over frames
+itself instead of ``T`` launches of small operations:
+
+- :func:`forward`: the forward variables ``alpha[t, s]`` (``s`` labels emitted after ``t``
+  frames) row by row, ``alpha[t + 1, s] = logaddexp(alpha[t, s], alpha[t, s - 1] +
+  emit[t, s - 1])``, and ``log Z = alpha[T, L_b]``. A frame's row lives in registers; the
+  shifted read ``alpha[t, s - 1]`` comes back from the row just stored (a barrier between).
+- :func:`posteriors`: the backward variables the other way, and each frame's edge posteriors
+  ``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t + 1, l + 1] - log Z)`` as it goes,
+  which are the gradient of ``log Z``.
+
+Padded frames (weight 0 for staying, ``-inf`` for emitting) are the identity, so each program
+runs all ``T`` frames and needs no length of its own but ``L_b``. Float32 and float64; the
+state vector of an utterance (``L + 1`` states) is one block, so ``L`` is bounded by Triton's
+largest block (``2**17`` elements), far beyond any label sequence.
+
+Importing this module needs Triton; set ``TRITON_INTERPRET=1`` first to run the kernels on
+CPU tensors in Triton's interpreter (the tests do).
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+__all__: list[str] = []  # package-internal
+
+
+@triton.jit
+def _log_add_exp(x, y):
+    """``log(exp(x) + exp(y))``; ``-inf`` when both are ``-inf``."""
+    top = tl.maximum(x, y)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    return top + tl.log(tl.exp(x - top) + tl.exp(y - top))
+
+
+@triton.jit
+def _forward_kernel(
+    emit_ptr, alpha_ptr, log_z_ptr, lengths_ptr, T, B, L, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """One utterance ``b = program_id``: ``alpha`` ``(T + 1, B, L + 1)`` and ``log_z[b]``
+    from ``emit`` ``(T, B, L)``."""
+    b = tl.program_id(0)
+    s = tl.arange(0, BLOCK)
+    inside = s <= L
+    came_in = (s >= 1) & inside  # states reached by emitting label s - 1
+    row = tl.where(s == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    tl.store(alpha_ptr + b * (L + 1) + s, row, mask=inside)
+    t = 0
+    while t < T:  # (a while loop: Triton's interpreter cannot take range() of an argument)
+        tl.debug_barrier()  # the row stored last is read shifted by one state
+        came = tl.load(alpha_ptr + (t * B + b) * (L + 1) + s - 1, mask=came_in, other=-math.inf)
+        weight = tl.load(emit_ptr + (t * B + b) * L + s - 1, mask=came_in, other=-math.inf)
+        row = _log_add_exp(row, came + weight)
+        tl.store(alpha_ptr + ((t + 1) * B + b) * (L + 1) + s, row, mask=inside)
+        t += 1
+    labels = tl.load(lengths_ptr + b)
+    tl.store(log_z_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
+
+
+@triton.jit
+def _posterior_kernel(
+    emit_ptr,
+    alpha_ptr,
+    log_z_ptr,
+    lengths_ptr,
+    post_ptr,
+    row_ptr,
+    floor,
+    T,
+    B,
+    L,
+    BLOCK: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """One utterance ``b = program_id``: the backward variables from ``beta[T, L_b] = 0``, and
+    ``post`` ``(T, B, L)``; ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
+    b = tl.program_id(0)
+    s = tl.arange(0, BLOCK)
+    emits = s < L  # states that can emit label s
+    labels = tl.load(lengths_ptr + b)
+    log_z = tl.load(log_z_ptr + b)
+    log_z = tl.where(log_z == float("-inf"), 0.0, log_z)  # no path: every posterior is 0
+    beta = tl.where(s == labels, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    t = T - 1
+    while t >= 0:
+        tl.debug_barrier()  # the previous frame's shifted read is done
+        tl.store(row_ptr + b * BLOCK + s, beta)
+        tl.debug_barrier()
+        ahead = tl.load(row_ptr + b * BLOCK + s + 1, mask=emits, other=-math.inf)
+        weight = tl.load(emit_ptr + (t * B + b) * L + s, mask=emits, other=-math.inf)
+        through = weight + ahead
+        alpha = tl.load(alpha_ptr + (t * B + b) * (L + 1) + s, mask=emits, other=-math.inf)
+        log_post = alpha + through - log_z
+        # below about twice the smallest normal number: 0, as the reference
+        post = tl.where(log_post < floor, 0.0, tl.exp(tl.maximum(log_post, floor)))
+        tl.store(post_ptr + (t * B + b) * L + s, post, mask=emits)
+        beta = _log_add_exp(beta, through)
+        t -= 1
+
+
+def _block(num_states: int) -> tuple[int, int]:
+    """The block size (a power of two) and the number of warps for ``num_states`` states."""
+    block = max(16, triton.next_power_of_2(num_states))
+    return block, max(1, min(8, block // 128))
+
+
+def forward(
+    emit_t: torch.Tensor, target_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward variables ``(T + 1, B, L + 1)`` and ``log Z`` ``(B,)`` of the shifted weights
+    ``emit_t`` ``(T, B, L)`` (float32 or float64, ``-inf`` where masked)."""
+    emit_t = emit_t.contiguous()
+    T, B, L = emit_t.shape
+    alpha = emit_t.new_empty(T + 1, B, L + 1)
+    log_z = emit_t.new_empty(B)
+    if B == 0:
+        return alpha, log_z
+    block, warps = _block(L + 1)
+    lengths = target_lengths.to(device=emit_t.device, dtype=torch.int32).contiguous()
+    _forward_kernel[(B,)](emit_t, alpha, log_z, lengths, T, B, L, BLOCK=block, num_warps=warps)
+    return alpha, log_z
+
+
+def posteriors(
+    emit_t: torch.Tensor, alpha: torch.Tensor, log_z: torch.Tensor, target_lengths: torch.Tensor
+) -> torch.Tensor:
+    """Edge posteriors ``(T, B, L)`` from :func:`forward`'s results; all 0 where ``log Z`` is
+    ``-inf``."""
+    emit_t = emit_t.contiguous()
+    T, B, L = emit_t.shape
+    post = emit_t.new_zeros(T, B, L)
+    if B == 0 or L == 0:
+        return post
+    block, warps = _block(L + 1)
+    row = emit_t.new_empty(B, block)
+    floor = math.log(torch.finfo(emit_t.dtype).tiny) + 0.5
+    lengths = target_lengths.to(device=emit_t.device, dtype=torch.int32).contiguous()
+    _posterior_kernel[(B,)](
+        emit_t, alpha, log_z, lengths, post, row, floor, T, B, L, BLOCK=block, num_warps=warps
+    )
+    return post

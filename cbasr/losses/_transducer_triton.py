@@ -1,0 +1,215 @@
+"""The transducer lattice of :func:`cbasr.losses.transducer_lattice_nll` as Triton kernels
+(package-internal): the ``triton`` backend of :mod:`cbasr._backends`, for RNN-T and HAT alike
+(both reduce to per-node blank and label log-weights) and for both topologies.
+
+One program per utterance runs the whole recursion over the nodes ``(t, u)``, ``t <= T``,
+``u <= U``, level by level, each level a vector over ``u``:
+
+- standard topology (Graves 2012; HAT paper eq. 4): a label edge goes ``(t, u) -> (t, u + 1)``,
+  so the level is the anti-diagonal ``n = t + u`` (``T + U + 1`` levels):
+  ``alpha(t, u) = logaddexp(alpha(t - 1, u) + blank(t - 1, u), alpha(t, u - 1) + emit(t, u - 1))``;
+- one label per frame (``MONOTONIC``): a label edge goes ``(t, u) -> (t + 1, u + 1)``, so the
+  level is the frame (``T + 1`` levels):
+  ``alpha(t, u) = logaddexp(alpha(t - 1, u) + blank(t - 1, u), alpha(t - 1, u - 1) + emit(t - 1, u - 1))``.
+
+Row ``T`` is reached by blanks only, and ``log P(y) = alpha(T, U_b)``: padded frames (blank
+weight 0, label weight ``-inf``) pass every path down unchanged. The weights are the
+reference's, masked and shifted (:mod:`cbasr.losses.transducer`). The forward kernel keeps the
+``(T + 1, U + 1)`` table of forward variables; the backward kernel walks the levels the other
+way, keeping its own table, and writes each node's edge posteriors (the gradient of
+``log P(y)``) as it goes. A level reads the previous one back from the table after a barrier.
+
+Importing this module needs Triton; set ``TRITON_INTERPRET=1`` first to run the kernels on
+CPU tensors in Triton's interpreter (the tests do).
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from cbasr.losses._cb_triton import _block, _log_add_exp
+
+__all__: list[str] = []  # package-internal
+
+
+@triton.jit
+def _forward_kernel(
+    blank_ptr,
+    emit_ptr,
+    alpha_ptr,
+    log_p_ptr,
+    lengths_ptr,
+    T,
+    U1,
+    LEVELS,
+    BLOCK: tl.constexpr,
+    MONOTONIC: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Utterance ``b = program_id``: ``alpha`` ``(B, T + 1, U + 1)`` and ``log_p[b]`` from
+    ``blank`` ``(B, T, U + 1)`` and ``emit`` ``(B, T, U)``."""
+    b = tl.program_id(0)
+    u = tl.arange(0, BLOCK)
+    inside = u < U1
+    U = U1 - 1
+    nodes = alpha_ptr + b * (T + 1) * U1
+    first = tl.where(u == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    tl.store(nodes + u, first, mask=inside)  # row 0; the standard lattice overwrites u > 0
+    n = 1
+    while n < LEVELS:  # (a while loop: Triton's interpreter cannot take range() of an argument)
+        tl.debug_barrier()  # the level stored last is read back
+        if MONOTONIC:
+            t = tl.zeros_like(u) + n
+            te = t - 1  # the label edge into (t, u) leaves (t - 1, u - 1)
+        else:
+            t = n - u
+            te = t  # it leaves (t, u - 1)
+        live = inside & (t >= 0) & (t <= T)
+        down = live & (t >= 1)
+        via_blank = tl.load(nodes + (t - 1) * U1 + u, mask=down, other=-math.inf) + tl.load(
+            blank_ptr + (b * T + t - 1) * U1 + u, mask=down, other=-math.inf
+        )
+        across = live & (u >= 1) & (te >= 0) & (te < T)
+        via_emit = tl.load(nodes + te * U1 + u - 1, mask=across, other=-math.inf) + tl.load(
+            emit_ptr + (b * T + te) * U + u - 1, mask=across, other=-math.inf
+        )
+        tl.store(nodes + t * U1 + u, _log_add_exp(via_blank, via_emit), mask=live)
+        n += 1
+    tl.debug_barrier()
+    labels = tl.load(lengths_ptr + b)
+    tl.store(log_p_ptr + b, tl.load(nodes + T * U1 + labels))
+
+
+@triton.jit
+def _backward_kernel(
+    blank_ptr,
+    emit_ptr,
+    alpha_ptr,
+    beta_ptr,
+    log_p_ptr,
+    lengths_ptr,
+    post_blank_ptr,
+    post_emit_ptr,
+    T,
+    U1,
+    LEVELS,
+    BLOCK: tl.constexpr,
+    MONOTONIC: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Utterance ``b = program_id``: the backward variables ``beta`` ``(B, T + 1, U + 1)`` from
+    ``beta(T, U_b) = 0``, and the edge posteriors of the blank ``(B, T, U + 1)`` and label
+    ``(B, T, U)`` edges."""
+    b = tl.program_id(0)
+    u = tl.arange(0, BLOCK)
+    inside = u < U1
+    U = U1 - 1
+    nodes = beta_ptr + b * (T + 1) * U1
+    alphas = alpha_ptr + b * (T + 1) * U1
+    labels = tl.load(lengths_ptr + b)
+    log_p = tl.load(log_p_ptr + b)
+    log_p = tl.where(log_p == float("-inf"), 0.0, log_p)  # no path: every posterior is 0
+    last = tl.where(u == labels, 0.0, float("-inf")).to(beta_ptr.dtype.element_ty)
+    if MONOTONIC:
+        tl.store(nodes + T * U1 + u, last, mask=inside)  # row T is the last level
+    n = LEVELS - 1
+    while n >= 0:
+        tl.debug_barrier()  # the level stored last is read back
+        if MONOTONIC:
+            t = tl.zeros_like(u) + n
+            te = t + 1  # the label edge from (t, u) arrives at (t + 1, u + 1)
+        else:
+            t = n - u
+            te = t  # it arrives at (t, u + 1)
+        live = inside & (t >= 0) & (t <= T)
+        if MONOTONIC:
+            live = live & (t < T)  # row T stored above
+        else:
+            tl.store(nodes + t * U1 + u, last, mask=live & (t == T))  # row T: no edge leaves
+            live = live & (t < T)
+        behind = tl.load(nodes + (t + 1) * U1 + u, mask=live, other=-math.inf)
+        blank = tl.load(blank_ptr + (b * T + t) * U1 + u, mask=live, other=-math.inf)
+        emits = live & (u < U)
+        ahead = tl.load(nodes + te * U1 + u + 1, mask=emits, other=-math.inf)
+        emit = tl.load(emit_ptr + (b * T + t) * U + u, mask=emits, other=-math.inf)
+        via_blank = blank + behind
+        via_emit = emit + ahead
+        tl.store(nodes + t * U1 + u, _log_add_exp(via_blank, via_emit), mask=live)
+        alpha = tl.load(alphas + t * U1 + u, mask=live, other=-math.inf)
+        tl.store(
+            post_blank_ptr + (b * T + t) * U1 + u, tl.exp(alpha + via_blank - log_p), mask=live
+        )
+        tl.store(post_emit_ptr + (b * T + t) * U + u, tl.exp(alpha + via_emit - log_p), mask=emits)
+        n -= 1
+
+
+def _levels(T: int, U1: int, monotonic: bool) -> int:
+    return T + 1 if monotonic else T + U1
+
+
+def forward(
+    blank: torch.Tensor, emit: torch.Tensor, target_lengths: torch.Tensor, monotonic: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward variables ``(B, T + 1, U + 1)`` and ``log P(y)`` ``(B,)`` of the masked,
+    shifted weights ``blank`` ``(B, T, U + 1)`` and ``emit`` ``(B, T, U)`` (float32 or
+    float64)."""
+    blank, emit = blank.contiguous(), emit.contiguous()
+    B, T, U1 = blank.shape
+    alpha = blank.new_empty(B, T + 1, U1)
+    log_p = blank.new_empty(B)
+    if B == 0:
+        return alpha, log_p
+    block, warps = _block(U1)
+    lengths = target_lengths.to(device=blank.device, dtype=torch.int32).contiguous()
+    _forward_kernel[(B,)](
+        blank,
+        emit,
+        alpha,
+        log_p,
+        lengths,
+        T,
+        U1,
+        _levels(T, U1, monotonic),
+        BLOCK=block,
+        MONOTONIC=monotonic,
+        num_warps=warps,
+    )
+    return alpha, log_p
+
+
+def posteriors(
+    blank: torch.Tensor,
+    emit: torch.Tensor,
+    alpha: torch.Tensor,
+    log_p: torch.Tensor,
+    target_lengths: torch.Tensor,
+    monotonic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge posteriors of the blank ``(B, T, U + 1)`` and label ``(B, T, U)`` edges from
+    :func:`forward`'s results; all 0 where ``log P(y)`` is ``-inf``."""
+    blank, emit = blank.contiguous(), emit.contiguous()
+    B, T, U1 = blank.shape
+    post_blank = torch.zeros_like(blank)
+    post_emit = torch.zeros_like(emit)
+    if B == 0:
+        return post_blank, post_emit
+    block, warps = _block(U1)
+    beta = torch.empty_like(alpha)
+    lengths = target_lengths.to(device=blank.device, dtype=torch.int32).contiguous()
+    _backward_kernel[(B,)](
+        blank,
+        emit,
+        alpha,
+        beta,
+        log_p,
+        lengths,
+        post_blank,
+        post_emit,
+        T,
+        U1,
+        _levels(T, U1, monotonic),
+        BLOCK=block,
+        MONOTONIC=monotonic,
+        num_warps=warps,
+    )
+    return post_blank, post_emit

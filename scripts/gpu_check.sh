@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The GPU check: on a fresh GPU machine, in under 8 minutes, the CUDA tests of the kernels and
+# the benchmarks whose figures go to benchmarks/gpu/ (README, "Performance").
+#
+#   scripts/gpu_wheels.sh                      # first, here, where PyPI can be reached: .whl/
+#   CBASR_COMMIT=<sha> scripts/gpu_check.sh OUT  # there, in the repository's root
+#
+# Steps, each under its own time limit, each writing into OUT (created):
+#   device.txt           nvidia-smi's name of the GPU, torch's and triton's versions
+#   tests.log            pytest --device cuda on the Triton-marked and gpu-marked tests
+#   bench_losses.jsonl   scripts/bench_losses.py --device cuda --json
+#   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
+#                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script)
+#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json
+# Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
+# command that wrote it. A step that fails is recorded in OUT/summary.txt and the rest still
+# run; the exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu_check.sh OUT}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/cbasr-site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/cbasr-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET  # compiled kernels, not the interpreter
+commit=${CBASR_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+failed=0
+summary="$out/summary.txt"
+: >"$summary"
+
+step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, note the outcome
+  local name=$1 limit=$2 file=$3
+  shift 3
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$file" 2>>"$out/stderr.log"
+  local rc=$?
+  echo "$name: rc=$rc in $((SECONDS - start)) s: $*" | tee -a "$summary"
+  [[ $rc -eq 0 ]] || failed=$((failed + 1))
+}
+
+annotate() {  # FILE COMMAND: add device name, commit and command to each JSON line of FILE
+  "$py" - "$1" "$commit" "$2" <<'PY'
+import json, sys
+import torch
+path, commit, command = sys.argv[1:]
+name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+rows = []
+for line in open(path):
+    if line.startswith("{"):
+        row = json.loads(line)
+        row.update(device_name=name, commit=commit, command=command)
+        rows.append(json.dumps(row))
+open(path, "w").write("".join(r + "\n" for r in rows))
+PY
+}
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$py" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  echo "commit $commit"
+} >"$out/device.txt" 2>&1
+
+step tests 240 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
+  -m "triton or gpu" tests/losses tests/distributions
+
+cmd="scripts/bench_losses.py --device cuda --json --losses ctc,cb,cb_pytorch,rnnt,hat_fused,hat_pruned"
+step bench_losses 150 "$out/bench_losses.jsonl" "$py" $cmd
+annotate "$out/bench_losses.jsonl" "$cmd"
+
+cmd="scripts/bench_distributions.py --device cuda --json${AUTHOR_SRC:+ --author-src $AUTHOR_SRC}"
+step bench_distributions 90 "$out/bench_distributions.jsonl" "$py" $cmd
+annotate "$out/bench_distributions.jsonl" "$cmd"
+
+cmd="scripts/bench_train.py --synthetic --device cuda --json --presets blstm_ctc cb_pointwise demo_hat"
+step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
+annotate "$out/bench_train.jsonl" "$cmd"
+
+echo "failed steps: $failed" | tee -a "$summary"
+exit "$failed"
