@@ -9,8 +9,11 @@
                                                      # a grid: each point decoded and scored, the
                                                      # table in decode/grid_dev_*.md, the best named
 
-The search settings go to ``decode.json``; an existing decoding with the same checkpoint and
-settings is skipped (``--force`` redoes it).
+The search settings and the data read (the manifest's path and content hash, the feature
+directory's ``.done`` stamp) go to ``decode.json``; an existing decoding with the same
+checkpoint, settings and data is skipped (``--force`` redoes it), and one of other data (an
+edited transcript, features extracted again, another manifest directory) is redone. A missing
+``--manifest-dir`` or manifest is an error naming it.
 """
 
 import argparse
@@ -23,6 +26,7 @@ import torch
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.engines.decode import (
     Experiment,
+    data_stamp,
     decode_dir_name,
     decode_settings,
     decode_split,
@@ -208,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
         help="grids: score on mapped tokens (TIMIT: data/timit/map_39.txt), as cbasr-score does",
     )
     args = parser.parse_args(argv)
+    if not args.manifest_dir.is_dir():
+        raise SystemExit(f"cbasr-decode: --manifest-dir {args.manifest_dir}: no such directory")
     grid = {
         "lm_weight": _values(parser, "--lm-weight", args.lm_weight),
         "label_bonus": _values(parser, "--label-bonus", args.label_bonus),
@@ -274,15 +280,21 @@ def _decode(args, exp: Experiment, lm, options) -> dict[str, Path]:
     for split in args.splits:
         out_dir = args.exp_dir / "decode" / decode_dir_name(split, tag)
         out[split] = out_dir
-        if is_decoded(exp, out_dir, settings) and not args.force:
+        manifest = args.manifest_dir / f"{split}.jsonl"
+        try:
+            data = data_stamp(manifest, args.feature_dir / split)
+        except FileNotFoundError as e:
+            raise SystemExit(f"cbasr-decode: {e} (split {split} of --manifest-dir)") from None
+        if is_decoded(exp, out_dir, settings, data) and not args.force:
             log.info(
-                "%s: already decoded with this checkpoint and these settings, skipping (--force to redo)",
+                "%s: already decoded with this checkpoint, these settings and these data, "
+                "skipping (--force to redo)",
                 out_dir,
             )
             continue
         summary = decode_split(
             exp,
-            args.manifest_dir / f"{split}.jsonl",
+            manifest,
             args.feature_dir / split,
             out_dir,
             options=options,

@@ -2,11 +2,13 @@
 
 A decoding directory (``<exp>/decode/<split>[_<tag>]``) holds ``hyp.trn`` and ``ref.trn``,
 ``utt2spk`` (for per-speaker scores), ``skipped.tsv`` and ``decode.json``: the checkpoint,
-the search settings (greedy, or beam search with its beam, LM and weights), the parameter
-count, and the decoding time with its real-time factor.
+the search settings (greedy, or beam search with its beam, LM and weights), the data it read
+(:func:`data_stamp`), the parameter count, and the decoding time with its real-time factor.
+A decoding is up to date (:func:`is_decoded`) only for the same checkpoint, settings and data.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 import time
@@ -39,6 +41,7 @@ __all__ = [
     "decode_dir_name",
     "is_decoded",
     "decode_settings",
+    "data_stamp",
     "frame_shift_seconds",
 ]
 
@@ -120,13 +123,51 @@ def decode_settings(
     }
 
 
-def is_decoded(exp: Experiment, out_dir: str | Path, settings: dict | None = None) -> bool:
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_stamp(manifest: str | Path, feature_dir: str | Path) -> dict:
+    """What a decoding reads, as ``decode.json`` records it: the manifest's resolved path and
+    the SHA-256 of its content, and the feature directory's resolved path with the SHA-256 and
+    modification time (ns) of its ``.done`` record, which extraction writes last (``None``
+    where there is none). Editing one transcript, or extracting the features again, changes
+    the stamp.
+
+    Raises:
+        FileNotFoundError: naming the manifest, when it does not exist.
+    """
+    manifest, feature_dir = Path(manifest), Path(feature_dir)
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{manifest}: no such manifest")
+    done = feature_dir / ".done"
+    return {
+        "manifest": str(manifest.resolve()),
+        "manifest_sha256": _file_sha256(manifest),
+        "features": str(feature_dir.resolve()),
+        "features_done": (
+            f"{_file_sha256(done)}@{done.stat().st_mtime_ns}" if done.is_file() else None
+        ),
+    }
+
+
+def is_decoded(
+    exp: Experiment, out_dir: str | Path, settings: dict | None = None, data: dict | None = None
+) -> bool:
     """Whether ``out_dir`` already holds this checkpoint's complete decoding with ``settings``
-    (default: greedy)."""
+    (default: greedy) of the data stamped ``data`` (:func:`data_stamp`; ``None``: any data,
+    for callers that decoded it themselves). A decoding written before the data were recorded
+    is not up to date for any ``data``."""
     info = Path(out_dir) / "decode.json"
     if not info.is_file():
         return False
     info = json.loads(info.read_text())
+    if data is not None and info.get("data") != data:
+        return False
     return info.get("checkpoint_stamp") == exp.checkpoint_stamp and info.get(
         "settings", {"search": info.get("search", "greedy")}
     ) == (settings or {"search": "greedy"})
@@ -187,6 +228,7 @@ def decode_split(
     if options is not None:
         check_options(exp.model, options, lm)
     out_dir = Path(out_dir)
+    data = data_stamp(manifest, feature_dir)
     for stale in ("score.json", "per_utt.tsv", "errors.pra"):  # scores of an earlier decoding
         (out_dir / stale).unlink(missing_ok=True)
     store = open_store(feature_dir)
@@ -238,6 +280,7 @@ def decode_split(
     )
     summary = {
         "manifest": str(manifest),
+        "data": data,
         "checkpoint": exp.checkpoint,
         "epoch": exp.epoch,
         "checkpoint_stamp": exp.checkpoint_stamp,
