@@ -70,6 +70,28 @@ def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(x), x, 0.0)
 
 
+def _shift_weights(
+    blank: torch.Tensor, emit: torch.Tensor, monotonic: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Masked edge weights shifted so that the forward variables stay near 0 in float32, and
+    ``(B,)`` the total shift every path carries (so ``log P(y)`` is the shifted lattice's plus
+    it; the posteriors do not change). Standard lattice: every path takes one blank per frame
+    and emits every label once, so each frame's blank weights and each label's emission
+    weights are shifted by their maximum. One label per frame: every path takes exactly one
+    edge per frame, so both edges of a frame are shifted by one constant."""
+    blank, emit = blank.detach(), emit.detach()
+    if monotonic:
+        shift = blank.amax(dim=2)  # (B, T)
+        if emit.shape[2]:
+            shift = torch.maximum(shift, emit.amax(dim=2))
+        shift = _finite_or_zero(shift)
+        return blank - shift[:, :, None], emit - shift[:, :, None], shift.sum(dim=1)
+    blank_shift = _finite_or_zero(blank.amax(dim=2))  # (B, T)
+    emit_shift = _finite_or_zero(emit.amax(dim=1))  # (B, U)
+    total = blank_shift.sum(dim=1) + emit_shift.sum(dim=1)
+    return blank - blank_shift[:, :, None], emit - emit_shift[:, None, :], total
+
+
 class _TransducerForwardBackward(torch.autograd.Function):
     """``log P(y)`` over the lattice from masked per-node edge weights.
 
@@ -84,13 +106,7 @@ class _TransducerForwardBackward(torch.autograd.Function):
         B, T, U1 = blank.shape
         U = U1 - 1
         device = blank.device
-        # Every path takes one blank per frame and emits every label once, so shifting each
-        # frame's blank weights and each label's emission weights by their maximum is exact
-        # (posteriors unchanged) and keeps the forward variables near 0 in float32.
-        blank_shift = _finite_or_zero(blank.detach().amax(dim=2))  # (B, T)
-        emit_shift = _finite_or_zero(emit.detach().amax(dim=1))  # (B, U)
-        blank = blank.detach() - blank_shift[:, :, None]
-        emit = emit.detach() - emit_shift[:, None, :]
+        blank, emit, shift = _shift_weights(blank, emit, monotonic=False)
         # Node weights over T + 1 rows; row T is the collecting row.
         last_blank = blank.new_full((B, 1, U1), _NEG_INF)
         u = torch.arange(U1, device=device)
@@ -117,7 +133,7 @@ class _TransducerForwardBackward(torch.autograd.Function):
             torch.logaddexp(via_blank, via_emit, out=at[n])
         log_p = alpha[N - 1, :, U1]  # node (T, U)
         ctx.save_for_backward(blank, emit, blank_s, emit_s, alpha, log_p)
-        return log_p + blank_shift.sum(dim=1) + emit_shift.sum(dim=1)
+        return log_p + shift
 
     @staticmethod
     @once_differentiable
@@ -177,14 +193,7 @@ class _MonotonicForwardBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, blank, emit, target_lengths):
         B, T, U1 = blank.shape
-        # Every path takes exactly one edge per frame: shifting both edges of frame t by one
-        # constant is exact (posteriors unchanged) and keeps alpha near 0 in float32.
-        shift = blank.detach().amax(dim=2)  # (B, T)
-        if U1 > 1:
-            shift = torch.maximum(shift, emit.detach().amax(dim=2))
-        shift = _finite_or_zero(shift)
-        blank = blank.detach() - shift[:, :, None]
-        emit = emit.detach() - shift[:, :, None]
+        blank, emit, shift = _shift_weights(blank, emit, monotonic=True)
         blank_t = blank.transpose(0, 1)  # (B, T, U + 1) -> (T, B, U + 1)
         emit_t = F.pad(emit, (1, 0), value=_NEG_INF).transpose(0, 1)  # arriving at u from u - 1
         # alpha(t + 1, u) = logaddexp(alpha(t, u) + blank(t, u), alpha(t, u - 1) + emit(t, u - 1))
@@ -199,7 +208,7 @@ class _MonotonicForwardBackward(torch.autograd.Function):
             torch.logaddexp(via_blank, via_emit, out=at[t + 1])
         log_p = alpha[T].gather(1, target_lengths[:, None].long()).squeeze(1)  # (B,)
         ctx.save_for_backward(blank_t, emit.transpose(0, 1), alpha, log_p, target_lengths)
-        return log_p + shift.sum(dim=1)
+        return log_p + shift
 
     @staticmethod
     @once_differentiable
@@ -249,19 +258,7 @@ class _TransducerTriton(torch.autograd.Function):
     def forward(ctx, blank, emit, target_lengths, monotonic: bool):
         from cbasr.losses import _transducer_triton
 
-        blank, emit = blank.detach(), emit.detach()
-        if monotonic:  # one edge per frame: one shift per frame
-            shift = blank.amax(dim=2)  # (B, T)
-            if emit.shape[2]:
-                shift = torch.maximum(shift, emit.amax(dim=2))
-            shift = _finite_or_zero(shift)
-            blank, emit = blank - shift[:, :, None], emit - shift[:, :, None]
-            total = shift.sum(dim=1)
-        else:  # one blank per frame, one emission per label
-            blank_shift = _finite_or_zero(blank.amax(dim=2))  # (B, T)
-            emit_shift = _finite_or_zero(emit.amax(dim=1))  # (B, U)
-            blank, emit = blank - blank_shift[:, :, None], emit - emit_shift[:, None, :]
-            total = blank_shift.sum(dim=1) + emit_shift.sum(dim=1)
+        blank, emit, total = _shift_weights(blank, emit, monotonic)
         alpha, log_p = _transducer_triton.forward(blank, emit, target_lengths, monotonic)
         ctx.save_for_backward(blank, emit, alpha, log_p, target_lengths)
         ctx.monotonic = monotonic
