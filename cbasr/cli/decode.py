@@ -46,9 +46,16 @@ from cbasr.storage.files import write_text
 log = logging.getLogger("cbasr-decode")
 
 
+LM_SUFFIXES = (".gz", ".arpa", ".pt", ".txt")
+
+
 def lm_name(path: Path) -> str:
-    """An LM's short name in a decode directory: the file or directory name without suffixes."""
-    return path.name.split(".")[0] or "lm"
+    """An LM's short name in a decode directory: the file or directory name without its file
+    type suffixes (``3-gram.pruned.1e-7.arpa.gz`` -> ``3-gram.pruned.1e-7``)."""
+    name = path.name
+    while name.endswith(LM_SUFFIXES):
+        name = name[: name.rindex(".")]
+    return name or "lm"
 
 
 def default_tag(args) -> str | None:

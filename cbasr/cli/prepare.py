@@ -4,6 +4,7 @@
     cbasr-prepare wsj --corpus-dir /data/wsj --out data/wsj
     cbasr-prepare wsj-lm --corpus-dir /data/wsj --out data/wsj_lm   # LM text and base ARPA LMs
     cbasr-prepare gigaword --corpus-dir /data/gigaword --out data/gigaword
+    cbasr-prepare librispeech --corpus-dir downloads --out data/librispeech [--subsets ...]
     cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes]
     cbasr-prepare lhotse --manifests train=cuts_train.jsonl.gz dev=recordings_dev.jsonl.gz \
         dev=supervisions_dev.jsonl.gz --out data/mine
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="corpus", required=True)
-    for name in ("timit", "wsj", "wsj-lm", "gigaword", "kaldi", "lhotse"):
+    for name in ("timit", "wsj", "wsj-lm", "gigaword", "librispeech", "kaldi", "lhotse"):
         p = sub.add_parser(name)
         if name == "lhotse":
             p.add_argument(
@@ -67,6 +68,13 @@ def main(argv: list[str] | None = None) -> None:
         if name not in ("wsj-lm", "gigaword"):  # text corpora have no durations
             p.add_argument("--min-duration", type=float, default=0.0, help="seconds")
             p.add_argument("--max-duration", type=float, default=math.inf, help="seconds")
+        if name == "librispeech":
+            p.add_argument(
+                "--subsets",
+                nargs="+",
+                metavar="SUBSET",
+                help="subsets to prepare (default: every one found under --corpus-dir)",
+            )
         if name == "timit":
             p.add_argument(
                 "--phone-set", choices=["61", "48"], default="48", help="training labels"
@@ -95,6 +103,12 @@ def main(argv: list[str] | None = None) -> None:
             from cbasr.corpora.wsj_lm import prepare_wsj_lm
 
             prepare_wsj_lm(args.corpus_dir, args.out, not args.allow_partial)
+        elif args.corpus == "librispeech":
+            from cbasr.corpora.librispeech import prepare_librispeech
+
+            prepare_librispeech(
+                args.corpus_dir, args.out, args.subsets, not args.allow_partial, durations
+            )
         elif args.corpus == "lhotse":
             from cbasr.corpora.lhotse import prepare_lhotse
 

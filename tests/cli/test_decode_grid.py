@@ -44,3 +44,13 @@ def test_a_grid_decodes_scores_and_names_the_best(tone_data, trained, tmp_path, 
     # a grid needs a beam for every point, refused before anything is decoded
     with pytest.raises(SystemExit):
         decode.main(args[:-4] + ["--label-bonus", "0,1"])
+
+
+def test_lm_names_in_decode_directories_keep_all_but_the_file_type():
+    from pathlib import Path
+
+    assert decode.lm_name(Path("downloads/lm/3-gram.pruned.1e-7.arpa.gz")) == "3-gram.pruned.1e-7"
+    assert decode.lm_name(Path("downloads/lm/3-gram.arpa.gz")) == "3-gram"  # not the same
+    assert decode.lm_name(Path("data/wsj_lm/tcb20onp.arpa.gz")) == "tcb20onp"
+    assert decode.lm_name(Path("exp/lm_chars")) == "lm_chars"
+    assert decode.lm_name(Path("exp/lm/checkpoints/epoch-3.pt")) == "epoch-3"

@@ -1,6 +1,8 @@
 """Each licensed-corpus recipe end to end on its fake tree: a few utterances, a tiny model, one or two
 epochs. Checks the plumbing of every stage, not accuracy."""
 
+import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -9,8 +11,10 @@ import sys
 from pathlib import Path
 
 from tests.corpora.fake_gigaword import make_fake_gigaword
+from tests.corpora.fake_librispeech import WORDS, fake_archive
 from tests.corpora.fake_timit import make_fake_timit
-from tests.corpora.fake_wsj import make_fake_wsj, make_fake_wsj_lm
+from tests.corpora.fake_wsj import arpa_of, make_fake_wsj, make_fake_wsj_lm
+from tests.corpora.http_mirror import Mirror
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TINY = [
@@ -153,3 +157,72 @@ def test_gigaword_recipe_end_to_end(tmp_path):
             and score["rouge"]["pairs"] == 2
         )
     assert (exp / "source_vocab.txt").is_file() and "ROUGE-1" in run.stdout
+
+
+def test_librispeech_recipe_end_to_end(tmp_path):
+    """From the download (a local mirror serving fake Mini LibriSpeech archives and a word
+    trigram, with the mirror's own sums) to WER with and without the word LM; a second run
+    downloads and recomputes nothing."""
+    mirror = Mirror()
+    try:
+        sums = []
+        for subset in ("train-clean-5", "dev-clean-2"):
+            data = fake_archive(tmp_path, subset)
+            mirror.files[f"/31/{subset}.tar.gz"] = data
+            sums.append(f"{hashlib.sha256(data).hexdigest()}  {subset}.tar.gz\n")
+        (tmp_path / "sums.txt").write_text("".join(sums))
+        sentences = [" ".join(WORDS[i : i + 6]) for i in range(0, len(WORDS), 3)]
+        mirror.files["/11/3-gram.pruned.1e-7.arpa.gz"] = gzip.compress(
+            arpa_of(sentences, 3).encode()
+        )
+        recipe = _copy_recipe("librispeech", tmp_path)
+        args = [
+            "--mirror",
+            mirror.url,
+            "--sums",
+            str(tmp_path / "sums.txt"),
+            "--allow-partial",
+            "--workers",
+            "0",
+            "--sp-size",
+            "30",
+            "--beam",
+            "2",
+            "--stop-stage",
+            "7",
+            "encoder.d_model=16",
+            "encoder.num_heads=2",
+            "encoder.ffn_dim=16",
+            "encoder.num_layers=1",
+            "encoder.kernel_size=3",
+            "data.num_workers=0",
+            *TINY[2:],
+        ]
+        run = _run(recipe, *args)
+        for stage in range(8):
+            assert f"stage {stage}:" in run.stdout
+        assert (recipe / "downloads" / "LibriSpeech" / "train-clean-5" / "19" / "121").is_dir()
+        manifest = (recipe / "data" / "librispeech" / "train-clean-5.jsonl").read_text()
+        assert len(manifest.splitlines()) == 12 and '"gender": "f"' in manifest
+        assert (recipe / "data" / "lang" / "sp30.model").is_file()
+        exp = recipe / "exp" / "conformer_ctc_mini_sp30"
+        assert json.loads((exp / "config.json").read_text())["data"]["valid_split"] == "dev-clean-2"
+        for name in (
+            "dev-clean-2",
+            "dev-clean-2_beam2",
+            "dev-clean-2_beam2_lm0.5-3-gram.pruned.1e-7-words",
+        ):
+            score = json.loads((exp / "decode" / name / "score.json").read_text())
+            assert score["utts"] == 6 and score["ref_tokens"] > 0
+        decoded = json.loads(
+            (
+                exp / "decode" / "dev-clean-2_beam2_lm0.5-3-gram.pruned.1e-7-words" / "decode.json"
+            ).read_text()
+        )
+        assert decoded["settings"]["lm"].endswith("downloads/lm/3-gram.pruned.1e-7.arpa.gz")
+        requests = len(mirror.requests)
+        again = _run(recipe, *args)
+        assert len(mirror.requests) == requests  # archives extracted and the LM checked: no request
+        assert "already extracted" in again.stdout and "complete, nothing to do" in again.stdout
+    finally:
+        mirror.close()

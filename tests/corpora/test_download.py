@@ -1,0 +1,159 @@
+"""Downloads against a local HTTP server: a correct archive, a corrupted one (refused and named),
+an interrupted one (resumed), a server that ignores ranges; extraction once and safely; and
+cbasr-download fetching and unpacking LibriSpeech archives from a mirror."""
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from cbasr.cli.download import main as download_main
+from cbasr.corpora.download import DownloadError, Remote, extract_tar, fetch
+from tests.corpora.fake_librispeech import fake_archive
+from tests.corpora.http_mirror import Mirror
+
+DATA = bytes(range(256)) * 4000  # 1 MB: several chunks of the reader
+
+
+@pytest.fixture
+def mirror():
+    server = Mirror()
+    yield server
+    server.close()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_correct_file_is_downloaded_checked_and_not_fetched_again(tmp_path, mirror):
+    mirror.files["/12/a.tar.gz"] = DATA
+    remote = Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA))
+    path = fetch(remote, tmp_path)
+    assert path == tmp_path / "a.tar.gz" and path.read_bytes() == DATA
+    assert not (tmp_path / "a.tar.gz.part").exists()
+    assert fetch(remote, tmp_path) == path
+    assert len(mirror.requests) == 1  # the checked stamp: no second request, no rehash
+
+
+def test_a_corrupted_file_is_refused_named_and_moved_aside(tmp_path, mirror):
+    mirror.files["/12/a.tar.gz"] = DATA[:-1] + b"x"
+    remote = Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA))
+    with pytest.raises(
+        DownloadError, match=rf"a.tar.gz from .* is corrupt: SHA-256 \w+, published {sha256(DATA)}"
+    ):
+        fetch(remote, tmp_path, backoff=0)
+    assert not (tmp_path / "a.tar.gz").exists()
+    assert (tmp_path / "a.tar.gz.bad").read_bytes() == DATA[:-1] + b"x"
+    mirror.files["/12/a.tar.gz"] = DATA  # the mirror repaired: a rerun downloads it again
+    assert fetch(remote, tmp_path).read_bytes() == DATA
+
+
+def test_md5_size_and_gzip_checks(tmp_path, mirror):
+    mirror.files["/31/b.tar.gz"] = DATA
+    good = fetch(
+        Remote(f"{mirror.url}/31/b.tar.gz", md5=hashlib.md5(DATA).hexdigest()), tmp_path / "m"
+    )
+    assert good.read_bytes() == DATA
+    with pytest.raises(DownloadError, match="corrupt: MD5"):
+        fetch(Remote(f"{mirror.url}/31/b.tar.gz", md5="0" * 32), tmp_path / "m2")
+    with pytest.raises(DownloadError, match=f"corrupt: {len(DATA)} bytes, published 5"):
+        fetch(Remote(f"{mirror.url}/31/b.tar.gz", size=5), tmp_path / "s")
+    text = gzip.compress(DATA)
+    mirror.files["/11/lm.arpa.gz"] = text[:-100]  # truncated: the gzip stream does not end
+    with pytest.raises(DownloadError, match="not a complete gzip stream"):
+        fetch(Remote(f"{mirror.url}/11/lm.arpa.gz"), tmp_path / "g")
+    mirror.files["/11/lm.arpa.gz"] = text
+    assert fetch(Remote(f"{mirror.url}/11/lm.arpa.gz"), tmp_path / "g").read_bytes() == text
+
+
+def test_a_dropped_connection_is_resumed_from_where_it_stopped(tmp_path, mirror):
+    mirror.files["/12/a.tar.gz"] = DATA
+    mirror.drop["/12/a.tar.gz"] = 2  # the first two responses stop half-way
+    path = fetch(Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA)), tmp_path, backoff=0)
+    assert path.read_bytes() == DATA
+    ranges = [r for _, r in mirror.requests]
+    assert ranges == [None, f"bytes={len(DATA) // 2}-", f"bytes={len(DATA) * 3 // 4}-"]
+
+
+def test_an_interrupted_run_resumes_and_a_server_without_ranges_restarts(tmp_path, mirror):
+    mirror.files["/12/a.tar.gz"] = DATA
+    remote = Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA))
+    (tmp_path / "a.tar.gz.part").write_bytes(DATA[:300000])  # a killed earlier run
+    assert fetch(remote, tmp_path).read_bytes() == DATA
+    assert mirror.requests == [("/12/a.tar.gz", "bytes=300000-")]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "a.tar.gz.part").write_bytes(b"garbage" * 100)
+    mirror.ignore_range = True  # 200 with the whole file: written from the start
+    assert fetch(remote, tmp_path / "b").read_bytes() == DATA
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.tar.gz.part").write_bytes(DATA)  # complete but never renamed
+    mirror.ignore_range = False
+    assert fetch(remote, tmp_path / "c").read_bytes() == DATA  # 416: nothing left to fetch
+
+
+def test_giving_up_keeps_the_bytes_and_says_a_rerun_resumes(tmp_path, mirror):
+    mirror.files["/12/a.tar.gz"] = DATA
+    mirror.drop["/12/a.tar.gz"] = 10
+    with pytest.raises(
+        DownloadError, match=r"closed early; \d+ bytes kept in .*a.tar.gz.part, a rerun"
+    ):
+        fetch(
+            Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA)), tmp_path, retries=1, backoff=0
+        )
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(Remote(f"{mirror.url}/12/missing.tar.gz"), tmp_path)
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_extraction_once_and_refusing_paths_out_of_the_folder(tmp_path):
+    archive = tmp_path / "x.tar.gz"
+    archive.write_bytes(_tar({"LibriSpeech/a.txt": b"a"}))
+    assert extract_tar(archive, tmp_path / "out")
+    assert (tmp_path / "out" / "LibriSpeech" / "a.txt").read_bytes() == b"a"
+    assert json.loads((tmp_path / "out" / ".x.tar.gz.extracted").read_text())["size"] > 0
+    assert not extract_tar(archive, tmp_path / "out")
+    evil = tmp_path / "evil.tar.gz"
+    evil.write_bytes(_tar({"../outside.txt": b"x"}))
+    with pytest.raises((DownloadError, tarfile.TarError)):
+        extract_tar(evil, tmp_path / "out2")
+    assert not (tmp_path / "outside.txt").exists()
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(_tar({"a": DATA, "b": DATA})[:3000])
+    with pytest.raises(DownloadError, match="broken.tar.gz: cannot extract"):
+        extract_tar(broken, tmp_path / "out3")
+
+
+def test_cbasr_download_librispeech_from_a_mirror(tmp_path, mirror):
+    archives = {s: fake_archive(tmp_path, s) for s in ("train-clean-5", "dev-clean-2")}
+    for subset, data in archives.items():
+        mirror.files[f"/31/{subset}.tar.gz"] = data
+    sums = tmp_path / "sums.txt"
+    sums.write_text("".join(f"{sha256(d)}  {s}.tar.gz\n" for s, d in archives.items()))
+    out = tmp_path / "downloads"
+    args = ["librispeech", "--out", str(out), "--subsets", "train-clean-5", "dev-clean-2"]
+    with pytest.raises(SystemExit) as exit_info:  # the published MD5s refuse the fake archives
+        download_main([*args, "--mirror", mirror.url])
+    assert exit_info.value.code == 2 and (out / "train-clean-5.tar.gz.bad").is_file()
+    download_main([*args, "--mirror", mirror.url, "--sums", str(sums)])
+    assert len(list((out / "LibriSpeech" / "dev-clean-2" / "103" / "121").glob("*.flac"))) == 3
+    assert (out / "LibriSpeech" / "SPEAKERS.TXT").is_file()
+    before = len(mirror.requests)
+    download_main([*args, "--mirror", mirror.url, "--sums", str(sums)])
+    assert len(mirror.requests) == before  # extracted: nothing fetched again
+    bad_sums = tmp_path / "bad.txt"
+    bad_sums.write_text("xyz dev-clean-2.tar.gz\n")
+    with pytest.raises(SystemExit, match=r"bad.txt:1: expected"):
+        download_main([*args, "--sums", str(bad_sums)])
