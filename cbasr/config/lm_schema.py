@@ -34,13 +34,17 @@ class LSTMLMConfig:
 class LMDataConfig:
     """Training text: ``*.jsonl`` manifests (their ``units`` field) or text files, one sentence
     per line: words spelled in ``units`` for ``chars`` and ``sp:<model>``, else
-    whitespace-separated tokens."""
+    whitespace-separated tokens. The training set is read through token-id shards
+    (:mod:`cbasr.lm.shards`), the validation set in memory."""
 
     train: str = MISSING
     valid: str = MISSING
     vocab: str = MISSING  # the recogniser's token list (blank first: the LM's sentence boundary)
     units: str = "phones"  # phones | phones_full | chars | words | sp:<sentencepiece model>
     max_tokens: int = 4000  # padded tokens per batch
+    # the training text is tokenised once into shards of this many tokens (<exp_dir>/shards/)
+    # and read one shard at a time: memory stays at about one shard, whatever the text's size
+    shard_tokens: int = 10_000_000
 
 
 @dataclass

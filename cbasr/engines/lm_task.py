@@ -2,7 +2,10 @@
 
 Layout of an LM experiment directory: the shared loop's (``config.json``, ``checkpoints/``
 with ``epoch-<N>.pt``, ``last.pt`` and ``best.pt``, ``history.json``, ``training_curves.png``,
-``tensorboard/``), plus ``vocab.txt`` and ``skipped.tsv`` (sentences with unknown tokens).
+``tensorboard/``), plus ``vocab.txt``, ``skipped.tsv`` (sentences with unknown tokens) and
+``shards/``: the training text's token ids, built once and read one shard at a time
+(:mod:`cbasr.lm.shards`), so that a text larger than memory trains in about one shard's
+memory.
 The loss is the negative log probability per predicted token, the end of sentence counted
 (:func:`cbasr.lm.neural.perplexity`); ``best.pt`` is the epoch of the lowest validation
 perplexity. Rerunning the same command resumes, mid-epoch included; a different model config
@@ -11,7 +14,7 @@ or vocabulary in the same directory is refused.
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -19,14 +22,14 @@ import torch
 from cbasr.config import typed
 from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig
 from cbasr.config.schema import TrainerConfig
-from cbasr.data.batching import shard
 from cbasr.data.vocab import Vocabulary
 from cbasr.engines import distributed
 from cbasr.engines.task import TaskOutput
 from cbasr.engines.trainer import Trainer
 from cbasr.lm.corpus import read_sentences
-from cbasr.lm.neural import build_lm, lm_config, pad_sentences, perplexity, token_batches
-from cbasr.storage.files import write_json, write_text
+from cbasr.lm.neural import build_lm, lm_config, pad_sentences, perplexity
+from cbasr.lm.shards import EpochPlan, ShardBatch, build_shards, sentences_of
+from cbasr.storage.files import atomic_write, write_json
 
 __all__ = ["LmTask", "train_lm"]
 
@@ -52,26 +55,33 @@ class LmTask:
         self.seed = typed(TrainerConfig, cfg["trainer"], "trainer").seed
         data = self.data
         self.vocab = Vocabulary.load(data.vocab)
-        self.train_set, skipped = read_sentences(data.train, self.vocab, data.units)
-        self.valid_set, skipped_valid = read_sentences(data.valid, self.vocab, data.units)
-        self.skipped = skipped + skipped_valid
-        if not self.train_set:
+        self.train_set = build_shards(
+            data.train, self.vocab, data.units, self.exp_dir / "shards", data.shard_tokens
+        )
+        self.valid_set, self.skipped_valid = read_sentences(data.valid, self.vocab, data.units)
+        if not len(self.train_set):
             raise ValueError(
-                f"{data.train}: no usable sentence (see {self.exp_dir / 'skipped.tsv'})"
+                f"{data.train}: no usable sentence (see {self.exp_dir / 'shards/skipped.tsv'})"
             )
         if not self.valid_set:
             raise ValueError(f"{data.valid}: no usable sentence")
-        if skipped or skipped_valid:
+        if self.train_set.skipped or self.skipped_valid:
             log.warning(
                 "skipped %d training and %d validation sentences (see %s)",
-                len(skipped),
-                len(skipped_valid),
+                self.train_set.skipped,
+                len(self.skipped_valid),
                 self.exp_dir / "skipped.tsv",
             )
         self.device = torch.device("cpu")
 
     def prepare(self, exp_dir: Path) -> None:
-        write_text(exp_dir / "skipped.tsv", "".join(line + "\n" for line in self.skipped))
+        def write_skipped(f):  # the training text's (streamed from the shards'), then dev's
+            with open(self.train_set.directory / "skipped.tsv", encoding="utf-8") as train:
+                for line in train:
+                    f.write(line)
+            f.writelines(line + "\n" for line in self.skipped_valid)
+
+        atomic_write(exp_dir / "skipped.tsv", write_skipped)
         write_json(exp_dir / "config.json", self.cfg)
         self.vocab.save(exp_dir / "vocab.txt")
 
@@ -82,7 +92,8 @@ class LmTask:
     def build_data(self, dist: distributed.DistContext) -> None:
         if dist.enabled:
             raise ValueError("cbasr-train-lm trains in one process: run it without torchrun")
-        self._steps = len(token_batches(self.train_set, self.data.max_tokens))
+        self._counts = self.train_set.batch_counts(self.data.max_tokens)
+        self._steps = sum(self._counts)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -91,26 +102,26 @@ class LmTask:
     def describe(self) -> str:
         return f"{len(self.train_set)} training and {len(self.valid_set)} validation sentences"
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        seed = self.seed * 1000 + epoch + 1  # the seeds of the first LM trainer
-        return token_batches(self.train_set, self.data.max_tokens, seed=seed)
+    def epoch_batches(self, epoch: int) -> EpochPlan:
+        """Shards in an order drawn from the seed, batches shuffled within each shard."""
+        seed = self.seed * 1000 + epoch + 1
+        return EpochPlan(self.train_set, self.data.max_tokens, seed, self._counts)
 
-    def batch_size(self, batch: Sequence[int]) -> tuple[int, int]:
-        predicted = sum(len(self.train_set[i]) + 1 for i in batch)  # the end of sentence too
-        return predicted, predicted
+    def batch_size(self, batch: ShardBatch) -> tuple[int, int]:
+        return batch.tokens, batch.tokens  # the end of each sentence predicted too
 
     def loader(
-        self, batches: list[list[int]], dist: distributed.DistContext, generator: torch.Generator
-    ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
-        for batch in batches:
-            indices = shard(batch, dist.rank, dist.world_size)
-            targets, lens = pad_sentences([self.train_set[i] for i in indices], self.device)
-            yield indices, targets, lens
+        self, batches: EpochPlan, dist: distributed.DistContext, generator: torch.Generator
+    ) -> Iterator[tuple[list[str], torch.Tensor, torch.Tensor]]:
+        for batch, sentences in zip(batches, sentences_of(self.train_set, batches)):
+            targets, lens = pad_sentences(sentences, self.device)
+            names = [f"shard {batch.shard} sentence {i + 1}" for i in batch.indices]
+            yield names, targets, lens
 
     def forward(self, model: torch.nn.Module, batch) -> TaskOutput:
-        indices, targets, lens = batch
+        names, targets, lens = batch
         nll = -model.sequence_log_probs(targets, lens)  # (B,)
-        return TaskOutput(nll, nll.detach(), [f"sentence {i + 1}" for i in indices])
+        return TaskOutput(nll, nll.detach(), names)
 
     def validate(self, model: torch.nn.Module, autocast) -> dict:
         with autocast():

@@ -22,7 +22,7 @@ import numpy as np
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import SENTENCEPIECE, Vocabulary, tokens_of
 
-__all__ = ["Sentences", "read_sentences"]
+__all__ = ["Sentences", "encoded_sentences", "read_sentences"]
 
 
 class Sentences(Sequence):
@@ -72,6 +72,26 @@ def _items(path: Path, units: str) -> Iterator[tuple[str, list[str]]]:
                 yield f"{path}:{n}", tokens_of({"words": line}, units) if spelled else line.split()
 
 
+def encoded_sentences(
+    path: Path, vocab: Vocabulary, units: str
+) -> Iterator[tuple[str, list[int] | None, str | None]]:
+    """``(name, ids, None)`` of each usable sentence of ``path`` and ``(name, None, reason)`` of
+    each other (a token outside the vocabulary, or the blank; an empty sentence)."""
+    for name, tokens in _items(path, units):
+        try:
+            ids = vocab.encode(tokens)
+        except KeyError:
+            unknown = next(t for t in tokens if t not in vocab)
+            yield name, None, f"token {unknown!r} not in the vocabulary"
+            continue
+        if 0 in ids:
+            yield name, None, f"token {vocab.tokens[0]!r} not in the vocabulary"
+        elif not ids:
+            yield name, None, "empty"
+        else:
+            yield name, ids, None
+
+
 def read_sentences(
     path: str | Path, vocab: Vocabulary, units: str = "phones"
 ) -> tuple[Sentences, list[str]]:
@@ -87,13 +107,10 @@ def read_sentences(
     if not path.is_file():
         raise FileNotFoundError(f"{path}: LM text not found (a .jsonl manifest or a text file)")
     ids, offsets, skipped = array("i"), array("q", [0]), []
-    for name, tokens in _items(path, units):
-        unknown = [t for t in tokens if t not in vocab or vocab.encode([t])[0] == 0]
-        if unknown:
-            skipped.append(f"{name}\ttoken {unknown[0]!r} not in the vocabulary")
-        elif not tokens:
-            skipped.append(f"{name}\tempty")
+    for name, sentence, reason in encoded_sentences(path, vocab, units):
+        if sentence is None:
+            skipped.append(f"{name}\t{reason}")
         else:
-            ids.extend(vocab.encode(tokens))
+            ids.extend(sentence)
             offsets.append(len(ids))
     return Sentences(np.array(ids, dtype=np.int32), np.array(offsets, dtype=np.int64)), skipped

@@ -6,14 +6,15 @@ sentence counted as a token (every sentence predicts ``|y| + 1`` of them).
 """
 
 import math
-import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from cbasr.config import constructor_options, typed_by_name
 from cbasr.config.lm_schema import LSTMLMConfig
+from cbasr.lm.shards import length_batches
 from cbasr.modules.language_model import LSTMLanguageModel
 from cbasr.storage.checkpoint import load_checkpoint
 
@@ -48,21 +49,7 @@ def token_batches(
 ) -> list[list[int]]:
     """Batches (sentence indices) of similar lengths, each at most ``max_tokens`` padded tokens
     (a longer sentence is a batch of its own); shuffled with ``seed`` (None: in length order)."""
-    lengths = [len(s) for s in sentences]
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    batches, batch, longest = [], [], 0
-    for i in order:
-        longest_if_added = max(longest, lengths[i] + 1)
-        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-            batches.append(batch)
-            batch, longest_if_added = [], lengths[i] + 1
-        batch.append(i)
-        longest = longest_if_added
-    if batch:
-        batches.append(batch)
-    if seed is not None:
-        random.Random(seed).shuffle(batches)
-    return batches
+    return length_batches(np.array([len(s) for s in sentences], dtype=np.int64), max_tokens, seed)
 
 
 def pad_sentences(sentences: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, torch.Tensor]:

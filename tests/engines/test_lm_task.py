@@ -44,14 +44,23 @@ class _Killed(Exception):
     pass
 
 
-def test_a_killed_lm_run_resumes_mid_epoch_bit_for_bit(tone_data, tmp_path, monkeypatch):
-    overrides = ("trainer.max_epochs=2", "trainer.checkpoint_minutes=0")
+@pytest.mark.parametrize("shard_tokens", [10_000_000, 60])  # one shard, several
+def test_a_killed_lm_run_resumes_mid_epoch_bit_for_bit(
+    tone_data, tmp_path, monkeypatch, shard_tokens
+):
+    overrides = (
+        "trainer.max_epochs=2",
+        "trainer.checkpoint_minutes=0",
+        f"data.shard_tokens={shard_tokens}",
+    )
     whole = Trainer(
         make_lm_cfg(tone_data, tmp_path / "a", *overrides),
         tmp_path / "a",
         task=LmTask(make_lm_cfg(tone_data, tmp_path / "a", *overrides), tmp_path / "a"),
     )
     whole.fit()
+    shards = len(whole.task.train_set.shards)
+    assert shards == 1 if shard_tokens > 1000 else shards > 3
     steps = whole.steps_per_epoch
     assert steps > 4
 
