@@ -122,7 +122,7 @@ def _upper_bounds(
     """The most a live row's descendants can score when they end: ``best (N,)`` its current
     fused score (an upper bound on any of its completions but for the label bonus), ``labels
     (N,)`` its prefix length, ``remaining (N,)`` how many labels it can still emit (>= 1)."""
-    bound = best + max(options.label_bonus, 0.0) * remaining
+    bound = best + max(options.label_bonus, 0.0) * remaining.to(best.dtype)  # not float32
     if options.length_norm:
         # a descendant has between labels + 1 and labels + remaining labels
         shortest, longest = (labels + 1).to(bound.dtype), (labels + remaining).to(bound.dtype)

@@ -2,6 +2,7 @@
 that notice changed settings, speakers for scoring."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -43,6 +44,20 @@ def test_beam_one_decodes_like_greedy_and_settings_are_recorded(tone_data, tmp_p
     assert is_decoded(exp, tmp_path / "greedy") and not is_decoded(exp, tmp_path / "beam1")
     assert is_decoded(exp, tmp_path / "beam1", decode_settings(exp, BeamSearchOptions(beam=1)))
     assert not is_decoded(exp, tmp_path / "beam1", decode_settings(exp, BeamSearchOptions(beam=2)))
+
+
+def test_a_retrained_checkpoint_is_not_up_to_date(tone_data, tmp_path):
+    """The same settings and data decoded by an older checkpoint file: decode again."""
+    exp_dir = make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal")
+    exp = Experiment(exp_dir)
+    _decode(exp, tone_data, tmp_path / "greedy")
+    assert is_decoded(exp, tmp_path / "greedy")
+    best = exp_dir / "checkpoints/best.pt"
+    stamp = best.stat()
+    os.utime(best, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))  # retrained
+    retrained = Experiment(exp_dir)
+    assert retrained.checkpoint_stamp != exp.checkpoint_stamp
+    assert not is_decoded(retrained, tmp_path / "greedy")
 
 
 def test_transducer_settings_name_the_symbols_per_frame(tone_data, tmp_path):

@@ -68,9 +68,10 @@ def test_a_new_vocabulary_is_refused_unless_its_layer_is_left_new(tone_data, sou
     shutil.copytree(tone_data, data)
     tokens = (data / "lang/phones.txt").read_text().split()
     (data / "lang/phones.txt").write_text("\n".join([tokens[0], *reversed(tokens[1:])]) + "\n")
-    cfg = make_cfg(data, tmp_path / "b", f"trainer.init_from={source}")
-    with pytest.raises(ValueError, match=r"vocabulary .* differs .* from id 1 on .*init_skip"):
-        Trainer(cfg, tmp_path / "b").initialise()
+    for init_from, exp in ((source, "b"), (source / "checkpoints/epoch-1.pt", "b1")):
+        cfg = make_cfg(data, tmp_path / exp, f"trainer.init_from={init_from}")
+        with pytest.raises(ValueError, match=r"vocabulary .* differs .* from id 1 on .*init_skip"):
+            Trainer(cfg, tmp_path / exp).initialise()  # a checkpoint file: its experiment's vocab
     cfg = make_cfg(
         data, tmp_path / "c", f"trainer.init_from={source}", "trainer.init_skip=[decoder.*]"
     )

@@ -65,3 +65,18 @@ def test_module_is_torch_dropout_in_eval_with_p0_and_p1_and_reproducible_under_a
     assert torch.equal(module(x), a)
     with pytest.raises(ValueError, match="probability"):
         dropout(x, 1.5)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_the_mask_is_exactly_the_seeded_draws_lanes_at_or_above_the_threshold(p):
+    """Each int32 draw d gives lanes d & 0x7fff (element 2i) and (d >> 16) & 0x7fff (element
+    2i + 1), and an element is kept when its lane is at least round(p * 2**15): the threshold
+    itself is kept (about 2**-15 of the elements, some hundreds here)."""
+    n, threshold = 2_000_001, round(p * 2**15)
+    torch.manual_seed(5)
+    draws = torch.empty((n + 1) // 2, dtype=torch.int32).random_().long()
+    lanes = torch.stack([draws & 0x7FFF, (draws >> 16) & 0x7FFF], dim=1).flatten()[:n]
+    assert int((lanes == threshold).sum()) > 20  # the boundary is exercised
+    torch.manual_seed(5)
+    kept = dropout(torch.ones(n), p) != 0
+    assert torch.equal(kept, lanes >= threshold)

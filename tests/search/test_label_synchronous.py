@@ -200,3 +200,29 @@ def test_the_label_synchronous_search_is_chosen_by_option():
         cb_label_beam_search(
             PointwiseDecoder(D, V), torch.randn(1, 3, D), torch.tensor([3]), options
         )
+
+
+@pytest.mark.parametrize("length_norm", [False, True])
+@pytest.mark.parametrize("bonus", [0.0, 0.7])
+def test_the_early_stopping_bound_is_never_below_a_descendants_final_score(length_norm, bonus):
+    """A live hypothesis with fused score ``best`` and ``labels`` labels can end with ``k`` more
+    labels (1 <= k <= remaining) and a fused score at most ``best + bonus * k`` (every other term
+    is a log probability); ranked per label with ``length_norm``, that is at most
+    ``(best + bonus * k) / (labels + k)``. The bound must cover every k, for scores of either
+    sign (a positive one with a bonus: the shortest ending is the best; a negative one: the
+    longest)."""
+    from cbasr.search.label_synchronous import _upper_bounds
+
+    grid = [
+        (b, n, r) for b in (-9.0, -2.5, -0.1, 0.0, 0.4, 3.0) for n in (0, 1, 4) for r in (1, 2, 5)
+    ]
+    best, labels, remaining = zip(*grid)
+    best = torch.tensor(best, dtype=torch.float64)
+    labels, remaining = torch.tensor(labels), torch.tensor(remaining)
+    options = BeamSearchOptions(beam=4, label_bonus=bonus, length_norm=length_norm)
+    bound = _upper_bounds(best, labels, remaining, options)
+    for i, (b, n, r) in enumerate(grid):
+        for k in range(1, r + 1):
+            final = b + bonus * k
+            reachable = final / (n + k) if length_norm else final
+            assert float(bound[i]) >= reachable - 1e-12, (b, n, r, k)

@@ -52,3 +52,12 @@ def test_cbasr_train_on_a_directory_in_use_exits_at_once_and_writes_nothing(hold
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{exp} is in use by another run (pid {proc.pid} on " in lines[0]
     assert sorted(p.name for p in exp.iterdir()) == [".lock"]  # no .hydra/, no config.json, no log
+
+
+def test_one_directory_by_a_relative_and_an_absolute_path_is_one_lock(tmp_path, monkeypatch):
+    """The same process taking its own lock again through another spelling of the path: no-op,
+    not a refusal (flock on a second descriptor of the same file would block)."""
+    monkeypatch.chdir(tmp_path)
+    lock_experiment("exp_rel")
+    lock_experiment(tmp_path / "exp_rel")
+    lock_experiment("./exp_rel/../exp_rel")
