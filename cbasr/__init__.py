@@ -15,7 +15,7 @@ def __getattr__(name: str):
     """``cbasr.Recognizer`` and ``cbasr.Transcription``, imported on first use so that
     ``import cbasr`` stays light."""
     if name in __all__:
-        from cbasr.engines import recognizer
+        from cbasr.inference import recognizer
 
         return getattr(recognizer, name)
     raise AttributeError(f"module 'cbasr' has no attribute {name!r}")

@@ -85,7 +85,7 @@ def calibrate(model, feats, lens, ref_labels: int) -> float:
 def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int):
     """``(name, model)`` pairs: the trained experiment's, or random calibrated ones."""
     if args.exp_dir is not None:
-        from cbasr.engines.decode import Experiment
+        from cbasr.inference.experiment import Experiment
 
         yield args.exp_dir.name, Experiment(args.exp_dir).model
         return

@@ -11,7 +11,7 @@
 Presets: every pinned experiment of the synthetic recipe (``recipes/synth/conf/NAME.yaml``;
 ``blstm_ctc`` is the demo's: 2x160 BLSTM over stacks of 3 frames, CTC), and
 ``conformer_ctc``, ``conf/encoder/conformer.yaml`` with the CTC loss. All train through the
-real :class:`~cbasr.engines.trainer.Trainer` (data loader, collation, step, optimizer) on
+real :class:`~cbasr.training.trainer.Trainer` (data loader, collation, step, optimizer) on
 the prepared synth corpus (``recipes/synth/data``, 80-dim fbank, cached) when it exists, else
 on random 80-dim features with the corpus's length distribution (``--synthetic``).
 
@@ -43,7 +43,7 @@ from cbasr.config import CONF_DIR, to_plain
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
 from cbasr.data.features import FbankOptions
-from cbasr.engines.trainer import Trainer
+from cbasr.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/synth"

@@ -71,3 +71,12 @@ def commands_raise(monkeypatch):
     """In-process calls of the commands' ``main`` raise their exceptions (``CBASR_DEBUG=1``) for
     the tests to match; tests/cli/test_fatal_errors.py checks the one-line form users see."""
     monkeypatch.setenv("CBASR_DEBUG", "1")
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_threads():
+    """Tests that train or decode in this process set one torch thread (``make_cfg``); the
+    count is put back after each."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -7,6 +7,8 @@ functions too), so the README and the code cannot drift apart.
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,21 +104,40 @@ def test_every_import_points_down_the_layer_table(rows):
 def test_the_check_finds_each_kind_of_violation(rows, tmp_path):
     """The checker itself, on a fake package: one of each violation, and one legal edge."""
     fake = tmp_path / "cbasr"
-    for sub in ("losses", "engines", "cli"):
+    for sub in ("losses", "training", "cli"):
         (fake / sub).mkdir(parents=True)
         (fake / sub / "__init__.py").write_text("")
     (fake / "losses" / "up.py").write_text(
         "import torch\n"
         "from cbasr.distributions import PoissonBinomial\n"  # down: fine
-        "def f():\n    from cbasr.engines.trainer import train\n"  # up, inside a function
+        "def f():\n    from cbasr.training.trainer import train\n"  # up, inside a function
     )
-    (fake / "engines" / "private.py").write_text("from cbasr.losses._helpers import x\n")
+    (fake / "training" / "private.py").write_text("from cbasr.losses._helpers import x\n")
     (fake / "cli" / "decode.py").write_text(
         "from cbasr.cli.score import main\nfrom cbasr.cli.common import y\n"
     )
     (fake / "cli" / "rel.py").write_text("from ..search import beam\n")  # relative, down: fine
     found = violations(rows, sorted(fake.rglob("*.py")), tmp_path)
     assert len(found) == 3, found
-    assert "cbasr/losses/up.py:4: upward import of cbasr.engines.trainer.train" in found[2]
-    assert "private cbasr.losses._helpers.x" in found[1]
     assert "another command (cbasr.cli.score.main)" in found[0]
+    assert "cbasr/losses/up.py:4: upward import of cbasr.training.trainer.train" in found[1]
+    assert "private cbasr.losses._helpers.x" in found[2]
+
+
+def test_evaluation_imports_no_torch():
+    """Scoring and comparison run where torch is not installed (a results server, CI of
+    tables): importing every evaluation module loads no torch, directly or through the
+    cbasr modules they import."""
+    modules = sorted(p.stem for p in (PACKAGE / "evaluation").glob("*.py") if p.stem != "__init__")
+    assert {"scoring", "compare", "rouge"} <= set(modules)
+    code = (
+        "import sys\n"
+        + "".join(f"import cbasr.evaluation.{m}\n" for m in modules)
+        + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
+
+
+def test_training_and_inference_never_import_each_other(rows):
+    assert rows["training"] == rows["inference"]  # a sideways import is a violation

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.alignment import align_split
-from cbasr.engines.decode import Experiment
-from cbasr.engines.training_options import select_device
+from cbasr.devices import select_device
+from cbasr.inference.alignment import align_split
+from cbasr.inference.experiment import Experiment
 
 log = logging.getLogger("cbasr-align")
 

@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.averaging import METRICS, average_checkpoints, read_history, select_epochs
 from cbasr.storage.checkpoint import CheckpointDir
+from cbasr.training.averaging import METRICS, average_checkpoints, read_history, select_epochs
 
 log = logging.getLogger("cbasr-average")
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors
-from cbasr.engines.compare import (
+from cbasr.evaluation.compare import (
     collect_systems,
     comparison_rows,
     csv_table,
@@ -31,6 +31,13 @@ from cbasr.engines.compare import (
     paired_comparison,
 )
 from cbasr.storage.files import write_text
+
+
+def checkpoint_parameters(path: Path) -> int:
+    """A checkpoint file's parameter count (for decodings older than ``decode.json``'s record)."""
+    from cbasr.storage.checkpoint import load_checkpoint  # torch: only for such decodings
+
+    return sum(v.numel() for v in load_checkpoint(path)["model"].values())
 
 
 def _pairs(systems, first: str, second: str):
@@ -100,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        systems = collect_systems(args.exp_dirs, args.decodes)
+        systems = collect_systems(args.exp_dirs, args.decodes, checkpoint_parameters)
         if not systems:
             raise ValueError(f"no decoding found in {[str(e) for e in args.exp_dirs]}")
         rows = comparison_rows(systems, args.bootstrap, args.seed)

@@ -24,16 +24,16 @@ from pathlib import Path
 import torch
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.decode import (
-    Experiment,
+from cbasr.devices import select_device
+from cbasr.evaluation.scoring import score_decode_dir
+from cbasr.inference.decode import (
     data_stamp,
     decode_dir_name,
     decode_settings,
     decode_split,
     is_decoded,
 )
-from cbasr.engines.scoring import score_decode_dir
-from cbasr.engines.training_options import select_device
+from cbasr.inference.experiment import Experiment
 from cbasr.search import (
     CB_SEARCHES,
     BeamSearchOptions,

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.decode import Experiment
-from cbasr.engines.export import FORMATS, export_model
+from cbasr.inference.experiment import Experiment
+from cbasr.inference.export import FORMATS, export_model
 
 log = logging.getLogger("cbasr-export")
 

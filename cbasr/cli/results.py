@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors
-from cbasr.engines.compare import describe_settings
-from cbasr.engines.scoring import check_score_is_current
+from cbasr.evaluation.compare import describe_settings
+from cbasr.evaluation.scoring import check_score_is_current
 
 
 def results_table(exp_dirs: list[Path]) -> str:

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.engines.scoring import decode_dir_name, score_decode_dir
+from cbasr.evaluation.scoring import decode_dir_name, score_decode_dir
 
 log = logging.getLogger("cbasr-score")
 

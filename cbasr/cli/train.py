@@ -70,7 +70,7 @@ def _quiet_other_ranks() -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 @one_line_errors("cbasr-train")
 def main(cfg: DictConfig) -> None:
-    from cbasr.engines.trainer import train  # after Hydra has set up logging
+    from cbasr.training.trainer import train  # after Hydra has set up logging
 
     _quiet_other_ranks()
     container = to_plain(cfg)

@@ -24,7 +24,7 @@ log = logging.getLogger("cbasr-train-lm")
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train_lm")
 @one_line_errors("cbasr-train-lm")
 def main(cfg: DictConfig) -> None:
-    from cbasr.engines.lm_task import train_lm  # after Hydra has set up logging
+    from cbasr.training.lm_task import train_lm  # after Hydra has set up logging
 
     log.info("language model %s", cfg.exp_dir)
     history = train_lm(to_plain(cfg), cfg.exp_dir)

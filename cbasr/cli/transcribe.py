@@ -21,7 +21,7 @@ import torch
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.data.audio import AudioError
-from cbasr.engines.recognizer import Recognizer
+from cbasr.inference.recognizer import Recognizer
 from cbasr.progress import progress_bar
 
 log = logging.getLogger("cbasr-transcribe")

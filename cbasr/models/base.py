@@ -1,4 +1,4 @@
-"""What the training and decoding engines ask of every model, whatever its loss.
+"""What training and inference ask of every model, whatever its loss.
 
 A model is ``encoder -> decoder -> loss``. It takes plain tensors (never a data-layer batch)
 and answers four questions:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from cbasr.cli import average, decode
-from cbasr.engines.trainer import train
 from cbasr.storage.checkpoint import load_checkpoint
+from cbasr.training.trainer import train
 from tests.cli.training import decode_args
-from tests.engines.test_trainer import make_cfg
+from tests.training.test_trainer import make_cfg
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from cbasr.cli import decode, features, score
-from tests.engines.fake_experiment import make_experiment
+from tests.inference.fake_experiment import make_experiment
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from cbasr.cli import decode
 from tests.cli.training import decode_args
-from tests.engines.fake_experiment import make_experiment
+from tests.inference.fake_experiment import make_experiment
 
 
 def _args(exp, tone_data, *extra):

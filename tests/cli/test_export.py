@@ -13,8 +13,8 @@ from cbasr.builder import build_model
 from cbasr.cli import decode, export
 from cbasr.cli.models import compose_model_config
 from cbasr.data.features import FeatureStore
-from cbasr.engines.decode import Experiment
-from cbasr.engines.export import AcousticModel, exportable
+from cbasr.inference.experiment import Experiment
+from cbasr.inference.export import AcousticModel, exportable
 from tests.cli.training import decode_args, train_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -66,7 +66,7 @@ def test_a_changed_model_or_a_misspelt_key_is_refused(tone_data, trained_lm, tmp
 
 def test_the_lm_decodes_with_cbasr_decode(tone_data, trained_lm, tmp_path):
     from cbasr.cli import decode
-    from tests.engines.fake_experiment import make_experiment
+    from tests.inference.fake_experiment import make_experiment
 
     exp = make_experiment(tmp_path / "exp", tone_data, "pointwise", "cb_marginal")
     args = [

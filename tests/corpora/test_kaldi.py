@@ -12,8 +12,8 @@ from cbasr.cli import features, prepare, vocab
 from cbasr.corpora.kaldi import prepare_kaldi
 from cbasr.corpora.prepare import CorpusError, DurationFilter
 from cbasr.data.features import FeatureStore
-from cbasr.engines.trainer import train
-from tests.engines.test_trainer import make_cfg
+from cbasr.training.trainer import train
+from tests.training.test_trainer import make_cfg
 
 
 def _same_dev_features(manifest_dir, out, tone_data, *splits) -> FeatureStore:

@@ -113,7 +113,7 @@ def test_length_batches_by_hand():
 
 
 def test_the_lm_task_reports_the_training_texts_skips(tmp_path, text, vocab):
-    from cbasr.engines.lm_task import LmTask
+    from cbasr.training.lm_task import LmTask
 
     vocab.save(tmp_path / "vocab.txt")
     dev = tmp_path / "dev.txt"

@@ -60,4 +60,4 @@ def test_one_directory_by_a_relative_and_an_absolute_path_is_one_lock(tmp_path, 
     monkeypatch.chdir(tmp_path)
     lock_experiment("exp_rel")
     lock_experiment(tmp_path / "exp_rel")
-    lock_experiment("./exp_rel/../exp_rel")
+    lock_experiment(os.path.join("exp_rel", os.pardir, "exp_rel"))

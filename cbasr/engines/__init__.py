@@ -1,1 +1,0 @@
-"""Engines: training, checkpointing, decoding and scoring."""

@@ -1,0 +1,80 @@
+"""A trained experiment, loaded for inference: the model of its ``best`` (or any) checkpoint with
+its vocabulary and feature normalisation (:class:`Experiment`), and what reading its outputs in
+time needs (:func:`subsampling_stride`, :func:`frame_shift_seconds`). Decoding, alignment,
+export and the recogniser all start here; the device comes from :func:`cbasr.devices.select_device`.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from cbasr.builder import build_model, model_configs
+from cbasr.data.source_tokens import experiment_input
+from cbasr.data.vocab import Vocabulary
+from cbasr.storage.checkpoint import load_checkpoint
+
+__all__ = ["Experiment", "subsampling_stride", "frame_shift_seconds"]
+
+
+class Experiment:
+    """A trained model with its vocabulary and feature normalisation, from an experiment dir.
+
+    ``checkpoint`` is a name in ``<exp_dir>/checkpoints/`` (``best``, ``last``, ``averaged``,
+    ``epoch-N``) or the path of a ``.pt`` file.
+    """
+
+    def __init__(
+        self, exp_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
+    ):
+        self.exp_dir = Path(exp_dir)
+        if not self.exp_dir.is_dir():
+            raise FileNotFoundError(f"{self.exp_dir}: no such experiment directory")
+        path = self.exp_dir / "checkpoints" / f"{checkpoint}.pt"
+        if checkpoint.endswith(".pt"):  # a checkpoint file of this experiment's model
+            path = Path(checkpoint)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: has {self.exp_dir} been trained?")
+        ckpt = load_checkpoint(path, device)
+        self.cfg = ckpt["config"]
+        self.epoch = ckpt["state"]["epoch"]
+        self.checkpoint = checkpoint
+        self.checkpoint_stamp = f"{path.stat().st_mtime_ns}:{path.stat().st_size}"
+        self.vocab = Vocabulary.load(self.exp_dir / "vocab.txt")
+        input_dim, self.cmvn = experiment_input(self.exp_dir)  # cmvn None: text input (source ids)
+        self.device = torch.device(device)
+        self.model = build_model(
+            *model_configs(self.cfg),
+            input_dim=input_dim,
+            vocab_size=len(self.vocab),
+        )
+        self.model.load_state_dict(ckpt["model"])
+        self.model.to(self.device).eval()
+
+    @property
+    def units(self) -> str:
+        return self.cfg["data"]["units"]
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def normalise(self, feats: torch.Tensor) -> torch.Tensor:
+        """CMVN of filterbank features; source ids of a text input pass unchanged."""
+        if self.cmvn is None:
+            return feats
+        mean, std = self.cmvn
+        return (feats - mean) / std
+
+
+def subsampling_stride(model, probe: int = 3000) -> int:
+    """Input frames per encoder frame, from the encoder's output lengths."""
+    return max(1, round(probe / max(model.output_frames(probe), 1)))
+
+
+def frame_shift_seconds(feature_dir: str | Path) -> float:
+    """The feature frame shift of a feature directory (its ``.done`` record), 10 ms if unrecorded."""
+    done = Path(feature_dir) / ".done"
+    if done.is_file():
+        return json.loads(done.read_text()).get("params", {}).get("frame_shift_ms", 10.0) / 1000.0
+    return 0.01

@@ -1,0 +1,96 @@
+"""The ``trainer``, ``optim`` and ``data`` config groups turned into objects, checked at start.
+
+Values that the schema's types cannot rule out (a misspelt name, fp16 without a GPU) fail
+here, before any data is read, with a message that names the option.
+"""
+
+import logging
+from pathlib import Path
+
+import torch
+
+from cbasr.config.schema import DataConfig, OptimConfig, TrainerConfig
+from cbasr.data.augment import Augmentation
+from cbasr.data.features import FbankOptions, extraction_options
+from cbasr.training.emission_bias import emit_bias_option
+
+__all__ = [
+    "METRICS",
+    "PRECISIONS",
+    "check_options",
+    "make_optimizer",
+    "augmentation_of",
+    "fbank_options_of",
+]
+
+log = logging.getLogger(__name__)
+
+METRICS = ("valid_error_rate", "valid_loss")  # trainer.best_metric
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # trainer.precision
+
+
+def check_options(
+    trainer: TrainerConfig,
+    optim: OptimConfig,
+    device: torch.device,
+    metrics: tuple[str, ...] = METRICS,
+) -> None:
+    """Fail at start, naming the option, for values of the ``trainer`` and ``optim`` groups that
+    the schema's types cannot rule out; ``metrics``: those the task reports, which
+    ``trainer.best_metric`` must name."""
+    if trainer.precision == "fp16" and device.type != "cuda":
+        raise ValueError(
+            "trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
+            "use trainer.precision=bf16 or fp32 on CPU"
+        )
+    if trainer.best_metric not in metrics:
+        raise ValueError(
+            f"trainer.best_metric must be one of {metrics}, got {trainer.best_metric!s}"
+        )
+    if trainer.max_bad_steps < 1:
+        raise ValueError(f"trainer.max_bad_steps must be >= 1, got {trainer.max_bad_steps}")
+    for key in ("early_stopping_patience", "checkpoint_every_steps", "max_epochs"):
+        if getattr(trainer, key) < 0:
+            raise ValueError(f"trainer.{key} must be >= 0, got {getattr(trainer, key)}")
+    if optim.weight_noise < 0:
+        raise ValueError(f"optim.weight_noise must be >= 0, got {optim.weight_noise}")
+    emit_bias_option(trainer.emit_bias_init)
+
+
+def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
+    """``optim.name``: Adam, AdamW or SGD with momentum (Graves et al.'s TIMIT optimizer)."""
+    params, lr, decay = model.parameters(), optim.lr, optim.weight_decay
+    if optim.name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=decay)
+    if optim.name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=decay)
+    return torch.optim.SGD(params, lr=lr, momentum=optim.momentum, weight_decay=decay)
+
+
+def augmentation_of(data: DataConfig) -> Augmentation | None:
+    """The training data's augmentation from ``data.speed_perturb`` and ``data.spec_augment``; None: off."""
+    spec = data.spec_augment
+    aug = Augmentation(
+        tuple(data.speed_perturb),
+        spec.freq_masks,
+        spec.freq_mask_width,
+        spec.time_masks,
+        spec.time_mask_width,
+        spec.time_mask_ratio,
+    )
+    return aug if aug.masks or aug.speed_factors else None
+
+
+def fbank_options_of(split_dir: str | Path, dim: int) -> FbankOptions:
+    """The filterbank options a cached split was extracted with (its ``.done``), for on-the-fly features.
+
+    Features computed on the fly must match the CMVN statistics of the cached train split.
+    Without a ``.done`` file: the default options with ``num_mel_bins = dim``.
+    """
+    done = Path(split_dir) / ".done"
+    if not done.is_file():
+        log.warning(
+            "%s not found: on-the-fly features use the default options with %d mel bins", done, dim
+        )
+        return FbankOptions(num_mel_bins=dim)
+    return extraction_options(split_dir)

@@ -1,0 +1,100 @@
+"""Decoding a split: beam search through the engine, settings in decode.json, up-to-date checks
+that notice changed settings, speakers for scoring."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from cbasr.inference.decode import decode_settings, decode_split, is_decoded
+from cbasr.inference.experiment import Experiment
+from cbasr.search import BeamSearchOptions
+from tests.inference.fake_experiment import make_experiment
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)  # put back by tests/conftest.py
+
+
+def _decode(exp, tone_data, out, **kwargs):
+    return decode_split(exp, tone_data / "corpus/dev.jsonl", tone_data / "fbank/dev", out, **kwargs)
+
+
+def test_beam_one_decodes_like_greedy_and_settings_are_recorded(tone_data, tmp_path):
+    exp = Experiment(make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal"))
+    greedy = _decode(exp, tone_data, tmp_path / "greedy")
+    beam = _decode(exp, tone_data, tmp_path / "beam1", options=BeamSearchOptions(beam=1))
+    hyps = (tmp_path / "greedy/hyp.trn").read_text()
+    assert (
+        hyps == (tmp_path / "beam1/hyp.trn").read_text() and len(set(hyps.split())) > 16
+    )  # non-empty hyps
+    assert greedy["settings"] == {"search": "greedy"} and beam["settings"]["beam"] == 1
+    info = json.loads((tmp_path / "beam1/decode.json").read_text())
+    assert (
+        info["settings"] == decode_settings(exp, BeamSearchOptions(beam=1))
+        and info["parameters"] > 0
+    )
+    assert info["utts"] == 16 and info["rtf"] > 0 and info["audio_seconds"] > 1
+    corpus = [json.loads(x) for x in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    assert (tmp_path / "beam1/utt2spk").read_text() == "".join(
+        f"{r['id']} {r['speaker']}\n" for r in corpus
+    )
+    # up to date only for the same checkpoint and the same settings
+    assert is_decoded(exp, tmp_path / "greedy") and not is_decoded(exp, tmp_path / "beam1")
+    assert is_decoded(exp, tmp_path / "beam1", decode_settings(exp, BeamSearchOptions(beam=1)))
+    assert not is_decoded(exp, tmp_path / "beam1", decode_settings(exp, BeamSearchOptions(beam=2)))
+
+
+def test_a_retrained_checkpoint_is_not_up_to_date(tone_data, tmp_path):
+    """The same settings and data decoded by an older checkpoint file: decode again."""
+    exp_dir = make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal")
+    exp = Experiment(exp_dir)
+    _decode(exp, tone_data, tmp_path / "greedy")
+    assert is_decoded(exp, tmp_path / "greedy")
+    best = exp_dir / "checkpoints/best.pt"
+    stamp = best.stat()
+    os.utime(best, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))  # retrained
+    retrained = Experiment(exp_dir)
+    assert retrained.checkpoint_stamp != exp.checkpoint_stamp
+    assert not is_decoded(retrained, tmp_path / "greedy")
+
+
+def test_transducer_settings_name_the_symbols_per_frame(tone_data, tmp_path):
+    exp = Experiment(make_experiment(tmp_path / "hat", tone_data, "hat", "hat"))
+    settings = decode_settings(exp, BeamSearchOptions(beam=4, am_weight=2.0, ilm_weight=0.5))
+    assert settings["max_symbols"] == 3 and settings["ilm_weight"] == 0.5  # the model's max_symbols
+    summary = _decode(
+        exp, tone_data, tmp_path / "out", options=BeamSearchOptions(beam=2, ilm_weight=0.5)
+    )
+    assert summary["settings"]["ilm_weight"] == 0.5 and summary["utts"] == 16
+
+
+def test_options_that_do_not_apply_are_refused(tone_data, tmp_path):
+    exp = Experiment(make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal"))
+    with pytest.raises(ValueError, match="LM fusion needs a beam search"):
+        decode_settings(exp, None, "lm.arpa")
+    with pytest.raises(ValueError, match="ilm-weight .* needs a HAT model; this is a cb model"):
+        _decode(exp, tone_data, tmp_path / "x", options=BeamSearchOptions(beam=2, ilm_weight=1.0))
+    with pytest.raises(ValueError, match="--lm-weight is set but no language model"):
+        _decode(exp, tone_data, tmp_path / "x", options=BeamSearchOptions(beam=2, lm_weight=1.0))
+
+
+def test_empty_and_out_of_vocabulary_references_are_counted_not_dropped(tone_data, tmp_path):
+    from cbasr.evaluation.scoring import score_decode_dir
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    records = [json.loads(x) for x in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    records[0]["phones"] = []
+    records[1]["phones"] = ["a", "zz", "zz"]
+    for r in records:  # the audio stays where it was
+        r["audio"] = str((tone_data / "corpus" / r["audio"]).resolve())
+    (corpus / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    exp = Experiment(make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal"))
+    info = decode_split(exp, corpus / "dev.jsonl", tone_data / "fbank/dev", tmp_path / "out")
+    assert info["utts"] == 16 and info["empty_refs"] == 1
+    assert info["oov_ref_utts"] == 1 and info["oov_ref_tokens"] == ["zz"]
+    score = score_decode_dir(tmp_path / "out", 50)
+    assert score["utts"] == 16 and score["empty_refs"] == 1 and score["oov_ref_utts"] == 1
