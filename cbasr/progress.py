@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from tqdm import tqdm
 
-__all__ = ["progress_bar", "byte_bar"]
+__all__ = ["progress_bar", "counter_bar", "byte_bar"]
 
 
 def progress_bar(
@@ -18,15 +18,27 @@ def progress_bar(
     )
 
 
-def byte_bar(desc: str, total: int | None, initial: int = 0) -> tqdm:
-    """A bar counting bytes (downloads), shown when stderr is a terminal; ``update(n)`` it."""
+def counter_bar(
+    desc: str,
+    total: int | None,
+    initial: int = 0,
+    unit: str = "it",
+    enabled: bool = True,
+    **options,
+) -> tqdm:
+    """A bar counted by hand (``update(n)``), from ``initial`` (a resumed epoch) to ``total``;
+    shown when ``enabled`` and stderr is a terminal (``options``: tqdm's)."""
     return tqdm(
         desc=desc,
         total=total,
         initial=initial,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        disable=not sys.stderr.isatty(),
+        unit=unit,
+        disable=not (enabled and sys.stderr.isatty()),
         leave=False,
+        **options,
     )
+
+
+def byte_bar(desc: str, total: int | None, initial: int = 0) -> tqdm:
+    """A bar counting bytes (downloads), shown when stderr is a terminal; ``update(n)`` it."""
+    return counter_bar(desc, total, initial, unit="B", unit_scale=True, unit_divisor=1024)

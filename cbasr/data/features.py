@@ -86,9 +86,8 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
     )
     orders = [feats]
     for _ in range(opts.deltas):
-        orders.append(
-            torchaudio.functional.compute_deltas(orders[-1].t(), win_length=5).t()
-        )  # over time
+        # over time
+        orders.append(torchaudio.functional.compute_deltas(orders[-1].t(), win_length=5).t())
     return torch.cat(orders, dim=-1)  # (T, F * (1 + deltas))
 
 

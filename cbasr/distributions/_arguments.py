@@ -82,9 +82,8 @@ def value_rows(
             f"value batch shape {tuple(value.shape[:-1])} does not end with the parameters' "
             f"batch shape {tuple(batch_shape)}"
         )
-    rows = value.expand(full + event).reshape(
-        full.numel(), event[0]
-    )  # (*sample, *batch, E) -> (N, E)
+    # (*sample, *batch, E) -> (N, E)
+    rows = value.expand(full + event).reshape(full.numel(), event[0])
     num_params = batch_shape.numel()
     row_index = torch.arange(rows.shape[0], device=value.device) % max(num_params, 1)
     return rows, row_index, full

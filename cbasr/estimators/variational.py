@@ -167,9 +167,8 @@ def multi_sample_lower_bound(
     if baseline is None:
         base = torch.zeros_like(fixed)
     elif baseline == "loo":
-        base = bound.detach().unsqueeze(0) - vimco_signals(
-            fixed
-        )  # (K, B): s_k swapped for the others' mean
+        # (K, B): s_k swapped for the others' mean
+        base = bound.detach().unsqueeze(0) - vimco_signals(fixed)
     else:
         raise ValueError(f"baseline must be None or 'loo'; got {baseline!r}")
     coefficients = (bound.detach().unsqueeze(0) - base).unsqueeze(-1)  # (K, B, 1)

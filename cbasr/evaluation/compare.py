@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cbasr.evaluation.decode_info import DecodeInfo
 from cbasr.evaluation.scoring import (
     REPEAT_KEYS,
     bootstrap_interval,
@@ -45,11 +46,10 @@ class System:
     label: str
     exp_dir: Path
     decode_dir: Path
-    info: dict  # decode.json (empty if missing)
+    info: DecodeInfo  # decode.json (the defaults if missing)
     errors: dict[str, int] = field(default_factory=dict)  # utterance -> S + D + I
-    counts: dict[str, dict] = field(
-        default_factory=dict
-    )  # utterance -> {sub, del, ins, ref_tokens}
+    # utterance -> {sub, del, ins, ref_tokens}
+    counts: dict[str, dict] = field(default_factory=dict)
     epochs: int | None = None
     parameters: int | None = None
     train_seconds: float | None = None  # sum of the epoch times in history.json
@@ -122,12 +122,12 @@ def _repeats(decode_dir: Path, counts: dict[str, dict]) -> dict[str, int] | None
     return None
 
 
-def _parameters(exp_dir: Path, info: dict, count: Callable[[Path], int] | None) -> int | None:
+def _parameters(exp_dir: Path, info: DecodeInfo, count: Callable[[Path], int] | None) -> int | None:
     """The decoding's recorded parameter count; for one older than that record, ``count`` of
     its checkpoint file (the caller's: this layer reads no checkpoint)."""
-    if "parameters" in info:
-        return info["parameters"]
-    ckpt = exp_dir / "checkpoints" / f"{info.get('checkpoint', 'best')}.pt"
+    if info.parameters is not None:
+        return info.parameters
+    ckpt = exp_dir / "checkpoints" / f"{info.checkpoint}.pt"
     return count(ckpt) if count is not None and ckpt.is_file() else None
 
 
@@ -173,9 +173,7 @@ def collect_systems(
                 )
             dirs = [root / d for d in decodes]
         for d in dirs:
-            info = (
-                json.loads((d / "decode.json").read_text()) if (d / "decode.json").is_file() else {}
-            )
+            info = DecodeInfo.read(d) or DecodeInfo()
             counts = _per_utterance(d)
             systems.append(
                 System(
@@ -185,7 +183,7 @@ def collect_systems(
                     info,
                     {u: c["sub"] + c["del"] + c["ins"] for u, c in counts.items()},
                     counts,
-                    info.get("epoch"),
+                    info.epoch,
                     _parameters(exp, info, count_parameters),
                     _train_seconds(exp),
                     _alignment(exp),
@@ -205,7 +203,7 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
         refs = [s.counts[u]["ref_tokens"] for u in ids]
         total_refs = sum(refs)
         low, high = bootstrap_interval(errors, refs, samples, seed)
-        settings = s.info.get("settings", {"search": s.info.get("search", "greedy")})
+        settings = s.info.settings
         rows.append(
             {
                 "system": s.label,
@@ -220,7 +218,7 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
                 "parameters": s.parameters,
                 "epochs": s.epochs,
                 "decode": describe_settings(settings),
-                "rtf": s.info.get("rtf"),
+                "rtf": s.info.rtf,
                 "train_minutes": None if s.train_seconds is None else s.train_seconds / 60.0,
                 "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
                 "dev_onsets_within_20ms": s.alignment.get("within_20ms"),

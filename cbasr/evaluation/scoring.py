@@ -22,12 +22,14 @@ and the other reference tokens.
 import hashlib
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jiwer
 import numpy as np
 
 from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
+from cbasr.evaluation.decode_info import DecodeInfo
 from cbasr.evaluation.rouge import rouge_f1
 from cbasr.storage.files import write_json, write_text
 
@@ -353,6 +355,21 @@ def check_score_is_current(decode_dir: str | Path) -> None:
         )
 
 
+@dataclass
+class _Tally:
+    """One speaker's error counts (:data:`_COUNT_KEYS`), utterances and reference tokens."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNT_KEYS, 0))
+    utts: int = 0
+    ref_tokens: int = 0
+
+    def add(self, utterance: dict) -> None:
+        for k in _COUNT_KEYS:
+            self.counts[k] += utterance[k]
+        self.utts += 1
+        self.ref_tokens += utterance["ref_tokens"]
+
+
 def score_decode_dir(
     decode_dir: str | Path,
     bootstrap_samples: int = 1000,
@@ -401,32 +418,25 @@ def score_decode_dir(
         bootstrap_interval(errors, [c["ref_tokens"] for c in per_utt], bootstrap_samples, seed)
     )
     if speakers:
-        by_speaker: dict[str, dict] = {}
+        by_speaker: dict[str, _Tally] = {}
         for utt, c in zip(ids, per_utt):
-            spk = by_speaker.setdefault(
-                speakers.get(utt, "unknown"), {**dict.fromkeys(_COUNT_KEYS, 0), "n": 0, "r": 0}
-            )
-            for k in _COUNT_KEYS:
-                spk[k] += c[k]
-            spk["n"], spk["r"] = spk["n"] + 1, spk["r"] + c["ref_tokens"]
+            by_speaker.setdefault(speakers.get(utt, "unknown"), _Tally()).add(c)
         score["by_speaker"] = {
-            s: _summary({k: v[k] for k in _COUNT_KEYS}, v["r"], v["n"])
-            for s, v in sorted(by_speaker.items())
+            s: _summary(t.counts, t.ref_tokens, t.utts) for s, t in sorted(by_speaker.items())
         }
     score["hyp_sha256"] = file_digest(decode_dir / "hyp.trn")
-    info_path = decode_dir / "decode.json"
-    if info_path.is_file():
-        info = json.loads(info_path.read_text())
+    info = DecodeInfo.read(decode_dir)
+    if info is not None:
         score.update(
-            skipped=info["skipped"],
-            failed=info.get("failed", 0),
-            empty_refs=info.get("empty_refs", 0),
-            oov_ref_utts=info.get("oov_ref_utts", 0),
-            checkpoint=info["checkpoint"],
-            epoch=info["epoch"],
-            settings=info.get("settings", {"search": info.get("search", "greedy")}),
+            skipped=info.skipped,
+            failed=info.failed,
+            empty_refs=info.empty_refs,
+            oov_ref_utts=info.oov_ref_utts,
+            checkpoint=info.checkpoint,
+            epoch=info.epoch,
+            settings=info.settings,
         )
-        units = info.get("units", "")
+        units = info.units
         if units == "chars" or units.startswith(
             SENTENCEPIECE
         ):  # the error rate is a CER: add the WER
@@ -440,7 +450,9 @@ def score_decode_dir(
                 [" ".join(tokens_to_words(hyps[i], units)) for i in ids],
             )
     elif rouge:
-        raise FileNotFoundError(f"{info_path} not found: ROUGE needs the decoding's units")
+        raise FileNotFoundError(
+            f"{decode_dir / 'decode.json'} not found: ROUGE needs the decoding's units"
+        )
     if token_map is not None:
         score["token_map"] = str(token_map)
     write_json(decode_dir / "score.json", score)

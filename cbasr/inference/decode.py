@@ -9,7 +9,6 @@ A decoding is up to date (:func:`is_decoded`) only for the same checkpoint, sett
 
 import dataclasses
 import hashlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from cbasr.data.batching import BucketBatchSampler
 from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import tokens_of
+from cbasr.evaluation.decode_info import DecodeInfo
 from cbasr.evaluation.scoring import decode_dir_name, write_trn
 from cbasr.inference.experiment import Experiment, frame_shift_seconds
 from cbasr.progress import progress_bar
@@ -109,15 +109,12 @@ def is_decoded(
     (default: greedy) of the data stamped ``data`` (:func:`data_stamp`; ``None``: any data,
     for callers that decoded it themselves). A decoding written before the data were recorded
     is not up to date for any ``data``."""
-    info = Path(out_dir) / "decode.json"
-    if not info.is_file():
+    info = DecodeInfo.read(out_dir)
+    if info is None or (data is not None and info.data != data):
         return False
-    info = json.loads(info.read_text())
-    if data is not None and info.get("data") != data:
-        return False
-    return info.get("checkpoint_stamp") == exp.checkpoint_stamp and info.get(
-        "settings", {"search": info.get("search", "greedy")}
-    ) == (settings or {"search": "greedy"})
+    return info.checkpoint_stamp == exp.checkpoint_stamp and info.settings == (
+        settings or {"search": "greedy"}
+    )
 
 
 @torch.no_grad()

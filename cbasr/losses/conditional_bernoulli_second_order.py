@@ -237,9 +237,8 @@ def cb_viterbi_windowed(
     alpha = emit.new_full((W + T, B, L + 1), _NEG_INF)  # row r: frame r - W, as the forward pass
     alpha[W - 1, :, 0] = 0.0
     best_k = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)
-    window = alpha.unfold(0, W, 1)[:, :, :L].permute(
-        0, 3, 1, 2
-    )  # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    window = alpha.unfold(0, W, 1)[:, :, :L].permute(0, 3, 1, 2)
     far = emit.new_full((B, L), _NEG_INF)  # best of rows 0 .. t (frames <= t - W) ...
     far_row = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)  # ... and its row
     best_row = torch.zeros(B, L, dtype=torch.long, device=emit.device)
@@ -252,9 +251,8 @@ def cb_viterbi_windowed(
         scores[0] = far + emit_rev[t, 0]  # ... k = 0 standing for every gap of W or more
         alpha[W + t, :, 1:], best_k[t] = scores.max(dim=0)
     lengths = target_lengths.to(emit.device)
-    ends = alpha[
-        :, torch.arange(B, device=emit.device), lengths
-    ]  # (W + T, B): last label at each frame
+    # (W + T, B): last label at each frame
+    ends = alpha[:, torch.arange(B, device=emit.device), lengths]
     best_end, last_row = ends.max(dim=0)
     log_prob = best_end + stay
     # Backtrace on the host: row r holds frame r - W; entry k of frame t's window is row t + k.

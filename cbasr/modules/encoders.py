@@ -287,9 +287,8 @@ class ConformerEncoder(nn.Module):
         self.masks = []
         for layer in self.conformer.conformer_layers:
             mask = _MaskPadding()
-            layer.conv_module.sequential.insert(
-                2, mask
-            )  # after pointwise conv + GLU, before depthwise
+            # after pointwise conv + GLU, before depthwise
+            layer.conv_module.sequential.insert(2, mask)
             self.masks.append(mask)
         self.output_dim = d_model
 
@@ -310,7 +309,6 @@ class ConformerEncoder(nn.Module):
         finally:
             for mask in self.masks:
                 mask.mask = None
-        h = nn.functional.pad(
-            h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1])
-        )  # back to (B, T', D)
+        # back to (B, T', D)
+        h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))
         return h, lens

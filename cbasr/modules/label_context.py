@@ -94,9 +94,8 @@ class LabelContext(nn.Module):
         if self.context == 0:
             return self.constant.expand(labels.shape[0], -1), state
         if self.context == -1:
-            g, state = self.rnn(
-                self.dropout(self.embedding(labels.unsqueeze(1))), state
-            )  # (B, 1, D)
+            # (B, 1, D)
+            g, state = self.rnn(self.dropout(self.embedding(labels.unsqueeze(1))), state)
             return g.squeeze(1), state
         window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
         return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window

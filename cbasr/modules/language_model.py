@@ -81,9 +81,8 @@ class LSTMLanguageModel(nn.Module):
         positions = torch.arange(U + 1, device=targets.device)
         lens = target_lens.to(targets.device)
         # The token predicted at each row: y_{u+1} for u < U_b, </s> at u = U_b.
-        nxt = torch.cat(
-            [targets, targets.new_full((targets.shape[0], 1), BOUNDARY)], dim=1
-        )  # (B, U + 1)
+        # (B, U + 1)
+        nxt = torch.cat([targets, targets.new_full((targets.shape[0], 1), BOUNDARY)], dim=1)
         nxt = torch.where(positions[None, :] == lens[:, None], BOUNDARY, nxt)
         picked = log_probs.gather(2, nxt.unsqueeze(-1)).squeeze(-1)  # (B, U + 1)
         return torch.where(positions[None, :] <= lens[:, None], picked, 0.0).sum(dim=1)

@@ -144,10 +144,11 @@ def cb_beam_search(
             _merge_extensions_into_stays(stay, emit, prefixes, B, width)
         lm_lp = lm_state["log_probs"].to(a.dtype) if lm is not None else None
         extend = fused_extensions(scores.fused, options, V1, lm_lp)  # (N, V - 1)
+        # (N, V): column 0 stays
         total = torch.cat(
             [(options.am_weight * stay + scores.fused)[:, None], options.am_weight * emit + extend],
             dim=1,
-        )  # (N, V): column 0 stays
+        )
         values, index, new_width = select(total.view(B, width * (V1 + 1)), options.beam)
         batch_base = (torch.arange(B, device=device) * width)[:, None]  # (B, 1)
         parent = (batch_base + index // (V1 + 1)).flatten()  # (B W,) global rows

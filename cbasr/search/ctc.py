@@ -101,10 +101,11 @@ def ctc_prefix_beam_search(
         lm_lp = lm_state["log_probs"].to(dtype) if lm is not None else None
         extend = fused_extensions(scores.fused, options, V - 1, lm_lp)  # (N, V - 1)
         stay = torch.logaddexp(stay_b, stay_nb)
+        # (N, V): column 0 stays
         total = torch.cat(
             [(options.am_weight * stay + scores.fused)[:, None], options.am_weight * ext + extend],
             dim=1,
-        )  # (N, V): column 0 stays
+        )
         values, index, new_width = select(total.view(B, width * V), options.beam)
         parent = (
             (torch.arange(B, device=device) * width)[:, None] + index // V

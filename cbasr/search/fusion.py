@@ -105,9 +105,8 @@ class NeuralLMScorer(LabelScorer):
         self.name = source
         device = next(model.parameters()).device
         lm_index = {t: i for i, t in enumerate(lm_tokens) if i != BOUNDARY}
-        self.ids = torch.tensor(
-            [BOUNDARY] + _vocab_map(tokens, lm_index, source), device=device
-        )  # (V,)
+        # (V,)
+        self.ids = torch.tensor([BOUNDARY] + _vocab_map(tokens, lm_index, source), device=device)
 
     def _split(self, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """LM log probabilities ``(N, V_lm)`` -> ``(labels (N, V - 1), eos (N,))``."""
@@ -266,9 +265,10 @@ class WordArpaScorer(LabelScorer):
         return end, end + self.arpa.log_prob(self.arpa.index["</s>"], after)
 
     def _state(self, histories, partials, device) -> dict:
+        # (N, 2)
         scores = torch.tensor(
             [self._scores_of(h, p) for h, p in zip(histories, partials)], dtype=torch.float32
-        )  # (N, 2)
+        )
         log_probs = scores[:, :1] * self.ends.float()  # (N, V - 1): only word ends score
         return {
             "history": histories,

@@ -33,6 +33,8 @@ ended hypothesis beats an upper bound on anything its live hypotheses can still 
 ``log P(y)`` and its best hypothesis the exact ``argmax_y P(y)``; tested).
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -95,6 +97,7 @@ class _FrameScorer:
         )
         hs, cs = [x], [c]
         for layer in range(1, d.num_layers):
+            # (N, T, 4H)
             gates = (
                 F.linear(x, getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"bias_ih_l{layer}"))
                 + F.linear(
@@ -102,7 +105,7 @@ class _FrameScorer:
                     getattr(rnn, f"weight_hh_l{layer}"),
                     getattr(rnn, f"bias_hh_l{layer}"),
                 )[:, None]
-            )  # (N, T, 4H)
+            )
             x, c = self._cell(gates, cx[layer][:, None])
             hs.append(x), cs.append(c)
         return d.out(x).log_softmax(dim=-1), x, (torch.stack(hs), torch.stack(cs))
@@ -114,6 +117,17 @@ class _FrameScorer:
         d = self.decoder
         hidden = torch.tanh(self.frame_emission.index_select(0, utt) + d.emission_state(s)[:, None])
         return d.emission_out(hidden).squeeze(-1)
+
+
+@dataclass
+class _Ended:
+    """A label sequence that ended: the acoustic score of each of its alignments found (summed
+    at the end), and its fused, end-of-sentence and LM scores (the same for every alignment)."""
+
+    am_scores: list[float]
+    fused: float
+    eos: float
+    lm: float
 
 
 def _upper_bounds(
@@ -180,9 +194,7 @@ def cb_label_beam_search(
     scores.am.zero_()
     prefixes: list = [()] * B
     lm_state = lm.begin(B, device) if lm is not None else None
-    ended: list[dict[tuple, list]] = [
-        {} for _ in range(B)
-    ]  # prefix -> [[am scores], fused, eos, lm]
+    ended: list[dict[tuple, _Ended]] = [{} for _ in range(B)]  # per utterance, by prefix
     best_ended = torch.full((B,), _NEG_INF, dtype=dtype, device=device)
     for _ in range(T + 1):  # each step emits on a later frame: T + 1 steps end every row
         alive = torch.isfinite(scores.am)
@@ -190,9 +202,8 @@ def cb_label_beam_search(
             break
         row_lens = lens.index_select(0, utt)  # (N,)
         # the frames each row may emit at next: after its last emission, inside the utterance
-        open_ = (
-            (frames[None] > last[:, None]) & (frames[None] < row_lens[:, None]) & alive[:, None]
-        )  # (N, T)
+        # (N, T)
+        open_ = (frames[None] > last[:, None]) & (frames[None] < row_lens[:, None]) & alive[:, None]
         a = scorer.emissions(utt, s).to(dtype)  # (N, T)
         stay = F.logsigmoid(-a).masked_fill(~open_, 0.0)
         through = stay.cumsum(dim=1)  # sum of log P(B_u = 0) over open frames u <= t
@@ -200,24 +211,24 @@ def cb_label_beam_search(
         # the most any pattern of the open frames after t can add: sum of max(log P(B_u = 0),
         # log P(B_u = 1)), label terms being <= 0
         best_frame = torch.maximum(F.logsigmoid(a), F.logsigmoid(-a)).masked_fill(~open_, 0.0)
-        future = best_frame.sum(dim=1, keepdim=True) - best_frame.cumsum(
-            dim=1
-        )  # (N, T): frames after t
+        # (N, T): frames after t
+        future = best_frame.sum(dim=1, keepdim=True) - best_frame.cumsum(dim=1)
         # ending here: no emission on any open frame
         end_am = scores.am + through[:, -1]
         eos = lm_state["eos"].to(dtype) if lm is not None else torch.zeros_like(end_am)
         for r in alive.nonzero().flatten().tolist():
             b = r // width
             entry = ended[b].setdefault(
-                prefixes[r], [[], float(scores.fused[r]), float(eos[r]), float(scores.lm[r])]
+                prefixes[r], _Ended([], float(scores.fused[r]), float(eos[r]), float(scores.lm[r]))
             )
-            entry[0].append(float(end_am[r]))
-            final = _final_score(float(end_am[r]), entry[1], entry[2], len(prefixes[r]), options)
+            entry.am_scores.append(float(end_am[r]))
+            final = _final_score(
+                float(end_am[r]), entry.fused, entry.eos, len(prefixes[r]), options
+            )
             best_ended[b] = max(float(best_ended[b]), final)
         # every next (frame, label)
-        label_lp, top, (hx, cx) = scorer.labels(
-            utt, prev, lstm
-        )  # (N, T, V - 1), (N, T, H), (layers, N, T, H)
+        # (N, T, V - 1), (N, T, H), (layers, N, T, H)
+        label_lp, top, (hx, cx) = scorer.labels(utt, prev, lstm)
         V1 = label_lp.shape[-1]
         emit_am = scores.am[:, None] + gap + F.logsigmoid(a)  # (N, T)
         cand_am = (emit_am[:, :, None] + label_lp.to(dtype)).masked_fill(
@@ -227,9 +238,8 @@ def cb_label_beam_search(
         extend = fused_extensions(scores.fused, options, V1, lm_lp)  # (N, V - 1)
         # ranked with the frames still to cover, so that hypotheses ending at different frames
         # compare fairly
-        total = (
-            options.am_weight * (cand_am + future[:, :, None]) + extend[:, None, :]
-        )  # (N, T, V - 1)
+        # (N, T, V - 1)
+        total = options.am_weight * (cand_am + future[:, :, None]) + extend[:, None, :]
         # stop the utterances whose best ended hypothesis no live descendant can beat
         if options.beam is not None:
             remaining = (row_lens - 1 - last).clamp(min=1)
@@ -263,14 +273,14 @@ def cb_label_beam_search(
     out = []
     for b in range(B):
         hyps = []
-        for prefix, (ams, fused, end, lm_score) in ended[b].items():
-            am = torch.logsumexp(torch.tensor(ams, dtype=torch.float64), dim=0).item()
+        for prefix, entry in ended[b].items():
+            am = torch.logsumexp(torch.tensor(entry.am_scores, dtype=torch.float64), dim=0).item()
             hyps.append(
                 Hypothesis(
                     list(prefix),
-                    _final_score(am, fused, end, len(prefix), options),
+                    _final_score(am, entry.fused, entry.eos, len(prefix), options),
                     am,
-                    lm_score + end,
+                    entry.lm + entry.eos,
                 )
             )
         hyps.sort(key=lambda x: x.score, reverse=True)

@@ -21,7 +21,6 @@ DistributedDataParallel (:mod:`cbasr.training.distributed`); process 0 writes th
 
 import logging
 import math
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -29,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from cbasr.config import typed
 from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.devices import select_device
+from cbasr.progress import counter_bar
 from cbasr.storage import faults
 from cbasr.storage.checkpoint import rng_state, seed_everything, set_rng_state
 from cbasr.storage.lock import lock_experiment
@@ -367,12 +366,12 @@ class Trainer:
     def _run_epoch(self) -> None:
         trainer, state = self.options, self.state
         batches = self.task.epoch_batches(state.epoch)[state.batch_in_epoch :]
-        bar = tqdm(
-            total=self.steps_per_epoch,
-            initial=state.batch_in_epoch,
-            desc=f"epoch {state.epoch + 1}",
-            disable=not (trainer.progress_bar and sys.stderr.isatty() and self.dist.is_main),
-            leave=False,
+        bar = counter_bar(
+            f"epoch {state.epoch + 1}",
+            self.steps_per_epoch,
+            state.batch_in_epoch,
+            unit="batch",
+            enabled=trainer.progress_bar and self.dist.is_main,
         )
         meter = ProgressMeter()
         every = trainer.checkpoint_every_steps

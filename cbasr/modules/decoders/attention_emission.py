@@ -67,9 +67,8 @@ class AttentionEmissionDecoder(CBDecoder):
         g = self.label_context(targets)[:, :L]  # (B, L + 1, H) -> (B, L, H): g_l reads y_<l
         enc = self.encoder_proj(h).unsqueeze(2)  # (B, T, J) -> (B, T, 1, J)
         lab = self.label_proj(g).unsqueeze(1)  # (B, L, J) -> (B, 1, L, J)
-        return self.emission(h), gather_targets(
-            self._joint(enc, lab), targets
-        )  # (B, T, L, V-1) -> (B, T, L)
+        # (B, T, L, V-1) -> (B, T, L)
+        return self.emission(h), gather_targets(self._joint(enc, lab), targets)
 
     def begin(self, h, lens):
         B = h.shape[0]

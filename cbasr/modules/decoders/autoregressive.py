@@ -105,9 +105,8 @@ class AutoregressiveDecoder(CBDecoder):
     def label_step(self, h_t: torch.Tensor, prev_labels: torch.Tensor, state):
         """One label step: ``h_t (N, D)``, ``prev_labels (N,)`` ids (START first) ->
         ``(log P(. | ...) (N, V - 1), top state s (N, H), LSTM state)``."""
-        x = torch.cat([h_t, self.dropout(self.embedding(prev_labels))], dim=-1).unsqueeze(
-            1
-        )  # (N, 1, D + E)
+        # (N, 1, D + E)
+        x = torch.cat([h_t, self.dropout(self.embedding(prev_labels))], dim=-1).unsqueeze(1)
         s, state = self.rnn(x, state)
         s = s.squeeze(1)  # (N, 1, H) -> (N, H)
         return self.out(s).log_softmax(dim=-1), s, state
@@ -121,9 +120,8 @@ class AutoregressiveDecoder(CBDecoder):
         """
         M, B, L = times.shape
         picked = gather_frames(h, times)  # (M, B, L, D)
-        prev = torch.cat(
-            [targets.new_full((B, 1), START), targets[:, :-1]], dim=1
-        )  # (B, L): y_{l-1}
+        # (B, L): y_{l-1}
+        prev = torch.cat([targets.new_full((B, 1), START), targets[:, :-1]], dim=1)
         emb = self.dropout(self.embedding(prev)).unsqueeze(0).expand(M, -1, -1, -1)  # (M, B, L, E)
         x = torch.cat([picked, emb], dim=-1).flatten(0, 1)  # (M, B, L, D + E) -> (M B, L, D + E)
         s, _ = self.rnn(x)  # (M B, L, H)

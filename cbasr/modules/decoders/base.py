@@ -107,9 +107,8 @@ def gather_frames(h: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
         ``(M, B, L, D)``.
     """
     M, B, L = times.shape
-    index = (
-        times.clamp(0, h.shape[1] - 1).permute(1, 0, 2).reshape(B, M * L)
-    )  # (M, B, L) -> (B, M L)
+    # (M, B, L) -> (B, M L)
+    index = times.clamp(0, h.shape[1] - 1).permute(1, 0, 2).reshape(B, M * L)
     picked = h.gather(1, index.unsqueeze(-1).expand(B, M * L, h.shape[-1]))  # (B, M L, D)
     return picked.view(B, M, L, -1).transpose(0, 1)  # (B, M, L, D) -> (M, B, L, D)
 

@@ -161,12 +161,10 @@ class MonotonicAttentionDecoder(CBDecoder):
         folded = self.context_proj.weight @ self.value.weight  # (J, A) @ (A, D) -> (J, D)
         projected = nn.functional.pad(h @ folded.t(), (0, 0, 0, span - T))  # (B, span, J)
         # Window entry j is frame t - j (j = 0 .. W - 1); frames before 0 get -inf energy.
-        energies = torch.stack(
-            [_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1
-        )  # (B, span, L, W_j)
-        frames = torch.stack(
-            [_shifted(projected, j, 0.0) for j in range(W)], dim=2
-        )  # (B, span, W_j, J)
+        # (B, span, L, W_j)
+        energies = torch.stack([_shifted(energy, j, _NEG_INF) for j in range(W)], dim=-1)
+        # (B, span, W_j, J)
+        frames = torch.stack([_shifted(projected, j, 0.0) for j in range(W)], dim=2)
         outside = ~torch.ones(W, W, dtype=torch.bool, device=h.device).tril()  # [d, j]: j > d
         bias = (self.context_proj.bias + self.label_proj(g)).unsqueeze(2)  # (B, L, 1, J)
         ids = (targets - 1).clamp(min=0).view(B, L, 1, 1).expand(B, L, W, 1)
@@ -174,17 +172,14 @@ class MonotonicAttentionDecoder(CBDecoder):
         band = []
         for k in range(K):
             # (t = l + k, l) for every l: the diagonal of rows k .. k + L - 1.
-            e = (
-                energies[:, k : k + L].diagonal(dim1=1, dim2=2).transpose(1, 2)
-            )  # (B, W_j, L) -> (B, L, W_j)
+            # (B, W_j, L) -> (B, L, W_j)
+            e = energies[:, k : k + L].diagonal(dim1=1, dim2=2).transpose(1, 2)
             # Weights of the window of gap d + 1 (entries j <= d): a masked softmax per row d;
             # every row holds frame t itself (j = 0), so none is all -inf.
-            weights = (
-                e.unsqueeze(2).masked_fill(outside, _NEG_INF).softmax(dim=-1)
-            )  # (B, L, W_d, W_j)
-            x = torch.tanh(
-                weights @ frames[:, k : k + L] + bias
-            )  # (B, L, W_d, W_j) @ (B, L, W_j, J)
+            # (B, L, W_d, W_j)
+            weights = e.unsqueeze(2).masked_fill(outside, _NEG_INF).softmax(dim=-1)
+            # (B, L, W_d, W_j) @ (B, L, W_j, J)
+            x = torch.tanh(weights @ frames[:, k : k + L] + bias)
             if self.training and self.dropout > 0:  # one mask per (t, l), shared by its windows
                 x = x * (torch.bernoulli(x.new_full((B, L, 1, x.shape[-1]), keep)) / keep)
             log_probs = self.out[-1](x).log_softmax(dim=-1)  # (B, L, W_d, V - 1)
@@ -245,9 +240,8 @@ class MonotonicAttentionDecoder(CBDecoder):
         )
         inside = torch.ones_like(energy, dtype=torch.bool)
         if self.variable:
-            inside = frames.unsqueeze(0) > state["last"].unsqueeze(
-                1
-            )  # (B, w): after the previous emission
+            # (B, w): after the previous emission
+            inside = frames.unsqueeze(0) > state["last"].unsqueeze(1)
         weights = energy.masked_fill(~inside, _NEG_INF).softmax(dim=-1)  # (B, w)
         # a gap beyond W keeps the W frames ending at t: frame t is always inside
         context = torch.einsum("bw,bwa->ba", weights, values[:, first : t + 1])

@@ -62,9 +62,8 @@ class PointwiseDecoder(CBDecoder):
         """``(emit_logits (B, T), log P(y_l | t_l = t) (B, T, L))``."""
         emit_logits, log_probs = self.frame_outputs(h)
         L = targets.shape[1]
-        per_label = log_probs.unsqueeze(2).expand(
-            -1, -1, L, -1
-        )  # (B, T, V-1) -> (B, T, L, V-1), a view
+        # (B, T, V-1) -> (B, T, L, V-1), a view
+        per_label = log_probs.unsqueeze(2).expand(-1, -1, L, -1)
         return emit_logits, gather_targets(per_label, targets)
 
     def begin(self, h, lens):
