@@ -17,7 +17,6 @@ edited transcript, features extracted again, another manifest directory) is redo
 """
 
 import argparse
-import itertools
 import logging
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import torch
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.devices import select_device
-from cbasr.evaluation.scoring import score_decode_dir
 from cbasr.inference.decode import (
     data_stamp,
     decode_dir_name,
@@ -34,6 +32,7 @@ from cbasr.inference.decode import (
     is_decoded,
 )
 from cbasr.inference.experiment import Experiment
+from cbasr.inference.grid import SWEEPABLE, grid_points, grid_report, run_grid
 from cbasr.search import (
     CB_SEARCHES,
     BeamSearchOptions,
@@ -221,21 +220,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.manifest_dir.is_dir():
         raise SystemExit(f"cbasr-decode: --manifest-dir {args.manifest_dir}: no such directory")
-    grid = {
-        "lm_weight": _values(parser, "--lm-weight", args.lm_weight),
-        "label_bonus": _values(parser, "--label-bonus", args.label_bonus),
-        "ilm_weight": _values(parser, "--ilm-weight", args.ilm_weight),
+    given = {
+        key: _values(parser, SWEEPABLE[key], getattr(args, key))
+        for key in ("lm_weight", "label_bonus", "ilm_weight")
     }
-    args.lm_weight_given = grid["lm_weight"] is not None
-    grid["lm_weight"] = grid["lm_weight"] or [0.5]
-    grid["label_bonus"] = grid["label_bonus"] or [0.0]
-    grid["ilm_weight"] = grid["ilm_weight"] or [0.0]
-    points = [dict(zip(grid, values)) for values in itertools.product(*(grid[k] for k in grid))]
-    for point in points:  # refuse what needs a beam before loading anything
-        for key, value in point.items():
-            setattr(args, key, value)
-        search_options(args)
-    if len(points) > 1 and args.tag is not None:
+    args.lm_weight_given = given["lm_weight"] is not None
+    defaults = {"lm_weight": [0.5], "label_bonus": [0.0], "ilm_weight": [0.0]}
+    values = {key: given[key] or defaults[key] for key in given}
+    grid = grid_points(values)
+    for point in grid:  # each point's options checked before loading anything
+        search_options(_at(args, point))
+    if len(grid) > 1 and args.tag is not None:
         raise SystemExit("cbasr-decode: a grid names each decoding itself: drop --tag")
     setup_logging()
     if args.num_threads > 0:
@@ -250,18 +245,28 @@ def main(argv: list[str] | None = None) -> None:
         if args.lm is not None
         else None
     )
-    if len(points) == 1:
-        _decode(args, exp, lm, search_options(args))
+    if len(grid) == 1:
+        _decode(_at(args, grid[0]), exp, lm, search_options(_at(args, grid[0])))
         return
-    rows = {split: [] for split in args.splits}
-    for point in points:
-        for key, value in point.items():
-            setattr(args, key, value)
-        for split, out_dir in _decode(args, exp, lm, search_options(args)).items():
-            score = score_decode_dir(out_dir, token_map=args.token_map)
-            rows[split].append((point, score, out_dir.name))
-    for split, found in rows.items():
-        _report_grid(args, split, found, [k for k in grid if len(grid[k]) > 1])
+    swept = [key for key, v in values.items() if len(v) > 1]
+
+    def decode(point: dict) -> dict[str, Path]:
+        return _decode(_at(args, point), exp, lm, search_options(_at(args, point)))
+
+    results = run_grid(grid, decode, args.token_map)
+    title = f"{args.exp_dir}, beam {args.beam}" + (f", LM {args.lm}" if args.lm else "")
+    for split, found in results.items():
+        text = grid_report(split, found, swept, title)
+        name = "grid_" + "_".join([split, *swept]) + ".md"
+        write_text(args.exp_dir / "decode" / name, text)
+        print(text)
+        best = " ".join(f"{SWEEPABLE[k]} {found[0].point[k]:g}" for k in swept)
+        log.info("%s: best %s (%.2f%%); table in %s", split, best, found[0].error_rate, name)
+
+
+def _at(args: argparse.Namespace, point: dict) -> argparse.Namespace:
+    """The command line with the weights of a grid point."""
+    return argparse.Namespace(**{**vars(args), **point})
 
 
 def _values(parser, option: str, text: str | None) -> list[float] | None:
@@ -320,37 +325,6 @@ def _decode(args, exp: Experiment, lm, options) -> dict[str, Path]:
             summary["rtf"] or 0,
         )
     return out
-
-
-OPTION = {"lm_weight": "--lm-weight", "label_bonus": "--label-bonus", "ilm_weight": "--ilm-weight"}
-
-
-def _report_grid(args, split: str, rows: list, swept: list[str]) -> None:
-    """Write ``decode/grid_<split>_<name>.md`` (every point, best first), print it, and name
-    the best setting."""
-    rows = sorted(rows, key=lambda r: (r[1]["error_rate"], r[2]))
-    lines = [
-        f"Grid on {split} ({args.exp_dir}, beam {args.beam}"
-        + (f", LM {args.lm}" if args.lm else "")
-        + "); best first.\n",
-        "| " + " | ".join(OPTION[k] for k in swept) + " | error rate (%) | 95% CI | decoding |",
-        "|" + "---:|" * len(swept) + "---:|---|---|",
-    ]
-    for point, score, name in rows:
-        values = " | ".join(f"{point[k]:g}" for k in swept)
-        low, high = score["ci95"]
-        lines.append(f"| {values} | {score['error_rate']:.2f} | [{low:.2f}, {high:.2f}] | {name} |")
-    best_point, best_score, _ = rows[0]
-    choice = " ".join(f"{OPTION[k]} {best_point[k]:g}" for k in swept)
-    lines.append(
-        f"\nBest on {split}: {choice} ({best_score['error_rate']:.2f}%): decode the test set "
-        "with these."
-    )
-    text = "\n".join(lines) + "\n"
-    name = "grid_" + "_".join([split, *(k for k in swept)]) + ".md"
-    write_text(args.exp_dir / "decode" / name, text)
-    print(text)
-    log.info("%s: best %s (%.2f%%); table in %s", split, choice, best_score["error_rate"], name)
 
 
 if __name__ == "__main__":
