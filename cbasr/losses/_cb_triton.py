@@ -13,6 +13,8 @@ itself instead of ``T`` launches of small operations:
 - :func:`posteriors`: the backward variables the other way, and each frame's edge posteriors
   ``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t + 1, l + 1] - log Z)`` as it goes,
   which are the gradient of ``log Z``.
+- :func:`viterbi`: the max-product forward pass of the Viterbi alignment, with the bit of each
+  (frame, state) that says whether the best way in emitted; the backtrace stays on the host.
 
 Padded frames (weight 0 for staying, ``-inf`` for emitting) are the identity, so each program
 runs all ``T`` frames and needs no length of its own but ``L_b``. Float32 and float64; the
@@ -104,6 +106,35 @@ def _posterior_kernel(
         t -= 1
 
 
+@triton.jit
+def _viterbi_kernel(
+    emit_ptr, emitted_ptr, best_ptr, lengths_ptr, row_ptr, T, B, L, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """One utterance ``b = program_id``: the max-product forward pass, ``emitted`` ``(T, B,
+    L + 1)`` (1 where reaching state ``s`` at frame ``t + 1`` by emitting beats staying) and
+    ``best[b]``, the best path's score; ``row`` ``(B, BLOCK)`` is scratch for the shifted
+    read."""
+    b = tl.program_id(0)
+    s = tl.arange(0, BLOCK)
+    inside = s <= L
+    came_in = (s >= 1) & inside
+    row = tl.where(s == 0, 0.0, float("-inf")).to(emit_ptr.dtype.element_ty)
+    t = 0
+    while t < T:
+        tl.debug_barrier()  # the previous frame's shifted read is done
+        tl.store(row_ptr + b * BLOCK + s, row)
+        tl.debug_barrier()
+        came = tl.load(row_ptr + b * BLOCK + s - 1, mask=came_in, other=-math.inf)
+        weight = tl.load(emit_ptr + (t * B + b) * L + s - 1, mask=came_in, other=-math.inf)
+        step = came + weight
+        hit = step > row  # ties stay: the reference's rule
+        tl.store(emitted_ptr + (t * B + b) * (L + 1) + s, hit.to(tl.int8), mask=inside)
+        row = tl.maximum(row, step)
+        t += 1
+    labels = tl.load(lengths_ptr + b)
+    tl.store(best_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
+
+
 def _block(num_states: int) -> tuple[int, int]:
     """The block size (a power of two) and the number of warps for ``num_states`` states."""
     block = max(16, triton.next_power_of_2(num_states))
@@ -145,3 +176,24 @@ def posteriors(
         emit_t, alpha, log_z, lengths, post, row, floor, T, B, L, BLOCK=block, num_warps=warps
     )
     return post
+
+
+def viterbi(
+    emit_t: torch.Tensor, target_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The max-product pass of :func:`~cbasr.losses.conditional_bernoulli.cb_viterbi` on the
+    shifted weights ``emit_t`` ``(T, B, L)``: ``emitted`` ``(T, B, L + 1)`` (bool) for the
+    backtrace and the best path's score ``(B,)`` (``-inf`` where there is none)."""
+    emit_t = emit_t.contiguous()
+    T, B, L = emit_t.shape
+    emitted = torch.zeros(T, B, L + 1, dtype=torch.int8, device=emit_t.device)
+    best = emit_t.new_empty(B)
+    if B == 0:
+        return emitted.bool(), best
+    block, warps = _block(L + 1)
+    row = emit_t.new_empty(B, block)
+    lengths = target_lengths.to(device=emit_t.device, dtype=torch.int32).contiguous()
+    _viterbi_kernel[(B,)](
+        emit_t, emitted, best, lengths, row, T, B, L, BLOCK=block, num_warps=warps
+    )
+    return emitted.bool(), best

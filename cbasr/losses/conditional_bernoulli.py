@@ -409,6 +409,28 @@ def cb_posteriors(
 
 
 @torch.no_grad()
+def _viterbi_pass(
+    emit_t: torch.Tensor, target_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The max-product pass over the shifted weights ``emit_t`` ``(T, B, L)``: ``emitted``
+    ``(T, B, L + 1)``, whether the best way into state ``s`` (``s`` labels emitted) after
+    frame ``t`` emitted there (ties stay), and the best path's score ``(B,)``."""
+    T, B, L = emit_t.shape
+    arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1)
+    score = emit_t.new_full((B, L + 2), _NEG_INF)  # column l + 1: best score with l emitted
+    score[:, 1] = 0.0
+    emitted = torch.empty(T, B, L + 1, dtype=torch.bool, device=emit_t.device)
+    came_from, stay_at = score[:, :-1], score[:, 1:]
+    arrive, emitted_at = arrive.unbind(0), emitted.unbind(0)
+    step = emit_t.new_empty(B, L + 1)
+    for t in range(T):
+        torch.add(came_from, arrive[t], out=step)
+        torch.gt(step, stay_at, out=emitted_at[t])
+        torch.maximum(stay_at, step, out=stay_at)
+    lengths = target_lengths.to(emit_t.device)
+    return emitted, score[torch.arange(B, device=emit_t.device), lengths + 1]
+
+
 def cb_viterbi(
     emit_logits: torch.Tensor,
     label_log_probs: torch.Tensor,
@@ -434,19 +456,14 @@ def cb_viterbi(
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, shift = _shift_labels(emit)  # (T, B, L), (B,)
     T, B, L = emit_t.shape
-    arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1)
-    score = emit_t.new_full((B, L + 2), _NEG_INF)  # column l + 1: best score with l emitted
-    score[:, 1] = 0.0
-    emitted = torch.empty(T, B, L + 1, dtype=torch.bool, device=emit.device)
-    came_from, stay_at = score[:, :-1], score[:, 1:]
-    arrive, emitted_at = arrive.unbind(0), emitted.unbind(0)
-    step = emit_t.new_empty(B, L + 1)
-    for t in range(T):
-        torch.add(came_from, arrive[t], out=step)
-        torch.gt(step, stay_at, out=emitted_at[t])
-        torch.maximum(stay_at, step, out=stay_at)
+    if _lattice_backend(emit_logits, label_log_probs) == "triton":
+        from cbasr.losses import _cb_triton
+
+        emitted, best = _cb_triton.viterbi(emit_t, target_lengths)
+    else:
+        emitted, best = _viterbi_pass(emit_t, target_lengths)
     lengths = target_lengths.to(emit.device)
-    log_prob = score[torch.arange(B, device=emit.device), lengths + 1] + shift + stay  # (B,)
+    log_prob = best + shift + stay  # (B,)
 
     # Backtrace on the host: T steps of small index updates.
     emitted_np = emitted.cpu().numpy()  # (T, B, L + 1)
