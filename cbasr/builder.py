@@ -10,6 +10,8 @@ lives in the schema alone. Whether a loss can train a decoder is each model clas
 the losses the decoder does support.
 """
 
+import dataclasses
+
 from torch import nn
 
 from cbasr.config import constructor_options, typed_by_name
@@ -98,9 +100,13 @@ def group_config(group: str, options):
     return typed_by_name(SCHEMAS[group], options, group)
 
 
-def model_configs(cfg: dict) -> tuple:
-    """``(encoder, decoder, loss)`` typed configs of a plain training config."""
-    return tuple(group_config(group, cfg[group]) for group in ("encoder", "decoder", "loss"))
+def model_configs(cfg) -> tuple:
+    """``(encoder, decoder, loss)`` typed configs of a training config, typed
+    (:class:`~cbasr.config.schema.TrainConfig`) or plain (a checkpoint's)."""
+    groups = ("encoder", "decoder", "loss")
+    if dataclasses.is_dataclass(cfg):
+        return tuple(group_config(group, getattr(cfg, group)) for group in groups)
+    return tuple(group_config(group, cfg[group]) for group in groups)
 
 
 def _loss(loss) -> tuple[type, dict]:

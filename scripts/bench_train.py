@@ -39,11 +39,11 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from cbasr.config import CONF_DIR, to_plain
+from cbasr.config import CONF_DIR, to_typed
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
 from cbasr.data.features import FbankOptions
-from cbasr.training.trainer import Trainer
+from cbasr.training.asr_task import asr_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/synth"
@@ -126,7 +126,7 @@ def make_config(preset: str, data: Path, exp_dir: Path, args, device: str) -> di
                 *args.overrides,
             ],
         )
-    return to_plain(cfg)
+    return to_typed(cfg)
 
 
 def _sync(device: torch.device) -> None:
@@ -143,7 +143,7 @@ def _profiler(device: torch.device) -> torch.profiler.profile:
 
 def bench(preset: str, data: Path, args, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(
+        trainer = asr_trainer(
             make_config(preset, data, Path(tmp) / "exp", args, device), Path(tmp) / "exp"
         )
         dev = trainer.device

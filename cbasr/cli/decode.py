@@ -126,8 +126,8 @@ def search_options(args) -> BeamSearchOptions | None:
         raise SystemExit(f"cbasr-decode: {e}") from None
 
 
-@one_line_errors("cbasr-decode")
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (every option with its help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -217,6 +217,12 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         help="grids: score on mapped tokens (TIMIT: data/timit/map_39.txt), as cbasr-score does",
     )
+    return parser
+
+
+@one_line_errors("cbasr-decode")
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not args.manifest_dir.is_dir():
         raise SystemExit(f"cbasr-decode: --manifest-dir {args.manifest_dir}: no such directory")
@@ -253,7 +259,12 @@ def main(argv: list[str] | None = None) -> None:
     def decode(point: dict) -> dict[str, Path]:
         return _decode(_at(args, point), exp, lm, search_options(_at(args, point)))
 
-    results = run_grid(grid, decode, args.token_map)
+    _report(args, run_grid(grid, decode, args.token_map), swept)
+
+
+def _report(args, results: dict, swept: list[str]) -> None:
+    """Each split's grid table: printed, written to ``decode/grid_<split>_<weights>.md``, and
+    its best setting logged."""
     title = f"{args.exp_dir}, beam {args.beam}" + (f", LM {args.lm}" if args.lm else "")
     for split, found in results.items():
         text = grid_report(split, found, swept, title)

@@ -24,7 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from cbasr.cli.common import one_line_errors
-from cbasr.config import CONF_DIR, to_plain
+from cbasr.config import CONF_DIR, to_typed
 from cbasr.config.schema import register_configs
 
 register_configs()
@@ -70,15 +70,15 @@ def _quiet_other_ranks() -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 @one_line_errors("cbasr-train")
 def main(cfg: DictConfig) -> None:
-    from cbasr.training.trainer import train  # after Hydra has set up logging
+    from cbasr.training.asr_task import train  # after Hydra has set up logging
 
     _quiet_other_ranks()
-    container = to_plain(cfg)
+    config = to_typed(cfg)  # typed from here into the loop
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:  # this job's own directory below the sweep's exp_dir
-        container["exp_dir"] = hydra_cfg.runtime.output_dir
-    log.info("experiment %s", container["exp_dir"])
-    train(container, container["exp_dir"])
+        config.exp_dir = hydra_cfg.runtime.output_dir
+    log.info("experiment %s", config.exp_dir)
+    train(config)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 from cbasr.cli.common import one_line_errors
-from cbasr.config import CONF_DIR, to_plain
+from cbasr.config import CONF_DIR, to_typed
 from cbasr.config.lm_schema import register_lm_configs
 
 register_lm_configs()
@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> None:
     from cbasr.training.lm_task import train_lm  # after Hydra has set up logging
 
     log.info("language model %s", cfg.exp_dir)
-    history = train_lm(to_plain(cfg), cfg.exp_dir)
+    history = train_lm(to_typed(cfg))
     if history:
         log.info(
             "done: validation perplexity %.3f after epoch %d",

@@ -15,7 +15,15 @@ from typing import TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-__all__ = ["CONF_DIR", "to_plain", "typed", "typed_by_name", "constructor_options"]
+__all__ = [
+    "CONF_DIR",
+    "to_plain",
+    "to_typed",
+    "plain",
+    "typed",
+    "typed_by_name",
+    "constructor_options",
+]
 
 Schema = TypeVar("Schema")
 
@@ -28,15 +36,29 @@ def to_plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True)
 
 
+def to_typed(cfg: DictConfig):
+    """A composed config as its schema's dataclass, every group typed (``TrainConfig`` with an
+    ``RNNEncoderConfig``, ...): interpolations resolved, a missing value an error."""
+    return OmegaConf.to_object(cfg)
+
+
+def plain(config) -> dict:
+    """A typed config (a schema dataclass, its groups typed or plain) as plain containers,
+    choices as strings: what ``config.json`` and checkpoints keep."""
+    return OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
+
+
 def typed(schema: type[Schema], values: dict, group: str) -> Schema:
     """A plain config group (composed, or read back from ``config.json`` or a checkpoint) as an
     instance of its ``schema`` dataclass: every value checked against the schema's types and
     choices, an entry the schema lacks an error, an entry an older config lacks the schema's
-    default. A bad entry is a ``ValueError`` naming it as ``<group>.<key>``."""
+    default. A bad entry is a ``ValueError`` naming it as ``<group>.<key>`` (``group`` empty: a
+    whole config, whose keys carry their group)."""
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
     except (ValidationError, ConfigKeyError) as e:
-        raise ValueError(f"{group}.{e.full_key}: {str(e.msg).splitlines()[0]}") from None
+        key = f"{group}.{e.full_key}" if group else e.full_key
+        raise ValueError(f"{key}: {str(e.msg).splitlines()[0]}") from None
 
 
 def typed_by_name(schemas: dict[str, type], options, group: str, what: str | None = None):

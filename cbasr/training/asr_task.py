@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from cbasr.builder import build_model, model_configs
-from cbasr.config import typed
-from cbasr.config.schema import DataConfig, TrainerConfig
+from cbasr.config import plain, typed
+from cbasr.config.schema import DataConfig, TrainConfig, TrainerConfig
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
@@ -30,8 +30,9 @@ from cbasr.training.fine_tuning import load_initial_weights
 from cbasr.training.gap_check import check_long_gaps
 from cbasr.training.options import augmentation_of, fbank_options_of
 from cbasr.training.task import TaskOutput
+from cbasr.training.trainer import Trainer, run
 
-__all__ = ["AsrTask", "MODEL_KEYS", "BATCH_KEYS"]
+__all__ = ["AsrTask", "asr_trainer", "train", "MODEL_KEYS", "BATCH_KEYS"]
 
 log = logging.getLogger("cbasr.training.trainer")
 
@@ -59,10 +60,10 @@ def _settings(cfg: dict) -> dict:
 
 
 class AsrTask:
-    """Speech recognition training on the corpus of ``cfg['data']``.
+    """Speech recognition training on the corpus of ``cfg.data``.
 
     Args:
-        cfg: the resolved ``cbasr-train`` config (plain dict).
+        cfg: the ``cbasr-train`` config, typed.
         exp_dir: the experiment directory (it holds the vocabulary and input description the
             model is built from).
     """
@@ -70,11 +71,10 @@ class AsrTask:
     metrics = ("valid_error_rate", "valid_loss")
     unit = "frames"
 
-    def __init__(self, cfg: dict, exp_dir: str | Path):
+    def __init__(self, cfg: TrainConfig, exp_dir: str | Path):
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
-        # Typed at the door: a bad entry fails here, naming it, before any data is read.
-        self.data: DataConfig = typed(DataConfig, cfg["data"], "data")
-        self.options: TrainerConfig = typed(TrainerConfig, cfg["trainer"], "trainer")
+        self.data: DataConfig = cfg.data
+        self.options: TrainerConfig = cfg.trainer
         if self.options.valid_beam < 0:
             raise ValueError(
                 f"trainer.valid_beam must be 0 (greedy) or a beam width, got {self.options.valid_beam}"
@@ -102,7 +102,7 @@ class AsrTask:
             write_feature_settings(
                 exp_dir, fbank_options_of(split_dir, dim), data.features == "cached"
             )
-        write_json(exp_dir / "config.json", self.cfg)
+        write_json(exp_dir / "config.json", plain(self.cfg))
 
     def build_model(self, device: torch.device) -> torch.nn.Module:
         self.device = device
@@ -251,7 +251,7 @@ class AsrTask:
         return {}
 
     def checkpoint_extras(self) -> dict:
-        return {}
+        return {"config": plain(self.cfg)}
 
     def upgrade(self, ckpt: dict) -> dict:
         return ckpt
@@ -264,7 +264,7 @@ class AsrTask:
                 f"{self.exp_dir}: the checkpoint's config is not valid today ({e}); "
                 "use a new exp_dir"
             ) from None
-        now = _settings(self.cfg)
+        now = _settings(plain(self.cfg))
         changed = [k for k in MODEL_KEYS if then[k] != now[k]]
         if changed:
             raise ValueError(
@@ -296,3 +296,23 @@ class AsrTask:
         init_emission_bias(
             model, options.emit_bias_init, self.train_set.num_frames, self.train_set.target_lens
         )
+
+
+def asr_trainer(
+    cfg: TrainConfig | dict,
+    exp_dir: str | Path | None = None,
+    dist_ctx: distributed.DistContext | None = None,
+) -> Trainer:
+    """The loop on the acoustic model of ``cfg`` in ``exp_dir`` (default ``cfg.exp_dir``).
+    ``cfg`` as ``cbasr-train`` composes it, typed; a plain one (from Python, or an old
+    ``config.json``) is typed here, a bad entry a ``ValueError`` naming it."""
+    if not isinstance(cfg, TrainConfig):
+        cfg = typed(TrainConfig, cfg, "")
+    exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
+    return Trainer(AsrTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir, dist_ctx)
+
+
+def train(cfg: TrainConfig | dict, exp_dir: str | Path | None = None) -> Trainer:
+    """Train (or resume) the acoustic model of ``cfg`` in ``exp_dir`` (default
+    ``cfg.exp_dir``)."""
+    return run(asr_trainer(cfg, exp_dir))

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 
-from cbasr.config import typed
-from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig
-from cbasr.config.schema import TrainerConfig
+from cbasr.config import plain
+from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig, TrainLMConfig
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import read_sentences
 from cbasr.lm.neural import build_lm, lm_config, pad_sentences, perplexity
@@ -31,28 +30,27 @@ from cbasr.training import distributed
 from cbasr.training.task import TaskOutput
 from cbasr.training.trainer import Trainer
 
-__all__ = ["LmTask", "train_lm"]
+__all__ = ["LmTask", "lm_trainer", "train_lm"]
 
 log = logging.getLogger(__name__)
 
 
 class LmTask:
-    """An LSTM token LM (``cfg['lm']``) on the sentences of ``cfg['data']``.
+    """An LSTM token LM (``cfg.lm``) on the sentences of ``cfg.data``.
 
     Args:
-        cfg: the resolved ``cbasr-train-lm`` config (plain dict).
+        cfg: the ``cbasr-train-lm`` config, typed.
         exp_dir: the experiment directory.
     """
 
     metrics = ("valid_loss",)
     unit = "tokens"
 
-    def __init__(self, cfg: dict, exp_dir: str | Path):
+    def __init__(self, cfg: TrainLMConfig, exp_dir: str | Path):
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
-        # Typed at the door: a bad entry fails here, naming it, before any text is read.
-        self.lm: LSTMLMConfig = lm_config(cfg["lm"])
-        self.data: LMDataConfig = typed(LMDataConfig, cfg["data"], "data")
-        self.seed = typed(TrainerConfig, cfg["trainer"], "trainer").seed
+        self.lm: LSTMLMConfig = lm_config(cfg.lm)
+        self.data: LMDataConfig = cfg.data
+        self.seed = cfg.trainer.seed
         data = self.data
         self.vocab = Vocabulary.load(data.vocab)
         self.train_set = build_shards(
@@ -82,7 +80,7 @@ class LmTask:
             f.writelines(line + "\n" for line in self.skipped_valid)
 
         atomic_write(exp_dir / "skipped.tsv", write_skipped)
-        write_json(exp_dir / "config.json", self.cfg)
+        write_json(exp_dir / "config.json", plain(self.cfg))
         self.vocab.save(exp_dir / "vocab.txt")
 
     def build_model(self, device: torch.device) -> torch.nn.Module:
@@ -133,7 +131,8 @@ class LmTask:
 
     def checkpoint_extras(self) -> dict:
         """What :func:`cbasr.lm.neural.load_lm_checkpoint` builds the LM from."""
-        return {"lm_config": self.cfg["lm"], "tokens": self.vocab.tokens}
+        config = plain(self.cfg)
+        return {"config": config, "lm_config": config["lm"], "tokens": self.vocab.tokens}
 
     def upgrade(self, ckpt: dict) -> dict:
         """A checkpoint of the first LM trainer (epoch and history, no loop state): resume
@@ -158,7 +157,7 @@ class LmTask:
         if lm_config(ckpt["lm_config"]) != self.lm:
             raise ValueError(
                 f"{self.exp_dir} holds a language model with config {ckpt['lm_config']}, "
-                f"not {self.cfg['lm']}: use another exp_dir"
+                f"not {plain(self.cfg)['lm']}: use another exp_dir"
             )
         if ckpt["tokens"] != self.vocab.tokens:
             raise ValueError(
@@ -169,13 +168,20 @@ class LmTask:
         pass
 
 
-def train_lm(cfg: dict, exp_dir: str | Path) -> list[dict]:
-    """Train (or resume) the LM of ``cfg`` (a resolved ``conf/train_lm.yaml``) in ``exp_dir``.
+def lm_trainer(cfg: TrainLMConfig, exp_dir: str | Path | None = None) -> Trainer:
+    """The loop on the language model of ``cfg`` in ``exp_dir`` (default ``cfg.exp_dir``)."""
+    exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
+    return Trainer(LmTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir)
+
+
+def train_lm(cfg: TrainLMConfig, exp_dir: str | Path | None = None) -> list[dict]:
+    """Train (or resume) the LM of ``cfg`` (``conf/train_lm.yaml`` composed and typed) in
+    ``exp_dir`` (default ``cfg.exp_dir``).
 
     Returns:
         The history: per epoch the shared loop's entries (``train_loss``, ``valid_loss`` in
         nats per token, ...) and ``train_ppl``, ``valid_ppl``.
     """
-    trainer = Trainer(cfg, exp_dir, task=LmTask(cfg, exp_dir))
+    trainer = lm_trainer(cfg, exp_dir)
     trainer.fit()
     return trainer.state.history

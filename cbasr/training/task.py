@@ -80,7 +80,9 @@ class TrainingTask(Protocol):
         """Entries derived from an epoch's metrics for its history row (e.g. perplexity)."""
 
     def checkpoint_extras(self) -> dict:
-        """Entries every checkpoint carries besides the training state."""
+        """Entries every checkpoint carries besides the training state: ``config``, the run's
+        config in plain form (:func:`cbasr.config.plain`), which inference, averaging and
+        fine-tuning read back, and whatever else the task needs to rebuild its model."""
 
     def upgrade(self, ckpt: dict) -> dict:
         """A checkpoint of an older layout in the current one (or as it is)."""

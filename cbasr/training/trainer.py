@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cbasr.config import typed
 from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.devices import select_device
 from cbasr.progress import counter_bar
@@ -37,7 +36,6 @@ from cbasr.storage import faults
 from cbasr.storage.checkpoint import rng_state, seed_everything, set_rng_state
 from cbasr.storage.lock import lock_experiment
 from cbasr.training import distributed
-from cbasr.training.asr_task import BATCH_KEYS, MODEL_KEYS, AsrTask
 from cbasr.training.checkpointing import RunCheckpoints
 from cbasr.training.meter import ProgressMeter
 from cbasr.training.options import PRECISIONS, check_options, make_optimizer
@@ -46,7 +44,7 @@ from cbasr.training.schedules import LearningRateSchedule
 from cbasr.training.task import TrainingTask
 from cbasr.training.weight_noise import noisy_parameters, weight_noise
 
-__all__ = ["train", "Trainer", "TrainState", "StepResult", "MODEL_KEYS", "BATCH_KEYS"]
+__all__ = ["Trainer", "TrainState", "StepResult", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -90,31 +88,30 @@ class Trainer:
     """One experiment, in one of the processes that train it.
 
     Args:
-        cfg: the resolved config (plain dict): the ``trainer`` and ``optim`` groups drive the
-            loop, the rest belongs to the task.
+        task: what is trained (:class:`~cbasr.training.task.TrainingTask`: the acoustic
+            model, :func:`cbasr.training.asr_task.asr_trainer`, or a language model); the loop
+            knows nothing else of it.
+        options, optim: the loop's own config groups, typed.
         exp_dir: the experiment directory.
-        task: what is trained (default: the acoustic model of ``cfg``, :class:`AsrTask`).
         dist_ctx: this process's place among several (default: from ``torchrun``'s environment).
     """
 
     def __init__(
         self,
-        cfg: dict,
+        task: TrainingTask,
+        options: TrainerConfig,
+        optim: OptimConfig,
         exp_dir: str | Path,
-        task: TrainingTask | None = None,
         dist_ctx: distributed.DistContext | None = None,
     ):
-        self.cfg = cfg
         self.exp_dir = Path(exp_dir)
         self.dist = distributed.from_environment() if dist_ctx is None else dist_ctx
-        # the loop's own groups, typed: every option below is an attribute of these two
-        self.options: TrainerConfig = typed(TrainerConfig, cfg["trainer"], "trainer")
-        self.optim: OptimConfig = typed(OptimConfig, cfg["optim"], "optim")
-        trainer, optim = self.options, self.optim
+        self.options, self.optim = options, optim
+        trainer = options
         if trainer.num_threads > 0:
             torch.set_num_threads(trainer.num_threads)
         self.device = select_device(trainer.device, self.dist.local_rank, "trainer.device")
-        self.task = AsrTask(cfg, self.exp_dir) if task is None else task
+        self.task = task
         check_options(trainer, optim, self.device, self.task.metrics)
         distributed.init_process_group(self.dist, self.device)
         self.checkpoints = RunCheckpoints(self.exp_dir, self.dist, trainer.keep_checkpoints)
@@ -166,7 +163,6 @@ class Trainer:
             "state": asdict(self.state),
             "rng": rngs[0],
             "world_size": self.dist.world_size,
-            "config": self.cfg,
             **self.task.checkpoint_extras(),
         }
         if self.dist.enabled:
@@ -489,9 +485,8 @@ class Trainer:
         self.reports.write_history(self.state.history)
 
 
-def train(cfg: dict, exp_dir: str | Path) -> Trainer:
-    """Train (or resume) the experiment in ``exp_dir`` described by ``cfg``."""
-    trainer = Trainer(cfg, exp_dir)
+def run(trainer: Trainer) -> Trainer:
+    """Train (or resume) to the end, every process leaving together."""
     try:
         trainer.fit()
         # Leave together: a process that tears down its gloo connections while process 0 is

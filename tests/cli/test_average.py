@@ -7,7 +7,7 @@ import torch
 
 from cbasr.cli import average, decode
 from cbasr.storage.checkpoint import load_checkpoint
-from cbasr.training.trainer import train
+from cbasr.training.asr_task import train
 from tests.cli.training import decode_args
 from tests.training.test_trainer import make_cfg
 

@@ -12,7 +12,7 @@ from cbasr.cli import features, prepare, vocab
 from cbasr.corpora.kaldi import prepare_kaldi
 from cbasr.corpora.prepare import CorpusError, DurationFilter
 from cbasr.data.features import FeatureStore
-from cbasr.training.trainer import train
+from cbasr.training.asr_task import train
 from tests.training.test_trainer import make_cfg
 
 

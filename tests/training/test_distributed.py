@@ -7,8 +7,8 @@ import torch
 
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.storage.checkpoint import load_checkpoint
+from cbasr.training.asr_task import train
 from cbasr.training.distributed import DistContext, from_environment, replica_digest
-from cbasr.training.trainer import train
 from tests.training.test_trainer import BIN, make_cfg, run_cli
 
 TORCHRUN = (str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2")

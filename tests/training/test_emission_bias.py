@@ -12,6 +12,7 @@ import torch
 from cbasr import builder
 from cbasr.data.dataset import collate
 from cbasr.modules.encoders import RNNEncoder
+from cbasr.training.asr_task import asr_trainer
 from cbasr.training.emission_bias import emit_bias_option, init_emission_bias, label_rate
 from cbasr.training.trainer import Trainer
 from tests.inference.fake_experiment import DECODERS, ENCODER
@@ -52,7 +53,7 @@ def _mean_emission_probability(trainer: Trainer) -> float:
 
 def test_a_new_run_starts_at_the_label_rate_computed_by_hand(tone_data, tmp_path, caplog):
     exp = tmp_path / "cb"
-    trainer = Trainer(
+    trainer = asr_trainer(
         make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.emit_bias_init=label_rate"), exp
     )
     with caplog.at_level(logging.INFO):
@@ -65,29 +66,29 @@ def test_a_new_run_starts_at_the_label_rate_computed_by_hand(tone_data, tmp_path
     # near zero-mean), where the decoder's own initialisation starts near 1/2
     assert _mean_emission_probability(trainer) == pytest.approx(rate, rel=0.15)
     plain = tmp_path / "plain"
-    untouched = Trainer(make_cfg(tone_data, plain, "loss=cb_marginal"), plain)
+    untouched = asr_trainer(make_cfg(tone_data, plain, "loss=cb_marginal"), plain)
     untouched.initialise()
     assert abs(_mean_emission_probability(untouched) - 0.5) < 0.1
     assert _bias(untouched) == _bias(
-        Trainer(make_cfg(tone_data, tmp_path / "again", "loss=cb_marginal"), tmp_path / "again")
+        asr_trainer(make_cfg(tone_data, tmp_path / "again", "loss=cb_marginal"), tmp_path / "again")
     )  # the default leaves the seeded initialisation as it was
 
 
 def test_resume_and_init_from_keep_their_bias(tone_data, tmp_path, caplog):
     exp = tmp_path / "cb"
     cfg = make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.emit_bias_init=label_rate")
-    first = Trainer(cfg, exp)
+    first = asr_trainer(cfg, exp)
     first.initialise()
     with torch.no_grad():
         first.model.decoder.emission_bias().fill_(0.25)  # as if trained
     first.save("last")
-    resumed = Trainer(cfg, exp)
+    resumed = asr_trainer(cfg, exp)
     with caplog.at_level(logging.INFO):
         resumed.initialise()
     assert _bias(resumed) == 0.25
     assert "resuming: trainer.emit_bias_init=label_rate is not used" in caplog.text
     tuned = tmp_path / "tuned"
-    fine = Trainer(
+    fine = asr_trainer(
         make_cfg(
             tone_data,
             tuned,
@@ -104,18 +105,18 @@ def test_resume_and_init_from_keep_their_bias(tone_data, tmp_path, caplog):
 
 def test_a_number_sets_the_bias_and_anything_else_fails_at_start(tone_data, tmp_path):
     exp = tmp_path / "cb"
-    trainer = Trainer(
+    trainer = asr_trainer(
         make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.emit_bias_init=-2"), exp
     )
     trainer.initialise()
     assert _bias(trainer) == -2.0
     with pytest.raises(ValueError, match="trainer.emit_bias_init must be one of"):
-        Trainer(
+        asr_trainer(
             make_cfg(tone_data, tmp_path / "x", "trainer.emit_bias_init=labelrate"), tmp_path / "x"
         )
     ctc = tmp_path / "ctc"
     with pytest.raises(ValueError, match="CTCModel has no emission logits"):
-        Trainer(make_cfg(tone_data, ctc, "trainer.emit_bias_init=label_rate"), ctc).initialise()
+        asr_trainer(make_cfg(tone_data, ctc, "trainer.emit_bias_init=label_rate"), ctc).initialise()
     assert emit_bias_option("decoder") == "decoder" and emit_bias_option("0.5") == 0.5
     for bad in ("nan", "inf", ""):
         with pytest.raises(ValueError):

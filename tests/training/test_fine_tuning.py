@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from cbasr.training.trainer import Trainer, train
+from cbasr.training.asr_task import asr_trainer, train
 from tests.training.test_trainer import make_cfg
 
 
@@ -20,10 +20,10 @@ def test_a_fine_tuned_run_starts_with_the_source_model_and_a_fresh_optimizer(
     tone_data, source, tmp_path
 ):
     last = source / "checkpoints/last.pt"
-    original = Trainer(make_cfg(tone_data, source, "trainer.max_epochs=2"), source)
+    original = asr_trainer(make_cfg(tone_data, source, "trainer.max_epochs=2"), source)
     original.initialise()  # resumes: the weights of last.pt
     assert original.state.step > 0
-    tuned = Trainer(
+    tuned = asr_trainer(
         make_cfg(tone_data, tmp_path / "b", f"trainer.init_from={last}", "optim.lr=1e-3"),
         tmp_path / "b",
     )
@@ -45,7 +45,7 @@ def test_an_experiment_directory_means_its_best_checkpoint_and_a_run_trains_on(
     exp = tmp_path / "b"
     t = train(make_cfg(tone_data, exp, f"trainer.init_from={source}", "trainer.max_epochs=1"), exp)
     assert t.state.epoch == 1 and len(t.state.history) == 1
-    resumed = Trainer(
+    resumed = asr_trainer(
         make_cfg(tone_data, exp, f"trainer.init_from={source}", "trainer.max_epochs=1"), exp
     )
     resumed.initialise()  # a resumed run keeps its own weights, not the source's again
@@ -55,9 +55,9 @@ def test_an_experiment_directory_means_its_best_checkpoint_and_a_run_trains_on(
 def test_a_shape_mismatch_names_the_parameter(tone_data, source, tmp_path):
     cfg = make_cfg(tone_data, tmp_path / "b", f"trainer.init_from={source}", "encoder.hidden=16")
     with pytest.raises(ValueError, match=r"parameter encoder\.\S+ has shape .*trainer.init_skip"):
-        Trainer(cfg, tmp_path / "b").initialise()
+        asr_trainer(cfg, tmp_path / "b").initialise()
     with pytest.raises(FileNotFoundError, match="nowhere.*trainer.init_from"):
-        Trainer(
+        asr_trainer(
             make_cfg(tone_data, tmp_path / "c", f"trainer.init_from={tmp_path / 'nowhere'}"),
             tmp_path / "c",
         ).initialise()
@@ -71,11 +71,13 @@ def test_a_new_vocabulary_is_refused_unless_its_layer_is_left_new(tone_data, sou
     for init_from, exp in ((source, "b"), (source / "checkpoints/epoch-1.pt", "b1")):
         cfg = make_cfg(data, tmp_path / exp, f"trainer.init_from={init_from}")
         with pytest.raises(ValueError, match=r"vocabulary .* differs .* from id 1 on .*init_skip"):
-            Trainer(cfg, tmp_path / exp).initialise()  # a checkpoint file: its experiment's vocab
+            asr_trainer(
+                cfg, tmp_path / exp
+            ).initialise()  # a checkpoint file: its experiment's vocab
     cfg = make_cfg(
         data, tmp_path / "c", f"trainer.init_from={source}", "trainer.init_skip=[decoder.*]"
     )
-    t = Trainer(cfg, tmp_path / "c")
+    t = asr_trainer(cfg, tmp_path / "c")
     new_output = {k: v.clone() for k, v in t.model.state_dict().items() if k.startswith("decoder")}
     t.initialise()
     state = t.model.state_dict()

@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
+from cbasr.training.asr_task import asr_trainer
 from cbasr.training.gap_check import check_long_gaps
-from cbasr.training.trainer import Trainer
 from tests.search import tiny
 from tests.training.test_trainer import make_cfg
 
@@ -30,6 +30,6 @@ def test_training_start_refuses_a_window_too_short_for_the_data(tone_data, tmp_p
     overrides = ["decoder=monotonic_variable", "loss=cb_marginal", "decoder.window=1"]
     cfg = make_cfg(tone_data, tmp_path / "a", *overrides, "trainer.max_long_gap_share=0.0")
     with pytest.raises(ValueError, match="than the second-order window W = 1"):
-        Trainer(cfg, tmp_path / "a")
+        asr_trainer(cfg, tmp_path / "a")
     cfg = make_cfg(tone_data, tmp_path / "b", *overrides, "trainer.max_long_gap_share=1.0")
-    Trainer(cfg, tmp_path / "b")  # logged, not refused
+    asr_trainer(cfg, tmp_path / "b")  # logged, not refused

@@ -9,10 +9,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from cbasr.config import CONF_DIR, to_plain
+from cbasr.config import CONF_DIR, plain, to_typed
 from cbasr.config.lm_schema import register_lm_configs
 from cbasr.storage.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from cbasr.training.lm_task import LmTask, train_lm
+from cbasr.training.lm_task import LmTask, lm_trainer, train_lm
 from cbasr.training.trainer import Trainer
 
 
@@ -37,7 +37,7 @@ def make_lm_cfg(data, exp_dir, *overrides):
                 *overrides,
             ],
         )
-    return to_plain(cfg)
+    return to_typed(cfg)
 
 
 class _Killed(Exception):
@@ -53,11 +53,7 @@ def test_a_killed_lm_run_resumes_mid_epoch_bit_for_bit(
         "trainer.checkpoint_minutes=0",
         f"data.shard_tokens={shard_tokens}",
     )
-    whole = Trainer(
-        make_lm_cfg(tone_data, tmp_path / "a", *overrides),
-        tmp_path / "a",
-        task=LmTask(make_lm_cfg(tone_data, tmp_path / "a", *overrides), tmp_path / "a"),
-    )
+    whole = lm_trainer(make_lm_cfg(tone_data, tmp_path / "a", *overrides), tmp_path / "a")
     whole.fit()
     shards = len(whole.task.train_set.shards)
     assert shards == 1 if shard_tokens > 1000 else shards > 3
@@ -110,13 +106,13 @@ def test_a_first_layout_lm_checkpoint_resumes(tone_data, tmp_path):
     epoch, keeping its history."""
     exp = tmp_path / "lm"
     cfg = make_lm_cfg(tone_data, exp, "trainer.max_epochs=1")
-    trainer = Trainer(cfg, exp, task=LmTask(cfg, exp))
+    trainer = lm_trainer(cfg, exp)
     trainer.fit()
     row = trainer.state.history[0]
     old_history = [{"epoch": 1, "train_ppl": row["train_ppl"], "valid_ppl": row["valid_ppl"]}]
     old = {
-        "lm_config": cfg["lm"],
-        "config": cfg,
+        "lm_config": plain(cfg)["lm"],
+        "config": plain(cfg),
         "tokens": trainer.task.vocab.tokens,
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
@@ -139,4 +135,4 @@ def test_a_language_model_has_no_error_rate_to_pick_the_best_epoch(tone_data, tm
     exp = tmp_path / "lm"
     cfg = make_lm_cfg(tone_data, exp, "trainer.best_metric=valid_error_rate")
     with pytest.raises(ValueError, match=r"trainer.best_metric must be one of \('valid_loss',\)"):
-        Trainer(cfg, exp, task=LmTask(cfg, exp))
+        lm_trainer(cfg, exp)

@@ -11,14 +11,15 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from cbasr.config import CONF_DIR, to_plain
+from cbasr.config import CONF_DIR, plain, to_typed
 from cbasr.config.schema import register_configs
 from cbasr.data.dataset import collate
 from cbasr.evaluation.scoring import error_counts
 from cbasr.models import CTCModel, LossOutput
 from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.checkpoint import load_checkpoint
-from cbasr.training.trainer import Trainer, train
+from cbasr.training.asr_task import asr_trainer, train
+from cbasr.training.trainer import Trainer
 
 
 def make_cfg(data, exp_dir, *overrides):
@@ -45,7 +46,7 @@ def make_cfg(data, exp_dir, *overrides):
                 *overrides,
             ],
         )
-    return to_plain(cfg)
+    return to_typed(cfg)
 
 
 def _params(model):
@@ -123,7 +124,9 @@ def test_a_resumed_run_refuses_another_model_but_not_an_older_configs_defaults(
     exp = tmp_path / "exp"
     train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
     with pytest.raises(ValueError, match=r"holds a run with different \['encoder'\]"):
-        Trainer(make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp).fit()
+        asr_trainer(
+            make_cfg(tone_data, exp, "trainer.max_epochs=2", "encoder.hidden=16"), exp
+        ).fit()
     # A checkpoint written before the schema had some of today's entries: they take the
     # defaults, so nothing changed.
     last = exp / "checkpoints/last.pt"
@@ -369,7 +372,7 @@ def test_options_are_checked_at_start(tone_data, tmp_path):
     """Composition rejects a misspelt choice (tests/config); a config handed to the trainer as a
     plain dict (from Python, or an old config.json) is checked again when it starts."""
     with pytest.raises(ValueError, match="trainer.precision=fp16 needs a CUDA device"):
-        Trainer(
+        asr_trainer(
             make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu", "trainer.precision=fp16"),
             tmp_path / "exp",
         )
@@ -391,10 +394,10 @@ def test_options_are_checked_at_start(tone_data, tmp_path):
         ("optim", "name", "lion", "optim.name: Invalid value 'lion', expected one of"),
         ("optim", "scheduler", "step", "optim.scheduler: Invalid value 'step'"),
     ):
-        cfg = make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu")
+        cfg = plain(make_cfg(tone_data, tmp_path / "exp", "trainer.device=cpu"))
         cfg[group][key] = value
         with pytest.raises(ValueError, match=message):
-            Trainer(cfg, tmp_path / "exp")
+            asr_trainer(cfg, tmp_path / "exp")
 
 
 def test_bf16_autocast_on_cpu(tone_data, tmp_path, monkeypatch):
@@ -437,8 +440,8 @@ def test_mixed_precision_on_cuda_trains_and_resumes(tone_data, tmp_path, precisi
 
 
 def test_augmentation_is_for_training_only(tone_data, tmp_path):
-    plain = Trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
-    augmented = Trainer(
+    plain = asr_trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
+    augmented = asr_trainer(
         make_cfg(
             tone_data,
             tmp_path / "b",
@@ -601,7 +604,7 @@ def test_text_input_trains_a_cb_model_on_source_tokens(tmp_path):
                 "trainer.keep_checkpoints=1",
             ],
         )
-    t = train(to_plain(cfg), exp)
+    t = train(to_typed(cfg), exp)
     history = json.loads((exp / "history.json").read_text())
     assert (exp / "source_vocab.txt").is_file() and not (exp / "cmvn.json").exists()
     assert t.model.encoder.subsampling.embedding.num_embeddings == len(
@@ -616,7 +619,7 @@ def test_validation_by_a_beam_search(tone_data, tmp_path):
     rates = {}
     for beam in (0, 3):
         overrides = ["decoder=hat", "loss=hat", f"trainer.valid_beam={beam}"]
-        trainer = Trainer(
+        trainer = asr_trainer(
             make_cfg(tone_data, tmp_path / str(beam), *overrides), tmp_path / str(beam)
         )
         with torch.no_grad():  # a random HAT model that emits: the blank unit's bias down
@@ -635,7 +638,9 @@ def test_validation_by_a_beam_search(tone_data, tmp_path):
     assert rates[3] == pytest.approx(100.0 * errors / ref_tokens)
     assert rates[3] != rates[0]
     with pytest.raises(ValueError, match="trainer.valid_beam must be 0"):
-        Trainer(make_cfg(tone_data, tmp_path / "bad", "trainer.valid_beam=-1"), tmp_path / "bad")
+        asr_trainer(
+            make_cfg(tone_data, tmp_path / "bad", "trainer.valid_beam=-1"), tmp_path / "bad"
+        )
 
 
 def test_checkpoints_pickle_no_cbasr_class(tone_data, tmp_path):
