@@ -148,7 +148,7 @@ class LmTask:
             best = min(history, key=lambda h: h["valid_ppl"])
             state.update(
                 best_epoch=best["epoch"],
-                best_valid_loss=math.log(best["valid_ppl"]),
+                best_metrics={"valid_loss": math.log(best["valid_ppl"])},
                 best_score=[math.log(best["valid_ppl"])],
             )
         return {**ckpt, "state": state, "scheduler": None}

@@ -58,13 +58,25 @@ class TrainState:
     epoch_tokens: int = 0
     bad_steps: int = 0  # skipped for a non-finite loss or gradient, in total
     bad_in_a_row: int = 0
-    best_error_rate: float = math.inf  # validation metrics of the best epoch
-    best_valid_loss: float = math.inf
+    best_metrics: dict = field(default_factory=dict)  # the task's validation metrics, best epoch
     best_score: list | None = None  # trainer.best_metric, then the other metric (tie-break)
     best_epoch: int = 0
     epochs_since_best: int = 0
     stopped_early: bool = False
     history: list = field(default_factory=list)
+
+
+def _train_state(saved: dict) -> TrainState:
+    """A checkpoint's training state; one written before ``best_metrics`` kept the best epoch's
+    error rate and loss in fields of their own (infinite: none yet)."""
+    saved = dict(saved)
+    old = {
+        "valid_error_rate": saved.pop("best_error_rate", math.inf),
+        "valid_loss": saved.pop("best_valid_loss", math.inf),
+    }
+    if "best_metrics" not in saved:
+        saved["best_metrics"] = {k: v for k, v in old.items() if math.isfinite(v)}
+    return TrainState(**saved)
 
 
 @dataclass
@@ -190,18 +202,9 @@ class Trainer:
             self.schedule.load_state_dict(ckpt["scheduler"])
         if self.scaler.is_enabled() and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
-        self.state = TrainState(**ckpt["state"])
-        if self.state.best_score is None and math.isfinite(
-            self.state.best_error_rate
-        ):  # older checkpoints
-            self.state.best_score = list(
-                self._score(
-                    {
-                        "valid_error_rate": self.state.best_error_rate,
-                        "valid_loss": self.state.best_valid_loss,
-                    }
-                )
-            )
+        self.state = _train_state(ckpt["state"])
+        if self.state.best_score is None and self.state.best_metrics:  # older checkpoints
+            self.state.best_score = list(self._score(self.state.best_metrics))
         rngs = ckpt.get("rng_per_rank") or [ckpt["rng"]]
         if len(rngs) == self.dist.world_size:
             set_rng_state(rngs[self.dist.rank])
@@ -451,8 +454,7 @@ class Trainer:
                 state.epoch + 1,
                 0,
             )
-            state.best_error_rate = metrics.get("valid_error_rate", math.inf)
-            state.best_valid_loss = metrics["valid_loss"]
+            state.best_metrics = {m: metrics[m] for m in self.task.metrics if m in metrics}
         else:
             state.epochs_since_best += 1
         if self.schedule.end_epoch(improved):

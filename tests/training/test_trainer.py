@@ -17,7 +17,7 @@ from cbasr.data.dataset import collate
 from cbasr.evaluation.scoring import error_counts
 from cbasr.models import CTCModel, LossOutput
 from cbasr.search import BeamSearchOptions, beam_search
-from cbasr.storage.checkpoint import load_checkpoint
+from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
 from cbasr.training.asr_task import asr_trainer, train
 from cbasr.training.trainer import Trainer
 
@@ -70,7 +70,8 @@ def test_training_learns_and_fills_the_experiment_dir(tone_data, tmp_path):
     ):
         assert (exp / name).is_file(), name
     assert list((exp / "tensorboard").glob("events.out.tfevents.*"))
-    assert t.state.best_error_rate == min(h["valid_error_rate"] for h in history)
+    assert t.state.best_metrics["valid_error_rate"] == min(h["valid_error_rate"] for h in history)
+    assert set(t.state.best_metrics) == {"valid_error_rate", "valid_loss"}  # the task's metrics
 
 
 class _Killed(Exception):
@@ -657,3 +658,27 @@ def test_checkpoints_pickle_no_cbasr_class(tone_data, tmp_path):
             pickled = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
         globals_ = {str(arg) for op, arg, _ in pickletools.genops(pickled) if op.name == "GLOBAL"}
         assert globals_ and not [g for g in globals_ if g.startswith("cbasr")], (path, globals_)
+
+
+def test_a_checkpoint_of_the_error_rate_and_loss_fields_resumes(tone_data, tmp_path):
+    """Checkpoints written before ``best_metrics`` kept the best epoch's ``best_error_rate``
+    and ``best_valid_loss`` (and, older still, no ``best_score``): they resume with those as
+    the best epoch's metrics and score."""
+    exp = tmp_path / "exp"
+    first = train(make_cfg(tone_data, exp, "trainer.max_epochs=1"), exp)
+    best = dict(first.state.best_metrics)
+    for name in ("last", "best", "epoch-1"):
+        path = exp / "checkpoints" / f"{name}.pt"
+        ckpt = load_checkpoint(path)
+        state = ckpt["state"]
+        del state["best_metrics"]
+        state.update(
+            best_error_rate=best["valid_error_rate"],
+            best_valid_loss=best["valid_loss"],
+            best_score=None,
+        )
+        save_checkpoint(path, ckpt)
+    resumed = asr_trainer(make_cfg(tone_data, exp, "trainer.max_epochs=2"), exp)
+    resumed.initialise()
+    assert resumed.state.best_metrics == best and resumed.state.epoch == 1
+    assert resumed.state.best_score == [best["valid_error_rate"], best["valid_loss"]]
