@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from cbasr.config import plain
+from cbasr.config import plain, typed
 from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig, TrainLMConfig
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import read_sentences
@@ -168,13 +168,16 @@ class LmTask:
         pass
 
 
-def lm_trainer(cfg: TrainLMConfig, exp_dir: str | Path | None = None) -> Trainer:
-    """The loop on the language model of ``cfg`` in ``exp_dir`` (default ``cfg.exp_dir``)."""
+def lm_trainer(cfg: TrainLMConfig | dict, exp_dir: str | Path | None = None) -> Trainer:
+    """The loop on the language model of ``cfg`` in ``exp_dir`` (default ``cfg.exp_dir``);
+    a plain ``cfg`` (from Python, or an old ``config.json``) is typed here."""
+    if not isinstance(cfg, TrainLMConfig):
+        cfg = typed(TrainLMConfig, cfg, "")
     exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
     return Trainer(LmTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir)
 
 
-def train_lm(cfg: TrainLMConfig, exp_dir: str | Path | None = None) -> list[dict]:
+def train_lm(cfg: TrainLMConfig | dict, exp_dir: str | Path | None = None) -> list[dict]:
     """Train (or resume) the LM of ``cfg`` (``conf/train_lm.yaml`` composed and typed) in
     ``exp_dir`` (default ``cfg.exp_dir``).
 

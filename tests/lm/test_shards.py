@@ -113,12 +113,15 @@ def test_length_batches_by_hand():
 
 
 def test_the_lm_task_reports_the_training_texts_skips(tmp_path, text, vocab):
+    from cbasr.config import typed
+    from cbasr.config.lm_schema import TrainLMConfig
     from cbasr.training.lm_task import LmTask
 
     vocab.save(tmp_path / "vocab.txt")
     dev = tmp_path / "dev.txt"
     dev.write_text("a b\nq\n")
-    cfg = {
+    plain = {
+        "exp_dir": str(tmp_path / "exp"),
         "lm": {"name": "lstm", "embed_dim": 4, "hidden": 4, "num_layers": 1, "dropout": 0.0},
         "data": {
             "train": str(text),
@@ -130,7 +133,7 @@ def test_the_lm_task_reports_the_training_texts_skips(tmp_path, text, vocab):
         },
         "trainer": {"seed": 1},
     }
-    task = LmTask(cfg, tmp_path / "exp")
+    task = LmTask(typed(TrainLMConfig, plain, ""), tmp_path / "exp")
     task.prepare(tmp_path / "exp")
     skipped = (tmp_path / "exp/skipped.tsv").read_text().splitlines()
     assert skipped == [

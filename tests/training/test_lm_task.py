@@ -136,3 +136,12 @@ def test_a_language_model_has_no_error_rate_to_pick_the_best_epoch(tone_data, tm
     cfg = make_lm_cfg(tone_data, exp, "trainer.best_metric=valid_error_rate")
     with pytest.raises(ValueError, match=r"trainer.best_metric must be one of \('valid_loss',\)"):
         lm_trainer(cfg, exp)
+
+
+def test_a_plain_config_from_python_is_typed_at_the_door(tone_data, tmp_path):
+    exp = tmp_path / "lm"
+    config = plain(make_lm_cfg(tone_data, exp, "trainer.max_epochs=1"))
+    assert [h["epoch"] for h in train_lm(config, exp)] == [1]
+    config["lm"]["hiden"] = 3
+    with pytest.raises(ValueError, match="lm.hiden: Key 'hiden' not in 'LSTMLMConfig'"):
+        lm_trainer(config, tmp_path / "other")
