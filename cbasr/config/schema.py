@@ -168,6 +168,9 @@ class TransducerDecoderConfig:
     dropout: float = 0.1
     # HAT's blank logit: tanh (one more unit of the joint) | linear (eq. 5 read literally)
     blank_joint: BlankJoint = BlankJoint.tanh
+    # training: each label the prediction network reads is replaced by a uniformly drawn label
+    # with this probability, so that the joint cannot delete a repeated word by its history
+    history_noise: float = 0.0
 
 
 @dataclass

@@ -175,7 +175,7 @@ class TransducerModel(AsrModel):
         """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
-        g = self.decoder.prediction(targets)  # (B, U + 1, H); label y is unit y of the joint
+        g = self.decoder.history(targets)  # (B, U + 1, H); label y is unit y of the joint
         am, lm, S = self.simple_am(h), self.simple_lm(g), self.prune_range
         simple, starts = simple_transducer_nll(
             am, lm, targets, lens, target_lens, S, hat, self.monotonic

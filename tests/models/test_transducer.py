@@ -50,3 +50,47 @@ def test_utterance_checks_name_the_topology_and_the_ctc_alignment():
     assert aided.check_utterance(frames, [1, 2, 3]) is None
     assert "auxiliary CTC" in aided.check_utterance(frames, [1, 2, 2])
     assert tiny.build("hat").check_utterance(frames, [1, 2, 2, 2, 2]) is None
+
+
+@pytest.mark.parametrize(
+    "name,loss_options",
+    [
+        ("transducer", {}),
+        ("hat", {"topology": "monotonic"}),
+        ("hat", {"prune_range": 2}),
+    ],
+)
+def test_history_noise_changes_what_the_joint_reads_not_what_is_scored(name, loss_options):
+    """decoder.history_noise: in training the prediction network reads noisy labels, and the
+    loss is the true labels' loss under that history (the lattice and the pruned loss alike);
+    in evaluation the history is the true one."""
+    feats, lens = tiny.batch(seed=3)
+    targets = torch.tensor([[1, 2, 2], [3, 1, 0], [4, 0, 0], [2, 0, 0]])
+    target_lens = torch.tensor([3, 2, 1, 1])
+    options = {"history_noise": 0.5, "dropout": 0.0}
+    model = tiny.build(name, seed=2, loss_options=loss_options, decoder_options=options)
+    clean = tiny.build(name, seed=2, loss_options=loss_options, decoder_options={"dropout": 0.0})
+    read = []
+    model.decoder.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
+
+    model.train()
+    torch.manual_seed(0)
+    noisy = model.loss(feats, lens, targets, target_lens).loss
+    (history,) = read
+    assert history.shape == targets.shape
+    assert bool((history != targets).any())
+    valid = torch.arange(3) < target_lens[:, None]
+    assert int(history[valid].min()) >= 1 and int(history.max()) < tiny.VOCAB
+    # the same loss, computed without noise, from the history the joint read
+    clean.train()
+    hook = clean.decoder.prediction.register_forward_pre_hook(lambda *_: (history,))
+    torch.testing.assert_close(clean.loss(feats, lens, targets, target_lens).loss, noisy)
+
+    model.eval()
+    with torch.no_grad():
+        evaluated = model.loss(feats, lens, targets, target_lens).loss
+    torch.testing.assert_close(read[-1], targets)
+    hook.remove()
+    clean.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(evaluated, clean.loss(feats, lens, targets, target_lens).loss)

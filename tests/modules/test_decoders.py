@@ -378,3 +378,25 @@ def test_a_checkpoint_from_before_the_joint_classes_loads(joint, blank_joint):
         new.eval()(h, torch.tensor([3, 3]), targets), again.eval()(h, torch.tensor([3, 3]), targets)
     ):
         torch.testing.assert_close(a, b)
+
+
+def test_history_noise_draws_uniform_labels_at_its_rate():
+    """Each history label is replaced with probability history_noise by one of the V - 1
+    labels, uniformly (so it is changed with probability p (V - 2) / (V - 1)); only in training."""
+    torch.manual_seed(0)
+    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, history_noise=0.3)
+    read = []
+    decoder.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
+    targets = torch.full((200, 100), 3)
+    decoder.history(targets)
+    counts = torch.bincount(read[0].flatten(), minlength=V).double() / targets.numel()
+    assert counts[0] == 0  # never the blank / start symbol
+    others = [counts[k] for k in range(1, V) if k != 3]
+    for share in others:  # 0.3 / 6 each: 0.05, standard deviation 0.0015
+        assert abs(share - 0.3 / (V - 1)) < 0.006
+    assert abs(counts[3] - (0.7 + 0.3 / (V - 1))) < 0.01
+    decoder.eval()
+    decoder.history(targets)
+    torch.testing.assert_close(read[1], targets)
+    with pytest.raises(ValueError, match="history_noise"):
+        TransducerDecoder(D, V, history_noise=1.0)

@@ -94,12 +94,15 @@ def build(
     shift: float = 1.5,
     dtype=torch.float32,
     loss_options: dict | None = None,
+    decoder_options: dict | None = None,
 ):
     """A random model in eval mode; ``shift`` moves CB emissions up, HAT blanks down and RNN-T
-    blanks up; ``loss_options`` join the loss group (``{"topology": "monotonic"}``)."""
+    blanks up; ``loss_options`` join the loss group (``{"topology": "monotonic"}``) and
+    ``decoder_options`` the decoder group."""
     torch.manual_seed(seed)
     loss_cfg = {"name": loss or LOSS[decoder], **(loss_options or {})}
-    model = builder.build_model(ENCODER, DECODERS[decoder], loss_cfg, FEATS, VOCAB)
+    decoder_cfg = {**DECODERS[decoder], **(decoder_options or {})}
+    model = builder.build_model(ENCODER, decoder_cfg, loss_cfg, FEATS, VOCAB)
     d = model.decoder
     with torch.no_grad():
         if hasattr(d, "emission"):

@@ -195,6 +195,11 @@ class TransducerDecoder(nn.Module):
         dropout: on the label embeddings and inside the joint.
         blank_joint: HAT only: ``"tanh"`` (the blank logit is an output unit of the joint) or
             ``"linear"`` (eq. 5 read literally); see the module docstring.
+        history_noise: in training only, the probability that each label of the prediction
+            network's input is replaced by one drawn uniformly from the ``V - 1`` labels
+            (:meth:`history`). The joint then cannot learn "the last label is the word I hear,
+            so this frame is blank", which deletes a word that repeats its predecessor
+            (``recipes/digits/RESULTS.md``); it has to find the word boundary in the encoder.
     """
 
     def __init__(
@@ -209,8 +214,12 @@ class TransducerDecoder(nn.Module):
         joint_dim: int = TransducerDecoderConfig.joint_dim,
         dropout: float = TransducerDecoderConfig.dropout,
         blank_joint: str = TransducerDecoderConfig.blank_joint.value,
+        history_noise: float = TransducerDecoderConfig.history_noise,
     ):
         super().__init__()
+        if not 0.0 <= history_noise < 1.0:
+            raise ValueError(f"history_noise must be in [0, 1), got {history_noise}")
+        self.history_noise = history_noise
         if joint not in JOINTS:
             raise ValueError(f"joint must be one of {tuple(JOINTS)}, got {joint!r}")
         if blank_joint not in BLANK_JOINTS:
@@ -230,12 +239,24 @@ class TransducerDecoder(nn.Module):
             RNN-T: logits ``(B, T, U + 1, V)``.
             HAT: ``(blank_logits (B, T, U + 1), label_log_probs (B, T, U + 1, V - 1))``.
         """
-        return self.joint.lattice(h, self.prediction(targets))
+        return self.joint.lattice(h, self.history(targets))
+
+    def history(self, targets: torch.Tensor) -> torch.Tensor:
+        """The prediction network over the teacher-forced labels, ``targets (B, U)`` -> ``g (B,
+        U + 1, H)``; in training each input label is first replaced, with probability
+        ``history_noise``, by a label drawn uniformly from ``1 .. V - 1``. The loss still scores
+        the true labels: only what the joint sees of the history is noisy."""
+        if self.training and self.history_noise > 0.0 and targets.numel():
+            vocab = self.prediction.embedding.num_embeddings
+            replace = torch.rand(targets.shape, device=targets.device) < self.history_noise
+            drawn = torch.randint_like(targets, 1, vocab)
+            targets = torch.where(replace, drawn, targets)
+        return self.prediction(targets)
 
     def hat_scores(self, h: torch.Tensor, targets: torch.Tensor):
         """HAT's teacher-forced joint unnormalised (:meth:`HatJoint.lattice_scores`): what
         :func:`cbasr.losses.hat_nll_from_logits` reads, with the label softmax fused into it."""
-        return self.joint.lattice_scores(h, self.prediction(targets))
+        return self.joint.lattice_scores(h, self.history(targets))
 
     def internal_lm_log_probs(self, targets: torch.Tensor) -> torch.Tensor:
         """HAT internal LM: ``log softmax(J(g2_u))``, ``(B, U + 1, V - 1)`` (section 3.2)."""
