@@ -141,3 +141,51 @@ def test_evaluation_imports_no_torch():
 
 def test_training_and_inference_never_import_each_other(rows):
     assert rows["training"] == rows["inference"]  # a sideways import is a violation
+
+
+KERNEL = re.compile(r"^_(kernels|\w+_kernel|\w+_triton)$")  # compiled and Triton kernel modules
+
+
+def import_cycles_through_kernels(files: list[Path], root: Path = ROOT) -> list[str]:
+    """Import cycles (through imports anywhere in a file) that pass a kernel module."""
+    modules = {module_name(path, root): path for path in files}
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for _, name in imported_modules(path, root):
+            while name and name not in modules:  # `from a.b import c`: c may be a name in a.b
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    found = []
+    for start in sorted(m for m in graph if KERNEL.match(m.rpartition(".")[2])):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    found.append(" -> ".join(path + [start]))
+                elif nxt not in seen and nxt != "cbasr":
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    return found
+
+
+def test_kernel_modules_import_their_references_one_way():
+    """A kernel module imports its PyTorch reference; the reference never imports a kernel
+    back (the dispatch lives in a third module), so no import cycle passes a kernel."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    kernels = [p for p in files if KERNEL.match(p.stem)]
+    assert len(kernels) >= 5
+    assert import_cycles_through_kernels(files) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    pkg = tmp_path / "cbasr" / "dist"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_tables.py").write_text("from cbasr.dist import _kernels\n")
+    (pkg / "_kernels.py").write_text("def f():\n    from cbasr.dist._tables import g\n")
+    found = import_cycles_through_kernels(sorted(tmp_path.rglob("*.py")), tmp_path)
+    assert found == ["cbasr.dist._kernels -> cbasr.dist._tables -> cbasr.dist._kernels"]

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from cbasr._compiled import jit
+from cbasr.distributions._tables import normaliser_double_backward
 
 __all__: list[str] = []  # package-internal
 
@@ -339,14 +340,7 @@ class LogNormaliser(torch.autograd.Function):
     def backward(ctx, grad):
         log_off, log_on, total, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: the differentiable recursion
-            from cbasr.distributions._tables import count_table, gather_states
-
-            with torch.enable_grad():
-                table = count_table(log_off, log_on, ctx.num_states)[-1]  # (B, V)
-                normaliser = gather_states(table, total.unsqueeze(-1)).squeeze(-1)
-                grads = torch.autograd.grad(
-                    normaliser, (log_off, log_on), grad, create_graph=True, allow_unused=True
-                )
+            grads = normaliser_double_backward(log_off, log_on, total, ctx.num_states, grad)
             return grads + (None, None, None)
         on, off, n, index, prefix, normaliser = ctx.kernel
         inclusion = np.zeros(on.shape)

@@ -12,6 +12,10 @@ Method 2 recursion of Chen and Liu, 1997). With ``log_off = log(1 - p_t)`` and
 shifted by a tilt that puts ``K = total`` near the PB mode (:func:`tilt_for_total`): every
 ratio of counts in eqs. (9)-(16) is then a ratio of probabilities of modest size.
 
+This module is the pure PyTorch reference and imports no kernel: the compiled kernels
+(:mod:`cbasr.distributions._kernels`) import it, and :mod:`cbasr.distributions._dispatch`
+chooses between the two per tensor.
+
 Frames are 0-based: frame ``t`` here is frame ``t + 1`` of the paper. A prefix table's row
 ``t`` covers frames ``{0, ..., t - 1}`` (the paper's ``A_t``) and a suffix table's row ``t``
 covers frames ``{t, ..., T - 1}`` (the paper's ``A_t^c``). Padding frames (``t >= lengths``)
@@ -23,10 +27,6 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-
-from cbasr import _backends
-from cbasr.distributions import _kernels
-from cbasr.distributions._arguments import Arguments, frame_mask, max_total
 
 __all__: list[str] = []  # package-internal
 
@@ -194,6 +194,18 @@ def inclusion_probabilities(log_on, prefix, suffix, total, normaliser) -> torch.
     return torch.cat(chunks).t()  # (T, B) -> (B, T)
 
 
+def normaliser_double_backward(log_off, log_on, total, num_states, grad):
+    """The gradient of ``grad * log P(K = total)`` with respect to ``(log_off, log_on)`` through
+    the differentiable recursion, with a graph: what a kernel's backward returns under
+    ``create_graph``, so that double backward works whichever backend ran the forward."""
+    with torch.enable_grad():
+        table = count_table(log_off, log_on, num_states)[-1]  # (B, V)
+        normaliser = gather_states(table, total.unsqueeze(-1)).squeeze(-1)
+        return torch.autograd.grad(
+            normaliser, (log_off, log_on), grad, create_graph=True, allow_unused=True
+        )
+
+
 def gather_states(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``values[..., index]`` along the last (count) dimension, ``-inf`` where out of range.
 
@@ -254,15 +266,14 @@ def tilt_for_total(logits: torch.Tensor, total: torch.Tensor, valid: torch.Tenso
     Conditional Bernoulli (eq. 4) unchanged. Choosing the shift so that the Poisson-Binomial
     mean equals ``total`` (an exponential tilt) puts ``K = total`` near the PB mode, so the
     normalised tables never hold far-tail probabilities on the paths that matter: float32
-    stays accurate for long sequences and extreme logits. Found in float64, by safeguarded
-    Newton steps on CPU (:func:`cbasr.distributions._kernels.tilt`) and by bisection
-    elsewhere; it is a constant (no gradient), and the results are exactly invariant to it.
-    ``valid`` is a frame mask (:func:`cbasr.distributions._arguments.frame_mask`).
+    stays accurate for long sequences and extreme logits. Found in float64 by bisection here;
+    the compiled kernel takes safeguarded Newton steps
+    (:func:`cbasr.distributions._dispatch.tilt_for_total`). It is a constant (no gradient),
+    and the results are exactly invariant to it. ``valid`` is a frame mask
+    (:func:`cbasr.distributions._arguments.frame_mask`).
     """
     if logits.shape[-1] == 0:  # no frames: any shift will do
         return logits.new_zeros(logits.shape[:-1])
-    if _backends.backend(logits) == "numba":
-        return _kernels.tilt(logits, total, valid.sum(-1))
     x = logits.detach().double()
     finite = valid & torch.isfinite(x)
     always = valid & (x == float("inf"))
@@ -299,7 +310,7 @@ class ConditionalTables(NamedTuple):
         lengths: ``(B,)`` int64.
         valid: ``(B, T)`` bool frame mask.
         normaliser: ``(B,)`` ``log P(K = k)`` where it was computed without a prefix table
-            (:func:`conditional_normaliser`), else None.
+            (:func:`cbasr.distributions._dispatch.conditional_normaliser`), else None.
     """
 
     log_off: torch.Tensor
@@ -317,51 +328,6 @@ class ConditionalTables(NamedTuple):
             return self.normaliser
         T = self.log_off.shape[-1]
         return gather_states(self.prefix[T], self.total.unsqueeze(-1)).squeeze(-1)
-
-
-def _tilted_weights(args: Arguments):
-    """The frame mask, the tilted ``log(1 - p_t), log p_t`` (:func:`tilt_for_total`) and the
-    number of count states ``max(k) + 1`` of broadcast CB arguments."""
-    T = args.logits.shape[-1]
-    valid = frame_mask(args.lengths, T)
-    tilt = tilt_for_total(args.logits, args.total, valid)
-    log_off, log_on = bernoulli_log_weights(args.logits, valid, tilt)
-    return valid, log_off, log_on, max_total(args.total, T) + 1
-
-
-def conditional_tables(
-    args: Arguments, prefix: bool = True, suffix: bool = True
-) -> ConditionalTables:
-    """Tilted prefix and suffix tables for broadcast CB arguments (see :class:`ConditionalTables`).
-
-    O(B * T * max(k)) work and memory, T serial steps per table.
-    """
-    valid, log_off, log_on, num_states = _tilted_weights(args)
-    if prefix and suffix:
-        prefix_table, suffix_table = prefix_and_suffix_tables(log_off, log_on, num_states)
-    else:
-        prefix_table = count_table(log_off, log_on, num_states) if prefix else None
-        suffix_table = count_table(log_off, log_on, num_states, suffix=True) if suffix else None
-    return ConditionalTables(
-        log_off, log_on, prefix_table, suffix_table, args.total, args.lengths, valid
-    )
-
-
-def conditional_normaliser(args: Arguments) -> ConditionalTables:
-    """The per-frame tilted weights and ``log P(K = k)`` alone (what ``log_prob`` needs).
-
-    On CPU the compiled kernel computes the normaliser and its gradient (eq. 16) without
-    keeping a log table (:class:`cbasr.distributions._kernels.LogNormaliser`); elsewhere it is
-    read from the prefix table, which is kept.
-    """
-    valid, log_off, log_on, num_states = _tilted_weights(args)
-    if _backends.backend(log_on) != "numba":
-        prefix = count_table(log_off, log_on, num_states)
-        return ConditionalTables(log_off, log_on, prefix, None, args.total, args.lengths, valid)
-    normaliser = _kernels.LogNormaliser.apply(log_off, log_on, args.total, args.lengths, num_states)
-    return ConditionalTables(
-        log_off, log_on, None, None, args.total, args.lengths, valid, normaliser
-    )
 
 
 def suffix_at(suffix: torch.Tensor, row_index, frames, states) -> torch.Tensor:

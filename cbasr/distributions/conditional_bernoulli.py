@@ -16,12 +16,8 @@ from cbasr.distributions._arguments import (
     frame_mask,
     value_rows,
 )
-from cbasr.distributions._tables import (
-    ConditionalTables,
-    conditional_normaliser,
-    conditional_tables,
-    inclusion_probabilities,
-)
+from cbasr.distributions._dispatch import conditional_normaliser, conditional_tables
+from cbasr.distributions._tables import ConditionalTables, inclusion_probabilities
 from cbasr.distributions.samplers import (
     bounded_bernoulli_sample,
     draft_sample,

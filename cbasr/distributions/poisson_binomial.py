@@ -10,14 +10,9 @@ from torch.distributions import Distribution, constraints
 
 from cbasr import _backends
 from cbasr.checks import check_range
-from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import broadcast_arguments, frame_mask, value_rows
-from cbasr.distributions._tables import (
-    bernoulli_log_weights,
-    count_table,
-    gather_states,
-    tilt_for_total,
-)
+from cbasr.distributions._dispatch import log_normaliser, tilt_for_total
+from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
 
 __all__ = ["PoissonBinomial"]
 
@@ -95,7 +90,7 @@ class PoissonBinomial(Distribution):
         count = torch.where(rows == rows.floor(), rows, -1).long()  # non-integers are impossible
         num_states = int(count.max().clamp(0, T)) + 1 if count.numel() else 1
         valid = frame_mask(args.lengths, T)
-        if _backends.backend(args.logits) == "numba" and len(rows) == len(args.logits):
+        if _backends.backend(args.logits) != "torch" and len(rows) == len(args.logits):
             one_per_row = _tilted_log_prob(args.logits, valid, count[:, 0], args.lengths)
             if one_per_row is not None:
                 return one_per_row.reshape(shape)
@@ -124,9 +119,10 @@ class PoissonBinomial(Distribution):
 
 
 def _tilted_log_prob(logits, valid, count, lengths) -> torch.Tensor | None:
-    """``log P(K = count)``, one count per parameter row, by the compiled CPU kernel on the
-    tilted trials (:func:`cbasr.distributions._tables.tilt_for_total`); None where a logit
-    is infinite (left to the table, which handles it).
+    """``log P(K = count)``, one count per parameter row, by a kernel
+    (:func:`cbasr.distributions._dispatch.log_normaliser`: numba on CPU, triton on CUDA) on the
+    tilted trials (:func:`cbasr.distributions._tables.tilt_for_total`); None where a logit is
+    infinite or the backend has no kernel for the dtype (left to the table, which handles it).
 
     With ``w_t = exp(x_t)`` and the tilt ``lambda``, ``P(K = k) = C(k; w) / prod_t (1 + w_t)``
     and ``C(k; w) = exp(k lambda) P_lambda(K = k) prod_t (1 + w_t exp(-lambda))`` (eq. 8
@@ -141,7 +137,9 @@ def _tilted_log_prob(logits, valid, count, lengths) -> torch.Tensor | None:
     tilt = tilt_for_total(logits, total, valid)
     log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
     num_states = int(total.max()) + 1 if total.numel() else 1
-    tilted = _kernels.LogNormaliser.apply(log_off, log_on, total, lengths, num_states)
+    tilted = log_normaliser(log_off, log_on, total, lengths, num_states)
+    if tilted is None:  # no kernel for this backend and dtype
+        return None
     x, lam = torch.where(valid, logits, 0.0).double(), tilt.double().unsqueeze(-1)
     shift = torch.where(valid, F.softplus(x - lam) - F.softplus(x), 0.0).sum(-1)
     log_prob = total * lam.squeeze(-1) + tilted.double() + shift

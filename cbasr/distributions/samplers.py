@@ -30,13 +30,8 @@ from cbasr.distributions._arguments import (
     frame_mask,
     max_total,
 )
-from cbasr.distributions._tables import (
-    ConditionalTables,
-    conditional_tables,
-    log_ratio,
-    suffix_at,
-    tilt_for_total,
-)
+from cbasr.distributions._dispatch import conditional_tables, tilt_for_total
+from cbasr.distributions._tables import ConditionalTables, log_ratio, suffix_at
 
 __all__ = [
     "id_checking_sample",
@@ -232,8 +227,9 @@ def id_checking_sample(
         ``(*sample_shape, *, T)`` 0./1. in the logits' dtype: exactly ``total`` highs, all
         before ``lengths``. Raises ValueError if ``total`` cannot be met. Not differentiable.
     """
-    if _backends.backend(logits) == "numba":
-        return _kernel_sample(_kernels.id_checking, logits, total, lengths, sample_shape, generator)
+    which = _sampler_backend(logits)
+    if which != "torch":
+        return _kernel_sample("id_checking", which, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         T = args.logits.shape[-1]
@@ -244,12 +240,23 @@ def id_checking_sample(
     return high.to(args.logits.dtype).reshape(torch.Size(sample_shape) + args.batch_shape + (T,))
 
 
-def _kernel_sample(draw, logits, total, lengths, sample_shape, generator) -> torch.Tensor:
-    """A sampler by the compiled CPU kernels (:mod:`cbasr.distributions._kernels`): ID-checking
-    (eq. 11) deciding frame ``t`` by the uniform ``U_t`` whose logistic transform the PyTorch
-    loop uses (eq. 35), so both give the same draws; or Bounded Bernoulli steps (eq. 13), each
-    by inverting its distribution with one uniform per high (the PyTorch loop takes the
-    Gumbel-max of eq. 33 instead: the same distribution, other draws).
+def _sampler_backend(logits: torch.Tensor) -> str:
+    """The sampler's one dispatch point: ``numba`` (the compiled CPU kernels), ``triton`` (the
+    kernels of :mod:`cbasr.distributions._tables_triton`, float32 and float64) or ``torch``."""
+    which = _backends.backend(logits)
+    if which == "triton" and logits.dtype not in (torch.float32, torch.float64):
+        return "torch"
+    return which
+
+
+def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator) -> torch.Tensor:
+    """A sampler by the kernels of backend ``which`` (``numba``:
+    :mod:`cbasr.distributions._kernels`; ``triton``: :mod:`cbasr.distributions._tables_triton`).
+    ``kind="id_checking"``: ID-checking (eq. 11) deciding frame ``t`` by the uniform ``U_t``
+    whose logistic transform the PyTorch loop uses (eq. 35), so all three give the same draws;
+    ``"bounded"``: Bounded Bernoulli steps (eq. 13), each by inverting its distribution with one
+    uniform per high (the PyTorch loop takes the Gumbel-max of eq. 33 instead: the same
+    distribution, other draws).
 
     Returns:
         ``(*sample_shape, *, T)`` 0./1. (ID-checking) or ``(*sample_shape, *, K)`` int64 times.
@@ -261,14 +268,20 @@ def _kernel_sample(draw, logits, total, lengths, sample_shape, generator) -> tor
         tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
         num_rows = torch.Size(sample_shape).numel() * len(args.total)
         row_index = torch.arange(num_rows) % max(len(args.total), 1)
-        width = T if draw is _kernels.id_checking else max_total(args.total, T)
+        if which == "numba":
+            draw = getattr(_kernels, kind)
+        else:
+            from cbasr.distributions import _tables_triton
+
+            draw = getattr(_tables_triton, kind)
+        width = T if kind == "id_checking" else max_total(args.total, T)
         uniform = _uniform_noise(
             (num_rows, width), generator, args.logits.dtype, args.logits.device
         )
         drawn, possible = draw(args.logits, tilt, args.total, args.lengths, row_index, uniform)
         if not bool(possible.all()):
             raise ValueError(_CANNOT_MEET)
-    if draw is _kernels.id_checking:
+    if kind == "id_checking":
         drawn = drawn.to(args.logits.dtype)
     return drawn.reshape(torch.Size(sample_shape) + args.batch_shape + (width,))
 
@@ -284,8 +297,9 @@ def bounded_bernoulli_sample(
         ``(*sample_shape, *, K)`` int64 increasing frames, ``K = max(total)``; entries
         ``l >= total`` are -1. Not differentiable.
     """
-    if _backends.backend(logits) == "numba":
-        return _kernel_sample(_kernels.bounded, logits, total, lengths, sample_shape, generator)
+    which = _sampler_backend(logits)
+    if which != "torch":
+        return _kernel_sample("bounded", which, logits, total, lengths, sample_shape, generator)
     with torch.no_grad():
         args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
         K = max_total(args.total, args.logits.shape[-1])

@@ -31,15 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
+from cbasr._triton import block as _block
+from cbasr._triton import log_add_exp as _log_add_exp
+
 __all__: list[str] = []  # package-internal
-
-
-@triton.jit
-def _log_add_exp(x, y):
-    """``log(exp(x) + exp(y))``; ``-inf`` when both are ``-inf``."""
-    top = tl.maximum(x, y)
-    top = tl.where(top == float("-inf"), 0.0, top)
-    return top + tl.log(tl.exp(x - top) + tl.exp(y - top))
 
 
 @triton.jit
@@ -133,12 +128,6 @@ def _viterbi_kernel(
         t += 1
     labels = tl.load(lengths_ptr + b)
     tl.store(best_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
-
-
-def _block(num_states: int) -> tuple[int, int]:
-    """The block size (a power of two) and the number of warps for ``num_states`` states."""
-    block = max(16, triton.next_power_of_2(num_states))
-    return block, max(1, min(8, block // 128))
 
 
 def forward(

@@ -29,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from cbasr.losses._cb_triton import _block, _log_add_exp
+from cbasr._triton import block as _block
+from cbasr._triton import log_add_exp as _log_add_exp
 
 __all__: list[str] = []  # package-internal
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from cbasr._backends import use_backend
 from cbasr.distributions import ConditionalBernoulli, PoissonBinomial, id_checking_sample
 from cbasr.distributions._arguments import frame_mask
-from cbasr.distributions._tables import tilt_for_total
+from cbasr.distributions._dispatch import tilt_for_total
 from tests.distributions.cases import extreme_logits, random_logits
 
 # Rows: padding, totals 0 / full / in between, forced frames, an impossible total.

@@ -1,0 +1,401 @@
+"""The count recursion of :mod:`cbasr.distributions._tables` as Triton kernels (package-internal):
+the ``triton`` backend of the Poisson-Binomial normaliser and its gradient, and of the tilt.
+
+One program per parameter row runs the whole recursion over frames, its row of count states in
+registers (a state vector of ``max(k) + 1`` entries: one block):
+
+- :func:`tilt`: :func:`~cbasr.distributions._tables.tilt_for_total` by the same 40 bisection
+  steps in float64, over the row's frames at once.
+- :class:`LogNormaliser`: ``log P(K = k)`` of independent trials with ``log_off = log(1 - p_t)``
+  and ``log_on = log p_t`` (eq. 5). The forward pass keeps the prefix table ``prefix[t, v] =
+  log P(K_{<t} = v)``,
+
+      prefix[t + 1, v] = logaddexp(prefix[t, v] + log_off[t], prefix[t, v - 1] + log_on[t]),
+
+  reading the shifted state ``v - 1`` back from the row it stored (a barrier between). The
+  backward pass runs the suffix recursion the other way in "count so far" form, ``gamma[t, v] =
+  log P(K_{>=t} = k - v)``,
+
+      gamma[t, v] = logaddexp(gamma[t + 1, v] + log_off[t], gamma[t + 1, v + 1] + log_on[t]),
+
+  from ``gamma[T, k] = 0``, and each frame's inclusion probability (eq. 16) as it goes,
+  ``P(B_t = 1 | k) = sum_v exp(prefix[t, v] + log_on[t] + gamma[t + 1, v + 1] - log P(K = k))``,
+  which is the gradient: ``d/d log_on_t = P(B_t = 1 | k)``, ``d/d log_off_t = 1 - P(B_t = 1 | k)``.
+
+Padding frames (``log_off = 0``, ``log_on = -inf``) are identity steps, as in the reference.
+Float32 and float64, in log space like the PyTorch reference (whose accuracy the tilt provides).
+Importing this module needs Triton; ``TRITON_INTERPRET=1`` runs it on CPU tensors.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from cbasr._triton import block, log_add_exp
+from cbasr.distributions._tables import normaliser_double_backward
+
+__all__: list[str] = []  # package-internal
+
+_BISECTIONS = 40  # as the reference
+
+
+@triton.jit
+def _tilt_kernel(
+    logits_ptr, lengths_ptr, total_ptr, tilt_ptr, T, STEPS: tl.constexpr, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Row ``b = program_id``: the bisection of the reference in float64, ``tilt[b]``."""
+    b = tl.program_id(0)
+    t = tl.arange(0, BLOCK)
+    n = tl.load(lengths_ptr + b)
+    x = tl.load(logits_ptr + b * T + t, mask=t < n, other=0.0).to(tl.float64)
+    valid = t < n
+    finite = valid & (x == x) & (tl.abs(x) != float("inf"))
+    always = valid & (x == float("inf"))
+    count = tl.sum(finite.to(tl.float64), axis=0)
+    target = tl.load(total_ptr + b).to(tl.float64) - tl.sum(always.to(tl.float64), axis=0)
+    target = tl.minimum(tl.maximum(target, 0.5), count - 0.5)
+    low = tl.min(tl.where(finite, x, float("inf")), axis=0)
+    high = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+    low = tl.where(count > 0, low - 40.0, 0.0)
+    high = tl.where(count > 0, high + 40.0, 0.0)
+    step = 0
+    while step < STEPS:
+        mid = 0.5 * (low + high)
+        mean = tl.sum(tl.where(finite, 1.0 / (1.0 + tl.exp(mid - x)), 0.0), axis=0)
+        too_many = mean > target
+        low = tl.where(too_many, mid, low)
+        high = tl.where(too_many, high, mid)
+        step += 1
+    tl.store(tilt_ptr + b, 0.5 * (low + high))
+
+
+@triton.jit
+def _prefix_kernel(
+    off_ptr, on_ptr, total_ptr, prefix_ptr, normaliser_ptr, T, V, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Row ``b = program_id``: ``prefix`` ``(B, T + 1, V)`` and ``normaliser[b] = prefix[T, k]``
+    from ``log_off``, ``log_on`` ``(B, T)``."""
+    b = tl.program_id(0)
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    came_in = (v >= 1) & inside
+    row = tl.where(v == 0, 0.0, float("-inf")).to(prefix_ptr.dtype.element_ty)
+    tl.store(prefix_ptr + b * (T + 1) * V + v, row, mask=inside)
+    t = 0
+    while t < T:  # (a while loop: Triton's interpreter cannot take range() of an argument)
+        off = tl.load(off_ptr + b * T + t)
+        on = tl.load(on_ptr + b * T + t)
+        tl.debug_barrier()  # the row stored last is read shifted by one state
+        came = tl.load(prefix_ptr + (b * (T + 1) + t) * V + v - 1, mask=came_in, other=-math.inf)
+        row = log_add_exp(row + off, came + on)
+        tl.store(prefix_ptr + (b * (T + 1) + t + 1) * V + v, row, mask=inside)
+        t += 1
+    k = tl.load(total_ptr + b)
+    tl.store(normaliser_ptr + b, tl.sum(tl.where(v == k, row, 0.0), axis=0))
+
+
+@triton.jit
+def _inclusion_kernel(
+    off_ptr,
+    on_ptr,
+    total_ptr,
+    prefix_ptr,
+    normaliser_ptr,
+    inclusion_ptr,
+    row_ptr,
+    floor,
+    T,
+    V,
+    BLOCK: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Row ``b = program_id``: ``inclusion`` ``(B, T)``, ``P(B_t = 1 | k)`` (0 where ``K = k`` is
+    impossible); ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
+    b = tl.program_id(0)
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    ahead_in = v + 1 < V
+    k = tl.load(total_ptr + b)
+    log_z = tl.load(normaliser_ptr + b)
+    possible = log_z != float("-inf")
+    log_z = tl.where(possible, log_z, 0.0)
+    gamma = tl.where(v == k, 0.0, float("-inf")).to(prefix_ptr.dtype.element_ty)
+    t = T - 1
+    while t >= 0:
+        off = tl.load(off_ptr + b * T + t)
+        on = tl.load(on_ptr + b * T + t)
+        tl.debug_barrier()  # the previous frame's shifted read is done
+        tl.store(row_ptr + b * BLOCK + v, gamma)
+        tl.debug_barrier()
+        ahead = tl.load(row_ptr + b * BLOCK + v + 1, mask=ahead_in, other=-math.inf)
+        prefix = tl.load(prefix_ptr + (b * (T + 1) + t) * V + v, mask=inside, other=-math.inf)
+        log_share = prefix + on + ahead - log_z
+        # below about twice the smallest normal number: 0, as the reference
+        share = tl.where(log_share < floor, 0.0, tl.exp(tl.maximum(log_share, floor)))
+        included = tl.sum(share, axis=0)
+        tl.store(inclusion_ptr + b * T + t, tl.where(possible, included, 0.0))
+        gamma = log_add_exp(gamma + off, ahead + on)
+        t -= 1
+
+
+def tilt(logits: torch.Tensor, total: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` tilt of :func:`~cbasr.distributions._tables.tilt_for_total` for ``logits (B,
+    T)``, ``total (B,)``, ``lengths (B,)`` (each row's frames ``< lengths`` are valid); a
+    constant (no gradient), in ``logits``' dtype."""
+    logits = logits.detach().contiguous()
+    B, T = logits.shape
+    out = torch.empty(B, dtype=torch.float64, device=logits.device)
+    if B:
+        size, warps = block(T)
+        _tilt_kernel[(B,)](
+            logits,
+            lengths.to(device=logits.device, dtype=torch.int32).contiguous(),
+            total.to(device=logits.device, dtype=torch.int32).contiguous(),
+            out,
+            T,
+            STEPS=_BISECTIONS,
+            BLOCK=size,
+            num_warps=warps,
+        )
+    return out.to(logits.dtype)
+
+
+def _int32(x: torch.Tensor, device) -> torch.Tensor:
+    return x.to(device=device, dtype=torch.int32).contiguous()
+
+
+class LogNormaliser(torch.autograd.Function):
+    """``log P(K = k)`` of independent trials, as :class:`cbasr.distributions._kernels.
+    LogNormaliser` (same arguments: ``log_off``, ``log_on`` ``(B, T)`` float32 or float64 with
+    identity steps on padding, ``total``, ``lengths`` ``(B,)``, ``num_states > max(total)``)
+    -> ``(B,)``; the backward is eq. (16) from the kernel, or under ``create_graph`` the
+    differentiable reference recursion (double backward)."""
+
+    @staticmethod
+    def forward(ctx, log_off, log_on, total, lengths, num_states):
+        log_off, log_on = log_off.contiguous(), log_on.contiguous()
+        B, T = log_on.shape
+        prefix = log_on.new_empty(B, T + 1, num_states)
+        normaliser = log_on.new_empty(B)
+        if B:
+            size, warps = block(num_states)
+            total32 = _int32(total, log_on.device)
+            _prefix_kernel[(B,)](
+                log_off, log_on, total32, prefix, normaliser, T, num_states, BLOCK=size,
+                num_warps=warps,
+            )  # fmt: skip
+        ctx.save_for_backward(log_off, log_on, total, lengths, prefix, normaliser)
+        return normaliser
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_off, log_on, total, lengths, prefix, normaliser = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: the differentiable recursion
+            num_states = prefix.shape[-1]
+            grads = normaliser_double_backward(log_off, log_on, total, num_states, grad)
+            return grads + (None, None, None)
+        B, T = log_on.shape
+        inclusion = log_on.new_zeros(B, T)
+        if B and T:
+            size, warps = block(prefix.shape[-1])
+            scratch = log_on.new_empty(B, size)
+            floor = math.log(torch.finfo(log_on.dtype).tiny) + 0.5
+            _inclusion_kernel[(B,)](
+                log_off, log_on, _int32(total, log_on.device), prefix, normaliser, inclusion,
+                scratch, floor, T, prefix.shape[-1], BLOCK=size, num_warps=warps,
+            )  # fmt: skip
+        inside = torch.arange(T, device=log_on.device) < lengths.to(log_on.device).unsqueeze(-1)
+        possible = torch.isfinite(normaliser).unsqueeze(-1) & inside
+        grad = grad.unsqueeze(-1)
+        grad_on = torch.where(possible, grad * inclusion, 0.0)
+        grad_off = torch.where(possible, grad * (1 - inclusion), 0.0)
+        return grad_off, grad_on, None, None, None
+
+
+# ---- samplers -------------------------------------------------------------------------------
+
+
+@triton.jit
+def _suffix_kernel(
+    off_ptr, on_ptr, lengths_ptr, total_ptr, suffix_ptr, T, V, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Row ``b = program_id``: ``suffix`` ``(B, T + 1, V)``, ``suffix[b, t, v] = log P(K_{>=t}
+    = k - v)`` (``v`` highs placed before ``t``), from ``suffix[b, T, k] = 0``; padding frames
+    are identity steps."""
+    b = tl.program_id(0)
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    ahead_in = v + 1 < V
+    k = tl.load(total_ptr + b)
+    row = tl.where(v == k, 0.0, float("-inf")).to(suffix_ptr.dtype.element_ty)
+    tl.store(suffix_ptr + (b * (T + 1) + T) * V + v, row, mask=inside)
+    t = T - 1
+    while t >= 0:
+        off = tl.load(off_ptr + b * T + t)
+        on = tl.load(on_ptr + b * T + t)
+        tl.debug_barrier()  # the row stored last is read shifted by one state
+        ahead = tl.load(
+            suffix_ptr + (b * (T + 1) + t + 1) * V + v + 1, mask=ahead_in, other=-math.inf
+        )
+        row = log_add_exp(row + off, ahead + on)
+        tl.store(suffix_ptr + (b * (T + 1) + t) * V + v, row, mask=inside)
+        t -= 1
+
+
+@triton.jit
+def _id_checking_kernel(
+    off_ptr,
+    on_ptr,
+    lengths_ptr,
+    total_ptr,
+    suffix_ptr,
+    rows_ptr,
+    uniform_ptr,
+    out_ptr,
+    N,
+    T,
+    V,
+    BLOCK: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Samples ``m`` of block ``program_id``, one lane each: frame by frame, with ``r`` highs
+    still to place, high when ``u_t > P(low) = p_low / (p_low + p_high)``, ``p_low = (1 - p_t)
+    P(K_{>t} = r)`` and ``p_high = p_t P(K_{>t} = r - 1)`` (eq. 11); ``out`` ``(N, T)`` int8."""
+    m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = m < N
+    i = tl.load(rows_ptr + m, mask=live, other=0)
+    n = tl.load(lengths_ptr + i, mask=live, other=0)
+    k = tl.load(total_ptr + i, mask=live, other=0)
+    placed = tl.zeros_like(k)
+    t = 0
+    while t < T:
+        active = live & (t < n) & (placed < k)
+        off = tl.load(off_ptr + i * T + t, mask=active, other=0.0)
+        on = tl.load(on_ptr + i * T + t, mask=active, other=0.0)
+        after = suffix_ptr + (i * (T + 1) + t + 1) * V + placed
+        low = off + tl.load(after, mask=active, other=-math.inf)
+        high = on + tl.load(after + 1, mask=active, other=-math.inf)
+        u = tl.load(uniform_ptr + m * T + t, mask=active, other=0.0)
+        # P(low) without overflow: sigmoid(low - high), 1 where high is -inf, 0 where low is
+        diff = low - tl.where(high == float("-inf"), 0.0, high)
+        diff = tl.where(high == float("-inf"), float("inf"), diff)
+        diff = tl.where(low == float("-inf"), float("-inf"), diff)
+        p_low = 1.0 / (1.0 + tl.exp(-diff))
+        hit = active & (u > p_low)
+        tl.store(out_ptr + m * T + t, hit.to(tl.int8), mask=live)
+        placed += hit.to(placed.dtype)
+        t += 1
+
+
+@triton.jit
+def _bounded_kernel(
+    off_ptr,
+    on_ptr,
+    lengths_ptr,
+    total_ptr,
+    suffix_ptr,
+    rows_ptr,
+    uniform_ptr,
+    out_ptr,
+    N,
+    T,
+    V,
+    K,
+    BLOCK: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Samples ``m`` of block ``program_id``, one lane each: Bounded Bernoulli steps (eq. 13) by
+    inversion in one pass over the frames. With the previous high before frame ``t`` and ``r``
+    highs to place, the next is the first ``u >= t`` where ``sum_{t <= w <= u} prod_{t <= v < w}
+    (1 - p_v) p_w P(K_{>w} = r - 1)`` exceeds ``U P(K_{>=t} = r)`` (in logs); ``out`` ``(N,
+    K)`` int64 frames, -1 past the total."""
+    m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = m < N
+    i = tl.load(rows_ptr + m, mask=live, other=0)
+    n = tl.load(lengths_ptr + i, mask=live, other=0)
+    k = tl.load(total_ptr + i, mask=live, other=0)
+    step = tl.zeros_like(k)  # highs placed
+    first = live & (k > 0)
+    u0 = tl.load(uniform_ptr + m * K, mask=first, other=1.0)
+    start = tl.load(suffix_ptr + i * (T + 1) * V, mask=first, other=0.0)  # P(K_{>=0} = k)
+    target = tl.log(u0) + start
+    running = tl.zeros_like(target) + float("-inf")
+    skipped = tl.zeros_like(target)
+    t = 0
+    while t < T:
+        active = live & (step < k)
+        r = k - step
+        off = tl.load(off_ptr + i * T + t, mask=active, other=0.0)
+        on = tl.load(on_ptr + i * T + t, mask=active, other=0.0)
+        after = tl.load(
+            suffix_ptr + (i * (T + 1) + t + 1) * V + step + 1, mask=active, other=-math.inf
+        )
+        running = log_add_exp(running, skipped + on + after)
+        chosen = active & ((running > target) | (t >= n - r))  # the latest frame that fits
+        tl.store(out_ptr + m * K + step, tl.zeros_like(step).to(tl.int64) + t, mask=chosen)
+        step += chosen.to(step.dtype)
+        more = chosen & (step < k)
+        u = tl.load(uniform_ptr + m * K + step, mask=more, other=1.0)
+        rest = tl.load(suffix_ptr + (i * (T + 1) + t + 1) * V + step, mask=more, other=0.0)
+        target = tl.where(more, tl.log(u) + rest, target)
+        running = tl.where(chosen, float("-inf"), running)
+        skipped = tl.where(chosen, 0.0, skipped + off)
+        t += 1
+
+
+_SAMPLES = 32  # samples per program of the samplers (one lane each)
+
+
+def _sampling_tables(logits, tilt, total, lengths):
+    """The tilted ``log_off``, ``log_on`` ``(B, T)``, the suffix table ``(B, T + 1, V)`` and
+    whether each row's total can be met ``(B,)``."""
+    from cbasr.distributions._tables import bernoulli_log_weights
+
+    B, T = logits.shape
+    valid = torch.arange(T, device=logits.device) < lengths.to(logits.device).unsqueeze(-1)
+    log_off, log_on = (w.contiguous() for w in bernoulli_log_weights(logits, valid, tilt))
+    num_states = int(total.max()) + 1 if B else 1
+    suffix = logits.new_empty(B, T + 1, num_states)
+    total32, lengths32 = _int32(total, logits.device), _int32(lengths, logits.device)
+    if B:
+        size, warps = block(num_states)
+        _suffix_kernel[(B,)](
+            log_off, log_on, lengths32, total32, suffix, T, num_states, BLOCK=size,
+            num_warps=warps,
+        )  # fmt: skip
+    possible = suffix[:, 0, 0] > float("-inf") if T else total.to(logits.device) == 0
+    return log_off, log_on, suffix, total32, lengths32, possible
+
+
+def id_checking(logits, tilt, total, lengths, row_index, uniform):
+    """ID-checking draws (eq. 11), as :func:`cbasr.distributions._kernels.id_checking`: ``(N,
+    T)`` bool highs and the ``(B,)`` feasibility of each row's total."""
+    log_off, log_on, suffix, total32, lengths32, possible = _sampling_tables(
+        logits, tilt, total, lengths
+    )
+    N, T = uniform.shape
+    out = torch.zeros(N, T, dtype=torch.int8, device=logits.device)
+    if N and T:
+        _id_checking_kernel[(triton.cdiv(N, _SAMPLES),)](
+            log_off, log_on, lengths32, total32, suffix, _int32(row_index, logits.device),
+            uniform.to(logits.dtype).contiguous(), out, N, T, suffix.shape[-1], BLOCK=_SAMPLES,
+        )  # fmt: skip
+    return out.bool(), possible
+
+
+def bounded(logits, tilt, total, lengths, row_index, uniform):
+    """Bounded Bernoulli draws (eq. 13) by inversion, one uniform per high, as
+    :func:`cbasr.distributions._kernels.bounded`: ``(N, K)`` int64 increasing frames (-1 past
+    the total) and the ``(B,)`` feasibility of each row's total."""
+    log_off, log_on, suffix, total32, lengths32, possible = _sampling_tables(
+        logits, tilt, total, lengths
+    )
+    N, K = uniform.shape
+    T = logits.shape[-1]
+    out = torch.full((N, K), -1, dtype=torch.int64, device=logits.device)
+    if N and K and T:
+        _bounded_kernel[(triton.cdiv(N, _SAMPLES),)](
+            log_off, log_on, lengths32, total32, suffix, _int32(row_index, logits.device),
+            uniform.to(logits.dtype).contiguous(), out, N, T, suffix.shape[-1], K,
+            BLOCK=_SAMPLES,
+        )  # fmt: skip
+    return out, possible

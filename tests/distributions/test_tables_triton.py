@@ -1,0 +1,218 @@
+"""The Triton kernels of the count recursion (:mod:`cbasr.distributions._tables_triton`)
+against the PyTorch recursion and the closed forms: on CPU in Triton's interpreter, on a GPU
+with ``--device cuda``."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cbasr._backends import use_backend
+from cbasr.distributions import ConditionalBernoulli, PoissonBinomial, id_checking_sample
+from cbasr.distributions._arguments import frame_mask
+from cbasr.distributions._tables import (
+    bernoulli_log_weights,
+    count_table,
+    gather_states,
+    tilt_for_total,
+)
+from tests.distributions.cases import extreme_logits, random_logits
+
+pytestmark = pytest.mark.triton
+
+# Rows: padding, totals 0 / full / in between, no frames, forced frames, an impossible total.
+LENGTHS = torch.tensor([9, 5, 9, 0, 7, 9, 3])
+TOTALS = torch.tensor([4, 5, 0, 0, 3, 2, 4])  # the last row: 4 highs in 3 frames
+
+
+@pytest.fixture(autouse=True)
+def recursion():
+    """One run per test (the package's conftest runs each test under two CPU backends): the
+    tests here choose the backend of each call themselves."""
+    yield "triton"
+
+
+def _logits(dtype=torch.float64) -> torch.Tensor:
+    logits = random_logits(len(LENGTHS), 9, seed=5, dtype=dtype)
+    logits[4, 1], logits[4, 5] = math.inf, -math.inf
+    logits[5, :3] = -math.inf
+    return logits
+
+
+def _log_prob_and_gradient(logits, backend: str, device):
+    """``log P(b | k)`` of a fixed draw (the impossible row: zeros, ``-inf``) and the gradient
+    of a weighted sum of the finite ones."""
+    gen = torch.Generator().manual_seed(1)
+    value = id_checking_sample(logits[:-1], TOTALS[:-1], LENGTHS[:-1], (), gen)
+    value = torch.cat([value, value.new_zeros(1, value.shape[-1])])
+    x = logits.detach().to(device).requires_grad_()
+    with use_backend(backend):
+        cb = ConditionalBernoulli(x, TOTALS.to(device), LENGTHS.to(device), validate_args=False)
+        log_prob = cb.log_prob(value.to(device))
+    weights = torch.linspace(0.5, 2.0, len(LENGTHS), dtype=logits.dtype, device=device)
+    finite = torch.where(log_prob.isfinite(), log_prob, 0.0)
+    (grad,) = torch.autograd.grad(finite @ weights, x)
+    return log_prob.detach().cpu(), grad.cpu()
+
+
+def test_log_prob_and_its_gradient_equal_the_pytorch_recursion(device):
+    logits = _logits()
+    got, got_grad = _log_prob_and_gradient(logits, "triton", device)
+    want, want_grad = _log_prob_and_gradient(logits, "torch", "cpu")
+    assert got[-1] == -math.inf and want[-1] == -math.inf
+    assert got[:-1].isfinite().all()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+    assert (got_grad[-1] == 0).all()  # the impossible row gets no gradient
+    assert (got_grad[1, 5:] == 0).all()  # nor does padding
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_normaliser_equals_the_prefix_table_at_the_same_tilt(dtype, device):
+    """The kernel's ``log P(K = k)`` against the PyTorch prefix table, given the same tilted
+    weights; its gradient against autograd through that table (eq. 16)."""
+    from cbasr.distributions._tables_triton import LogNormaliser
+
+    logits = _logits(dtype)
+    valid = frame_mask(LENGTHS, logits.shape[-1])
+    tilt = tilt_for_total(logits, TOTALS, valid)
+    log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
+    log_off, log_on = log_off.requires_grad_(), log_on.requires_grad_()
+    table = count_table(log_off, log_on, 10)[-1]
+    want = gather_states(table, TOTALS.clamp(max=9).unsqueeze(-1)).squeeze(-1)
+    off, on = log_off.detach().to(device).requires_grad_(), log_on.detach().to(device)
+    on.requires_grad_()
+    got = LogNormaliser.apply(off, on, TOTALS.to(device), LENGTHS.to(device), 10)
+    tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {}
+    torch.testing.assert_close(got.cpu()[:-1], want[:-1], **tol)
+    assert got[-1] == -math.inf  # more highs than frames
+    weights = torch.linspace(0.5, 2.0, len(LENGTHS) - 1, dtype=dtype)
+    want_grads = torch.autograd.grad(want[:-1] @ weights, (log_off, log_on))
+    got_grads = torch.autograd.grad(got[:-1] @ weights.to(device), (off, on))
+    for g, w in zip(got_grads, want_grads):  # padding frames are not read: no gradient
+        torch.testing.assert_close(g.cpu(), torch.where(valid, w, 0.0), **tol)
+
+
+def test_tilt_is_the_bisection_of_the_reference(device):
+    """Rows with padding, no frames, infinite logits, and long extreme ones."""
+    from cbasr.distributions._tables_triton import tilt
+
+    logits = torch.cat([_logits()[:, :9].repeat(1, 6)[:, :50], extreme_logits(3, 50).double()])
+    total = torch.tensor([4, 5, 0, 0, 3, 2, 4, 25, 1, 49])
+    lengths = torch.tensor([50, 5, 40, 0, 7, 50, 3, 50, 50, 50])
+    want = tilt_for_total(logits, total, frame_mask(lengths, 50))
+    got = tilt(logits.to(device), total.to(device), lengths.to(device))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9)
+
+
+def test_float32_log_prob_is_accurate_on_long_extreme_sequences(device):
+    """B = 4, T = 200, k up to 100, logits with +-30 entries: float32 in, float64 reference."""
+    logits = extreme_logits(4, 200, seed=3)
+    total = torch.tensor([50, 20, 100, 1])
+    value = ConditionalBernoulli(logits.double(), total).sample(
+        generator=torch.Generator().manual_seed(0)
+    )
+    with use_backend("torch"):
+        want = ConditionalBernoulli(logits.double(), total).log_prob(value)
+    with use_backend("triton"):
+        cb = ConditionalBernoulli(logits.to(device), total.to(device))
+        got = cb.log_prob(value.float().to(device)).cpu()
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-4)
+
+
+def test_double_backward_equals_the_pytorch_recursion(device):
+    """The gradient with a graph (``create_graph``) and its own gradient, against the PyTorch
+    backend's (gradgradcheck holds that one; it is too slow for the interpreter)."""
+    value = torch.tensor([[1.0, 0, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0]], dtype=torch.float64)
+    logits = random_logits(2, 6, seed=2)
+    total, lengths = torch.tensor([3, 1]), torch.tensor([6, 4])
+    direction = torch.linspace(-1.0, 1.0, 12, dtype=torch.float64).view(2, 6)
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        x = logits.to(where).requires_grad_()
+        with use_backend(backend):
+            log_prob = ConditionalBernoulli(x, total.to(where), lengths.to(where)).log_prob(
+                value.to(where)
+            )
+        (grad,) = torch.autograd.grad(log_prob.sum(), x, create_graph=True)
+        (hessian_direction,) = torch.autograd.grad((grad * direction.to(where)).sum(), x)
+        results[backend] = (grad.detach().cpu(), hessian_direction.cpu())
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert results["torch"][1].abs().sum() > 0
+
+
+def test_poisson_binomial_tails_by_the_tilted_kernel(device):
+    """``log P(K = k)`` one count per row, far into both tails, against the closed forms, and
+    in between against the PyTorch table; with its gradient."""
+    logits = random_logits(4, 150, seed=9)
+    lengths = torch.tensor([150, 150, 100, 150])
+    count = torch.tensor([150, 0, 100, 60])
+    x = logits.to(device).requires_grad_()
+    with use_backend("triton"):
+        got = PoissonBinomial(x, lengths.to(device)).log_prob(count.to(device))
+    valid = frame_mask(lengths, 150)
+    every = torch.where(valid, F.logsigmoid(logits), 0.0).sum(-1)
+    none = torch.where(valid, F.logsigmoid(-logits), 0.0).sum(-1)
+    torch.testing.assert_close(got.detach().cpu()[[0, 2]], every[[0, 2]], rtol=1e-12, atol=0)
+    torch.testing.assert_close(got.detach().cpu()[1], none[1], rtol=1e-12, atol=0)
+    y = logits.clone().requires_grad_()
+    with use_backend("torch"):
+        want = PoissonBinomial(y, lengths).log_prob(count)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-12, atol=0)
+    (got_grad,) = torch.autograd.grad(got.sum(), x)
+    (want_grad,) = torch.autograd.grad(want.sum(), y)
+    torch.testing.assert_close(got_grad.cpu(), want_grad, rtol=1e-9, atol=1e-12)
+
+
+def _draw_inputs(width: str, dtype=torch.float64):
+    """The possible rows of ``_logits``, their tilt, 3 samples per row and their uniforms."""
+    from cbasr.distributions._dispatch import tilt_for_total as dispatched_tilt
+
+    logits = _logits(dtype)[:-1]
+    total, lengths = TOTALS[:-1], LENGTHS[:-1]
+    with use_backend("numba"):
+        tilt = dispatched_tilt(logits, total, frame_mask(lengths, logits.shape[-1]))
+    row_index = torch.arange(3 * len(total)) % len(total)
+    columns = logits.shape[-1] if width == "frames" else int(total.max())
+    uniform = torch.rand(len(row_index), columns, generator=torch.Generator().manual_seed(4))
+    return logits, tilt, total, lengths, row_index, uniform.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("sampler", ["id_checking", "bounded"])
+def test_draws_equal_the_compiled_kernels_given_the_same_uniforms(sampler, dtype, device):
+    """Rows with padding, no frames, totals 0 and full, forced highs and lows; the compiled
+    CPU kernels (tested against eq. 16 and the PyTorch loop) as the oracle."""
+    from cbasr.distributions import _kernels, _tables_triton
+
+    inputs = _draw_inputs("frames" if sampler == "id_checking" else "highs", dtype)
+    want, want_possible = getattr(_kernels, sampler)(*inputs)
+    got, got_possible = getattr(_tables_triton, sampler)(*(x.to(device) for x in inputs))
+    assert torch.equal(got.cpu(), want) and got.dtype == want.dtype
+    assert bool(got_possible.all()) and bool(want_possible.all())
+    logits, _, total, lengths, row_index, _ = inputs
+    if sampler == "id_checking":  # exactly the total, inside the frames, forced frames kept
+        assert torch.equal(got.sum(-1).cpu(), total[row_index])
+        assert not (got.cpu() & ~frame_mask(lengths, 9)[row_index]).any()
+        assert not (got.cpu() & (logits == -math.inf)[row_index]).any()
+        assert (got.cpu() | ~(logits == math.inf)[row_index]).all()
+
+
+def test_samplers_dispatch_to_the_kernels_and_refuse_an_impossible_total():
+    """The public samplers under the triton backend draw what the compiled kernels draw from
+    the same generator (CPU tensors, in the interpreter)."""
+    from cbasr.distributions import bounded_bernoulli_sample, draft_sample
+
+    logits, total, lengths = _logits()[:-1], TOTALS[:-1], LENGTHS[:-1]
+    for sample in (id_checking_sample, bounded_bernoulli_sample, draft_sample):
+        draws = {}
+        for backend in ("numba", "triton"):
+            with use_backend(backend):
+                gen = torch.Generator().manual_seed(7)
+                draws[backend] = sample(logits, total, lengths, (2,), gen)
+        assert torch.equal(draws["triton"], draws["numba"]), sample.__name__
+    lows = _logits()[5:6]  # 3 of its 9 frames have a -inf logit: 7 highs cannot be met
+    with use_backend("triton"), pytest.raises(ValueError, match="cannot be met"):
+        id_checking_sample(lows, torch.tensor([7]), torch.tensor([9]))
