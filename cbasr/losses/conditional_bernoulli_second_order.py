@@ -33,12 +33,14 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from cbasr import _backends
 from cbasr.checks import check_floating, check_lengths, check_shape
 from cbasr.losses.conditional_bernoulli import _apply_impossible_policy, _cb_weights
 
 __all__ = ["cb_marginal_nll_windowed", "cb_viterbi_windowed", "cb_posteriors_windowed"]
 
 _NEG_INF = float("-inf")
+_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def _windowed_alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,7 +122,10 @@ def _windowed_beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torc
 
 
 class _WindowedForwardBackward(torch.autograd.Function):
-    """``log Z`` of the second-order lattice with an explicit posterior backward."""
+    """``log Z`` of the second-order lattice with an explicit posterior backward. Its two
+    recursions run as Triton kernels (:mod:`cbasr.losses._cb_second_order_triton`) where the
+    backend is ``triton`` (:mod:`cbasr._backends`) and the dtype float32 or float64, as the
+    loops above elsewhere."""
 
     @staticmethod
     def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
@@ -130,7 +135,13 @@ class _WindowedForwardBackward(torch.autograd.Function):
         shift = emit.detach().amax(dim=(1, 2)) if T else emit.new_zeros(B, L)  # (B, L)
         shift = torch.where(torch.isfinite(shift), shift, 0.0)
         emit_rev = _reversed_window(emit.detach() - shift[:, None, None, :])  # k = W - 1 - d
-        alpha, far = _windowed_alpha(emit_rev, L)
+        ctx.triton = _backends.backend(emit) == "triton" and emit.dtype in _KERNEL_DTYPES
+        if ctx.triton:
+            from cbasr.losses import _cb_second_order_triton
+
+            alpha, far = _cb_second_order_triton.alpha(emit_rev, L)
+        else:
+            alpha, far = _windowed_alpha(emit_rev, L)
         ends = alpha[:, torch.arange(B, device=emit.device), target_lengths]  # (W + T, B)
         log_z = torch.logsumexp(ends, dim=0)  # (B,)
         ctx.save_for_backward(emit_rev, alpha, far, target_lengths, log_z)
@@ -143,7 +154,12 @@ class _WindowedForwardBackward(torch.autograd.Function):
         W = emit_rev.shape[1]
         T = emit_rev.shape[0] - W
         L = alpha.shape[2] - 1
-        beta = _windowed_beta(emit_rev, target_lengths)
+        if ctx.triton:
+            from cbasr.losses import _cb_second_order_triton
+
+            beta = _cb_second_order_triton.beta(emit_rev, target_lengths)
+        else:
+            beta = _windowed_beta(emit_rev, target_lengths)
         log_z = torch.where(torch.isneginf(log_z), 0.0, log_z)  # no path: avoid -inf - (-inf)
         # source[t, k] = alpha row t + k = frame t - W + k = t - d - 1 for d = W - 1 - k.
         source = alpha.unfold(0, W, 1)[:T, :, :L]  # (T, B, L, W)

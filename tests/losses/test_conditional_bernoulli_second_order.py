@@ -1,17 +1,29 @@
 """cb_marginal_nll_windowed: the second-order CB model with emission gaps told apart up to W
-(every longer gap reads the entry of gap W), against enumeration of every emission set."""
+(every longer gap reads the entry of gap W), against enumeration of every emission set, under
+the PyTorch recursions and the Triton kernels (:mod:`cbasr.losses._cb_second_order_triton`;
+on CPU in Triton's interpreter)."""
 
 import math
 
 import pytest
 import torch
 
+from cbasr._backends import use_backend
 from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
+from tests.backends import skip_interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
 
 LENGTHS = [(7, 3), (6, 2), (3, 3), (5, 0), (4, 1)]
+
+
+@pytest.fixture(autouse=True, params=["torch", pytest.param("triton", marks=pytest.mark.triton)])
+def lattice(request):
+    """Which implementation of the recursions serves the tensors in this test (the second-order
+    lattice has no compiled CPU loop: the numba backend runs the PyTorch one)."""
+    with use_backend(request.param):
+        yield request.param
 
 
 def _batch(seed, W, lengths=LENGTHS, dtype=F64, device="cpu", pad_value=None):
@@ -54,7 +66,8 @@ def test_matches_enumeration_values_and_gradients(W, device):
         torch.testing.assert_close(glp[b].cpu(), want_glp, rtol=1e-10, atol=1e-12)
 
 
-def test_gradcheck():
+def test_gradcheck(lattice):
+    skip_interpreted(lattice, "gradcheck (the enumeration tests check the gradient)")
     a, lp, il, tl = _batch(20, 3, lengths=[(6, 3), (4, 1), (3, 0)])
     assert torch.autograd.gradcheck(lambda x, y: cb_marginal_nll_windowed(x, y, il, tl), (a, lp))
 
@@ -126,7 +139,8 @@ def test_batch_and_padding_invariance():
         assert glp[b, tb:].abs().sum() == 0 and glp[b, ..., lb:].abs().sum() == 0
 
 
-def test_float32_is_close_to_float64():
+def test_float32_is_close_to_float64(lattice):
+    skip_interpreted(lattice, "T = 500 frames")
     g = torch.Generator().manual_seed(24)
     B, T, W, L = 2, 500, 8, 100
     a64 = torch.randn(B, T, generator=g, dtype=F64)
@@ -232,3 +246,32 @@ def test_posteriors_sum_over_gaps_and_match_enumeration():
                 expected[t, l] += math.exp(w - float(z))
         torch.testing.assert_close(post[b, :T, :L], expected)
         torch.testing.assert_close(post[b, :T, :L].sum(0), torch.ones(L, dtype=F64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_kernel_recursions_equal_the_reference_loops(dtype, device, lattice):
+    """The kernels write what the loops write: alpha, the running far sums and beta, with
+    ``-inf`` weights (impossible gaps) among them, for W = 1 and W = 4."""
+    if lattice != "triton":
+        pytest.skip("the kernels' own test")
+    from cbasr.losses import _cb_second_order_triton as kernels
+    from cbasr.losses.conditional_bernoulli_second_order import (
+        _reversed_window,
+        _windowed_alpha,
+        _windowed_beta,
+    )
+
+    g = torch.Generator().manual_seed(3)
+    for W in (1, 4):
+        emit = -3 * torch.rand(3, 9, W, 4, generator=g, dtype=F64)
+        emit[emit < -2.5] = -math.inf
+        emit_rev = _reversed_window(emit.to(dtype))
+        lengths = torch.tensor([4, 2, 0])
+        tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == F64 else {}
+        want_alpha, want_far = _windowed_alpha(emit_rev, 4)
+        got_alpha, got_far = kernels.alpha(emit_rev.to(device), 4)
+        torch.testing.assert_close(got_alpha.cpu(), want_alpha, **tol)
+        torch.testing.assert_close(got_far.cpu(), want_far, **tol)
+        got_beta = kernels.beta(emit_rev.to(device), lengths.to(device))
+        torch.testing.assert_close(got_beta.cpu(), _windowed_beta(emit_rev, lengths), **tol)
+        assert got_alpha.isfinite().any() and got_beta[:9, 0, 1:].isfinite().any()

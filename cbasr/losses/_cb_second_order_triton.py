@@ -1,0 +1,134 @@
+"""The second-order CB lattice of :mod:`cbasr.losses.conditional_bernoulli_second_order` as
+Triton kernels (package-internal): its ``T``-step recursions, the ``triton`` backend of
+:func:`~cbasr.losses.cb_marginal_nll_windowed` and :func:`~cbasr.losses.cb_posteriors_windowed`.
+
+One program per utterance runs a recursion over all frames, its row of label states (``L``
+entries, one block) in registers, and writes exactly what the reference loop writes, in the
+same layout, so that the rest (``log Z``, the edge posteriors) stays the reference's:
+
+- :func:`alpha`: ``alpha[W + t, l + 1] = logsumexp_{d < W - 1} alpha[t - d - 1, l] + emit[t,
+  d, l]``, plus ``far[t, l] + emit[t, W - 1, l]`` with ``far[t, l] = logsumexp_{s <= t - W}
+  alpha[s, l]`` carried as a running sum (:func:`~cbasr.losses.
+  conditional_bernoulli_second_order._windowed_alpha`).
+- :func:`beta`: ``beta[t, l] = logsumexp_{d < W - 1} emit[t + d + 1, d, l] + beta[t + d + 1,
+  l + 1]``, plus the running suffix sum of ``emit[s, W - 1, l] + beta[s, l + 1]`` over ``s >=
+  t + W``, and ``beta[t, L_b] = 0`` (:func:`~cbasr.losses.conditional_bernoulli_second_order.
+  _windowed_beta`).
+
+The rows read back (up to ``W`` frames before, or after) were stored by earlier steps of the
+same program, with a barrier between. Float32 and float64. Importing this module needs Triton;
+``TRITON_INTERPRET=1`` runs it on CPU tensors.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from cbasr._triton import block, log_add_exp
+
+__all__: list[str] = []  # package-internal
+
+
+@triton.jit
+def _alpha_kernel(
+    emit_ptr, alpha_ptr, far_ptr, T, W, B, L, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Utterance ``b = program_id``: rows ``W ..`` of ``alpha`` ``(W + T, B, L + 1)`` (columns
+    ``1 .. L``) and ``far`` ``(T, B, L)`` from ``emit`` ``(T + W, W, B, L)`` (``[t, k]`` holds
+    gap ``d = W - 1 - k``); ``alpha``'s first ``W`` rows hold the start state on entry."""
+    b = tl.program_id(0)
+    l = tl.arange(0, BLOCK)
+    inside = l < L
+    running = tl.zeros([BLOCK], dtype=alpha_ptr.dtype.element_ty) + float("-inf")
+    t = 0
+    while t < T:
+        tl.debug_barrier()  # the rows stored by the last W steps are read
+        before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
+        running = log_add_exp(running, before)  # frames <= t - W
+        tl.store(far_ptr + (t * B + b) * L + l, running, mask=inside)
+        row = running + tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
+        k = 1
+        while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
+            came = tl.load(
+                alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf")
+            )
+            weight = tl.load(
+                emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf")
+            )
+            row = log_add_exp(row, came + weight)
+            k += 1
+        tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
+        t += 1
+
+
+@triton.jit
+def _beta_kernel(
+    emit_ptr, beta_ptr, lengths_ptr, T, W, B, L, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Utterance ``b = program_id``: rows ``0 .. T - 1`` of ``beta`` ``(T + W, B, L + 1)``
+    (columns ``0 .. L - 1``; column ``L_b`` stays 0) from ``emit`` as :func:`_alpha_kernel`'s;
+    ``beta`` holds ``-inf`` and the end state on entry."""
+    b = tl.program_id(0)
+    l = tl.arange(0, BLOCK)
+    inside = l < L
+    labels = tl.load(lengths_ptr + b)
+    running = tl.zeros([BLOCK], dtype=beta_ptr.dtype.element_ty) + float("-inf")
+    t = T - 1
+    while t >= 0:
+        tl.debug_barrier()  # the rows stored by the last W steps are read
+        far_emit = tl.load(emit_ptr + (((t + W) * W) * B + b) * L + l, mask=inside, other=0.0)
+        far_beta = tl.load(
+            beta_ptr + ((t + W) * B + b) * (L + 1) + 1 + l, mask=inside, other=float("-inf")
+        )
+        running = log_add_exp(running, far_emit + far_beta)  # gaps of W or more
+        row = running
+        d = 0
+        while d < W - 1:  # the next label at frame t + d + 1, gap d
+            weight = tl.load(
+                emit_ptr + (((t + 1 + d) * W + W - 1 - d) * B + b) * L + l,
+                mask=inside,
+                other=float("-inf"),
+            )
+            after = tl.load(
+                beta_ptr + ((t + 1 + d) * B + b) * (L + 1) + 1 + l,
+                mask=inside,
+                other=float("-inf"),
+            )
+            row = log_add_exp(row, weight + after)
+            d += 1
+        row = tl.where(l == labels, 0.0, row)
+        tl.store(beta_ptr + (t * B + b) * (L + 1) + l, row, mask=inside)
+        t -= 1
+
+
+def alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_alpha`'s ``(alpha (W +
+    T, B, L + 1), far (T, B, L))`` for ``emit_rev`` ``(T + W, W, B, L)``."""
+    emit_rev = emit_rev.contiguous()
+    _, W, B, _ = emit_rev.shape
+    T = emit_rev.shape[0] - W
+    alpha = emit_rev.new_full((W + T, B, L + 1), float("-inf"))
+    alpha[W - 1, :, 0] = 0.0
+    far = emit_rev.new_full((T, B, L), float("-inf"))
+    if B and T and L:
+        size, warps = block(L)
+        _alpha_kernel[(B,)](emit_rev, alpha, far, T, W, B, L, BLOCK=size, num_warps=warps)
+    return alpha, far
+
+
+def beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_beta`'s ``(T + W, B,
+    L + 1)`` for ``emit_rev`` ``(T + W, W, B, L)``."""
+    emit_rev = emit_rev.contiguous()
+    _, W, B, L = emit_rev.shape
+    T = emit_rev.shape[0] - W
+    beta = emit_rev.new_full((T + W, B, L + 1), float("-inf"))
+    lengths = target_lengths.to(device=emit_rev.device, dtype=torch.long)
+    beta[:T, torch.arange(B, device=emit_rev.device), lengths] = 0.0
+    if B and T and L:
+        size, warps = block(L)
+        _beta_kernel[(B,)](
+            emit_rev, beta, lengths.to(torch.int32).contiguous(), T, W, B, L, BLOCK=size,
+            num_warps=warps,
+        )  # fmt: skip
+    return beta
