@@ -46,7 +46,7 @@ def _tilt_kernel(
     logits_ptr, lengths_ptr, total_ptr, tilt_ptr, T, STEPS: tl.constexpr, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Row ``b = program_id``: the bisection of the reference in float64, ``tilt[b]``."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     t = tl.arange(0, BLOCK)
     n = tl.load(lengths_ptr + b)
     x = tl.load(logits_ptr + b * T + t, mask=t < n, other=0.0).to(tl.float64)
@@ -77,7 +77,7 @@ def _prefix_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Row ``b = program_id``: ``prefix`` ``(B, T + 1, V)`` and ``normaliser[b] = prefix[T, k]``
     from ``log_off``, ``log_on`` ``(B, T)``."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     v = tl.arange(0, BLOCK)
     inside = v < V
     came_in = (v >= 1) & inside
@@ -93,7 +93,8 @@ def _prefix_kernel(
         tl.store(prefix_ptr + (b * (T + 1) + t + 1) * V + v, row, mask=inside)
         t += 1
     k = tl.load(total_ptr + b)
-    tl.store(normaliser_ptr + b, tl.sum(tl.where(v == k, row, 0.0), axis=0))
+    found = tl.sum(tl.where(v == k, row, 0.0), axis=0)
+    tl.store(normaliser_ptr + b, tl.where((k >= 0) & (k < V), found, float("-inf")))
 
 
 @triton.jit
@@ -112,7 +113,7 @@ def _inclusion_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Row ``b = program_id``: ``inclusion`` ``(B, T)``, ``P(B_t = 1 | k)`` (0 where ``K = k`` is
     impossible); ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     v = tl.arange(0, BLOCK)
     inside = v < V
     ahead_in = v + 1 < V
@@ -223,7 +224,7 @@ def _suffix_kernel(
     """Row ``b = program_id``: ``suffix`` ``(B, T + 1, V)``, ``suffix[b, t, v] = log P(K_{>=t}
     = k - v)`` (``v`` highs placed before ``t``), from ``suffix[b, T, k] = 0``; padding frames
     are identity steps."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     v = tl.arange(0, BLOCK)
     inside = v < V
     ahead_in = v + 1 < V
@@ -261,9 +262,9 @@ def _id_checking_kernel(
     """Samples ``m`` of block ``program_id``, one lane each: frame by frame, with ``r`` highs
     still to place, high when ``u_t > P(low) = p_low / (p_low + p_high)``, ``p_low = (1 - p_t)
     P(K_{>t} = r)`` and ``p_high = p_t P(K_{>t} = r - 1)`` (eq. 11); ``out`` ``(N, T)`` int8."""
-    m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
     live = m < N
-    i = tl.load(rows_ptr + m, mask=live, other=0)
+    i = tl.load(rows_ptr + m, mask=live, other=0).to(tl.int64)
     n = tl.load(lengths_ptr + i, mask=live, other=0)
     k = tl.load(total_ptr + i, mask=live, other=0)
     placed = tl.zeros_like(k)
@@ -308,9 +309,9 @@ def _bounded_kernel(
     highs to place, the next is the first ``u >= t`` where ``sum_{t <= w <= u} prod_{t <= v < w}
     (1 - p_v) p_w P(K_{>w} = r - 1)`` exceeds ``U P(K_{>=t} = r)`` (in logs); ``out`` ``(N,
     K)`` int64 frames, -1 past the total."""
-    m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
     live = m < N
-    i = tl.load(rows_ptr + m, mask=live, other=0)
+    i = tl.load(rows_ptr + m, mask=live, other=0).to(tl.int64)
     n = tl.load(lengths_ptr + i, mask=live, other=0)
     k = tl.load(total_ptr + i, mask=live, other=0)
     step = tl.zeros_like(k)  # highs placed

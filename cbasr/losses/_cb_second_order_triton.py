@@ -29,14 +29,16 @@ from cbasr._triton import block, log_add_exp
 __all__: list[str] = []  # package-internal
 
 
-@triton.jit
+# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
+# fails to compile for a GPU (tests/triton_compile.py).
+@triton.jit(do_not_specialize=["W"])
 def _alpha_kernel(
     emit_ptr, alpha_ptr, far_ptr, T, W, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: rows ``W ..`` of ``alpha`` ``(W + T, B, L + 1)`` (columns
     ``1 .. L``) and ``far`` ``(T, B, L)`` from ``emit`` ``(T + W, W, B, L)`` (``[t, k]`` holds
     gap ``d = W - 1 - k``); ``alpha``'s first ``W`` rows hold the start state on entry."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     l = tl.arange(0, BLOCK)
     inside = l < L
     running = tl.zeros([BLOCK], dtype=alpha_ptr.dtype.element_ty) + float("-inf")
@@ -61,14 +63,16 @@ def _alpha_kernel(
         t += 1
 
 
-@triton.jit
+# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
+# fails to compile for a GPU (tests/triton_compile.py).
+@triton.jit(do_not_specialize=["W"])
 def _beta_kernel(
     emit_ptr, beta_ptr, lengths_ptr, T, W, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: rows ``0 .. T - 1`` of ``beta`` ``(T + W, B, L + 1)``
     (columns ``0 .. L - 1``; column ``L_b`` stays 0) from ``emit`` as :func:`_alpha_kernel`'s;
     ``beta`` holds ``-inf`` and the end state on entry."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     l = tl.arange(0, BLOCK)
     inside = l < L
     labels = tl.load(lengths_ptr + b)

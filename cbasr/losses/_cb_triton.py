@@ -43,7 +43,7 @@ def _forward_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """One utterance ``b = program_id``: ``alpha`` ``(T + 1, B, L + 1)`` and ``log_z[b]``
     from ``emit`` ``(T, B, L)``."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     s = tl.arange(0, BLOCK)
     inside = s <= L
     came_in = (s >= 1) & inside  # states reached by emitting label s - 1
@@ -77,7 +77,7 @@ def _posterior_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """One utterance ``b = program_id``: the backward variables from ``beta[T, L_b] = 0``, and
     ``post`` ``(T, B, L)``; ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     s = tl.arange(0, BLOCK)
     emits = s < L  # states that can emit label s
     labels = tl.load(lengths_ptr + b)
@@ -109,7 +109,7 @@ def _viterbi_kernel(
     L + 1)`` (1 where reaching state ``s`` at frame ``t + 1`` by emitting beats staying) and
     ``best[b]``, the best path's score; ``row`` ``(B, BLOCK)`` is scratch for the shifted
     read."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     s = tl.arange(0, BLOCK)
     inside = s <= L
     came_in = (s >= 1) & inside

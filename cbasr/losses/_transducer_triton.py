@@ -35,7 +35,9 @@ from cbasr._triton import log_add_exp as _log_add_exp
 __all__: list[str] = []  # package-internal
 
 
-@triton.jit
+# Not specialised: LEVELS = 1 as a compile-time constant makes an empty loop, which Triton 3.6
+# fails to compile for a GPU (tests/triton_compile.py).
+@triton.jit(do_not_specialize=["LEVELS"])
 def _forward_kernel(
     blank_ptr,
     emit_ptr,
@@ -50,7 +52,7 @@ def _forward_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: ``alpha`` ``(B, T + 1, U + 1)`` and ``log_p[b]`` from
     ``blank`` ``(B, T, U + 1)`` and ``emit`` ``(B, T, U)``."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
     U = U1 - 1
@@ -101,7 +103,7 @@ def _backward_kernel(
     """Utterance ``b = program_id``: the backward variables ``beta`` ``(B, T + 1, U + 1)`` from
     ``beta(T, U_b) = 0``, and the edge posteriors of the blank ``(B, T, U + 1)`` and label
     ``(B, T, U)`` edges."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
     U = U1 - 1

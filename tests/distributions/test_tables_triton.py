@@ -216,3 +216,14 @@ def test_samplers_dispatch_to_the_kernels_and_refuse_an_impossible_total():
     lows = _logits()[5:6]  # 3 of its 9 frames have a -inf logit: 7 highs cannot be met
     with use_backend("triton"), pytest.raises(ValueError, match="cannot be met"):
         id_checking_sample(lows, torch.tensor([7]), torch.tensor([9]))
+
+
+def test_a_total_outside_the_states_has_probability_zero(device):
+    """``log P(K = k)`` is ``-inf`` for ``k < 0`` or past the table, as the reference's."""
+    from cbasr.distributions._tables_triton import LogNormaliser
+
+    half = torch.full((3, 3), math.log(0.5), dtype=torch.float64, device=device)
+    total = torch.tensor([-1, 2, 4], device=device)
+    got = LogNormaliser.apply(half, half, total, torch.tensor([3, 3, 3], device=device), 4)
+    assert got[0] == -math.inf and got[2] == -math.inf  # 4 highs in 3 frames
+    torch.testing.assert_close(got[1].cpu(), torch.tensor(math.log(3 / 8), dtype=torch.float64))

@@ -1,0 +1,40 @@
+"""Every Triton kernel compiles for a GPU (sm_90, float32 and float64, integer arguments at run
+time and equal to 1), checked on the CPU by tests/triton_compile.py in a process without
+Triton's interpreter: the interpreter tests check what the kernels compute, this what a GPU
+would be given."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(
+        importlib.util.find_spec("triton") is None, reason="needs the triton package"
+    ),
+]
+
+
+def test_every_kernel_compiles_for_a_gpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compile, do not read a cached result
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.triton_compile"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = run.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert run.returncode == 0 and not failures, "\n".join(failures) or run.stderr[-2000:]
+    kernels = {line.split()[1] for line in lines if line.startswith("ok")}
+    assert len(kernels) >= 13  # every kernel module's kernels were found
+    assert len(lines) == 4 * len(kernels)  # two dtypes, two kinds of integer arguments

@@ -1,0 +1,82 @@
+"""Compile every Triton kernel of the package for a GPU, without one (``python -m
+tests.triton_compile``; run by tests/test_triton_compile.py in a process without
+``TRITON_INTERPRET``): all of Triton's stages down to the cubin for an H100 (``sm_90``), in
+float32 and float64, each kernel twice: with its integer arguments as run-time values, and
+with every one Triton would specialise set to the constant 1 (Triton compiles an argument
+equal to 1 as a constant, so a loop bound of 1 becomes an empty loop there). The interpreter
+runs neither stage. Prints one line per compilation, ``FAIL`` for a failure."""
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = GPUTarget("cuda", 90, 32)
+# pointers that are not of the kernel's float type, by kernel and argument
+POINTERS = {
+    "_tilt_kernel": {"tilt_ptr": "*fp64"},
+    "_id_checking_kernel": {"out_ptr": "*i8"},
+    "_bounded_kernel": {"out_ptr": "*i64"},
+    "_viterbi_kernel": {"emitted_ptr": "*i8"},
+}
+INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
+
+
+def kernel_modules() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (ROOT / "cbasr").rglob("_*triton.py")
+    )
+
+
+def variants(name: str, fn, dtype: str):
+    """``(label, signature, constants)`` of the compilations of one kernel."""
+    signature, constants, specialised = {}, {}, []
+    for param in inspect.signature(fn.fn).parameters.values():
+        if "constexpr" in str(param.annotation):
+            signature[param.name] = "constexpr"
+            constants[param.name] = 64 if param.name == "BLOCK" else 40
+        elif param.name.endswith("_ptr"):
+            integer = any(word in param.name for word in INTEGERS)
+            default = "*i32" if integer else f"*{dtype}"
+            signature[param.name] = POINTERS.get(name, {}).get(param.name, default)
+        elif param.name == "floor":
+            signature[param.name] = "fp32"
+        else:
+            signature[param.name] = "i32"
+            if not any(p.name == param.name and p.do_not_specialize for p in fn.params):
+                specialised.append(param.name)
+    for flag in [n for n, v in constants.items() if v == 40 and n.isupper() and n != "STEPS"]:
+        constants[flag] = True  # a boolean switch (MONOTONIC)
+    yield "run-time integers", signature, constants
+    ones = {**signature, **{n: "constexpr" for n in specialised}}
+    yield "integers equal to 1", ones, {**constants, **{n: 1 for n in specialised}}
+
+
+def main() -> int:
+    failures = 0
+    for module_name in kernel_modules():
+        module = importlib.import_module(module_name)
+        for name, fn in sorted(vars(module).items()):
+            if not isinstance(fn, triton.runtime.jit.JITFunction) or not name.endswith("_kernel"):
+                continue
+            for dtype in ("fp32", "fp64"):
+                for label, signature, constants in variants(name, fn, dtype):
+                    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+                    try:
+                        triton.compile(source, target=TARGET)
+                        print(f"ok {module_name}.{name} {dtype}, {label}")
+                    except Exception as error:  # a compiler pass failing raises RuntimeError
+                        failures += 1
+                        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                        print(f"FAIL {module_name}.{name} {dtype}, {label}: {first[:300]}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
