@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from cbasr._compiled import jit
-from cbasr.distributions._tables import normaliser_double_backward
+from cbasr.distributions._tables import normaliser_double_backward, normaliser_gradients
 
 __all__: list[str] = []  # package-internal
 
@@ -346,12 +346,9 @@ class LogNormaliser(torch.autograd.Function):
         inclusion = np.zeros(on.shape)
         _inclusion(on, off, n, index, prefix, normaliser, inclusion)
         inclusion = torch.from_numpy(inclusion).to(log_on.dtype)
-        inside = torch.arange(on.shape[1]) < lengths.unsqueeze(-1)
-        possible = torch.from_numpy(normaliser > 0).unsqueeze(-1) & inside
-        grad = grad.unsqueeze(-1)
-        grad_on = torch.where(possible, grad * inclusion, 0.0)
-        grad_off = torch.where(possible, grad * (1 - inclusion), 0.0)
-        return grad_off, grad_on, None, None, None
+        possible = torch.from_numpy(normaliser > 0)
+        grads = normaliser_gradients(grad, inclusion, possible, lengths)
+        return grads + (None, None, None)
 
 
 def _suffix_tables(logits, tilt, total, lengths):

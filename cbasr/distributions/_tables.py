@@ -206,6 +206,18 @@ def normaliser_double_backward(log_off, log_on, total, num_states, grad):
         )
 
 
+def normaliser_gradients(grad, inclusion, possible, lengths):
+    """The gradient of ``grad * log P(K = total)`` ``(B,)`` with respect to ``(log_off,
+    log_on)`` from the inclusion probabilities ``(B, T)`` (eq. 16): ``1 - P(B_t = 1 | k)`` and
+    ``P(B_t = 1 | k)`` on frames ``< lengths`` of rows whose total is ``possible`` ``(B,)``,
+    0 elsewhere. What every kernel's backward returns."""
+    T = inclusion.shape[-1]
+    inside = torch.arange(T, device=inclusion.device) < lengths.to(inclusion.device).unsqueeze(-1)
+    keep = possible.to(inclusion.device).unsqueeze(-1) & inside
+    grad = grad.unsqueeze(-1)
+    return torch.where(keep, grad * (1 - inclusion), 0.0), torch.where(keep, grad * inclusion, 0.0)
+
+
 def gather_states(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``values[..., index]`` along the last (count) dimension, ``-inf`` where out of range.
 

@@ -34,7 +34,11 @@ import triton
 import triton.language as tl
 
 from cbasr._triton import block, log_add_exp
-from cbasr.distributions._tables import normaliser_double_backward
+from cbasr.distributions._tables import (
+    bernoulli_log_weights,
+    normaliser_double_backward,
+    normaliser_gradients,
+)
 
 __all__: list[str] = []  # package-internal
 
@@ -151,8 +155,8 @@ def tilt(logits: torch.Tensor, total: torch.Tensor, lengths: torch.Tensor) -> to
         size, warps = block(T)
         _tilt_kernel[(B,)](
             logits,
-            lengths.to(device=logits.device, dtype=torch.int32).contiguous(),
-            total.to(device=logits.device, dtype=torch.int32).contiguous(),
+            _int32(lengths, logits.device),
+            _int32(total, logits.device),
             out,
             T,
             STEPS=_BISECTIONS,
@@ -206,12 +210,8 @@ class LogNormaliser(torch.autograd.Function):
                 log_off, log_on, _int32(total, log_on.device), prefix, normaliser, inclusion,
                 scratch, floor, T, prefix.shape[-1], BLOCK=size, num_warps=warps,
             )  # fmt: skip
-        inside = torch.arange(T, device=log_on.device) < lengths.to(log_on.device).unsqueeze(-1)
-        possible = torch.isfinite(normaliser).unsqueeze(-1) & inside
-        grad = grad.unsqueeze(-1)
-        grad_on = torch.where(possible, grad * inclusion, 0.0)
-        grad_off = torch.where(possible, grad * (1 - inclusion), 0.0)
-        return grad_off, grad_on, None, None, None
+        grads = normaliser_gradients(grad, inclusion, torch.isfinite(normaliser), lengths)
+        return grads + (None, None, None)
 
 
 # ---- samplers -------------------------------------------------------------------------------
@@ -349,8 +349,6 @@ _SAMPLES = 32  # samples per program of the samplers (one lane each)
 def _sampling_tables(logits, tilt, total, lengths):
     """The tilted ``log_off``, ``log_on`` ``(B, T)``, the suffix table ``(B, T + 1, V)`` and
     whether each row's total can be met ``(B,)``."""
-    from cbasr.distributions._tables import bernoulli_log_weights
-
     B, T = logits.shape
     valid = torch.arange(T, device=logits.device) < lengths.to(logits.device).unsqueeze(-1)
     log_off, log_on = (w.contiguous() for w in bernoulli_log_weights(logits, valid, tilt))
