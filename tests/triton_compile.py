@@ -1,9 +1,10 @@
 """Compile every Triton kernel of the package for a GPU, without one (``python -m
 tests.triton_compile``; run by tests/test_triton_compile.py in a process without
 ``TRITON_INTERPRET``): all of Triton's stages down to the cubin for an H100 (``sm_90``), in
-float32 and float64, each kernel twice: with its integer arguments as run-time values, and
-with every one Triton would specialise set to the constant 1 (Triton compiles an argument
-equal to 1 as a constant, so a loop bound of 1 becomes an empty loop there). The interpreter
+float32 and float64 (and half precision where a kernel reads it), each kernel twice: with its
+integer arguments as run-time values, and with every one Triton would specialise set to the
+constant 1 (Triton compiles an argument equal to 1 as a constant, so a loop bound of 1
+becomes an empty loop there). The interpreter
 runs neither stage. Prints one line per compilation, ``FAIL`` for a failure."""
 
 import importlib
@@ -25,6 +26,11 @@ POINTERS = {
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
+# kernels that also read (and write) half precision, computing in float32: those pointers
+HALVES = {
+    "_row_logsumexp_kernel": ("x_ptr",),
+    "_row_softmax_kernel": ("x_ptr", "grad_ptr"),
+}
 
 
 def kernel_modules() -> list[str]:
@@ -43,7 +49,8 @@ def variants(name: str, fn, dtype: str):
             constants[param.name] = 64 if param.name == "BLOCK" else 40
         elif param.name.endswith("_ptr"):
             integer = any(word in param.name for word in INTEGERS)
-            default = "*i32" if integer else f"*{dtype}"
+            own = param.name in HALVES.get(name, ()) or dtype not in ("fp16", "bf16")
+            default = "*i32" if integer else f"*{dtype}" if own else "*fp32"
             signature[param.name] = POINTERS.get(name, {}).get(param.name, default)
         elif param.name == "floor":
             signature[param.name] = "fp32"
@@ -65,7 +72,9 @@ def main() -> int:
         for name, fn in sorted(vars(module).items()):
             if not isinstance(fn, triton.runtime.jit.JITFunction) or not name.endswith("_kernel"):
                 continue
-            for dtype in ("fp32", "fp64"):
+            for dtype in ("fp32", "fp64", "fp16", "bf16"):
+                if dtype in ("fp16", "bf16") and name not in HALVES:
+                    continue
                 for label, signature, constants in variants(name, fn, dtype):
                     source = ASTSource(fn=fn, signature=signature, constexprs=constants)
                     try:

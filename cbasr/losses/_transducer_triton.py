@@ -19,6 +19,12 @@ reference's, masked and shifted (:mod:`cbasr.losses.transducer`). The forward ke
 way, keeping its own table, and writes each node's edge posteriors (the gradient of
 ``log P(y)``) as it goes. A level reads the previous one back from the table after a barrier.
 
+The joint's rows enter through :func:`row_logsumexp` and :func:`row_softmax`, the fused
+log-softmax of :func:`cbasr.losses.transducer.gather_logsumexp`: one pass over the joint forward
+(each row's normaliser, an online log-sum-exp over blocks of columns) and one backward (the
+softmax times each row's weight, written straight into the gradient), with no joint-sized
+temporary in either. A program takes a tile of rows; half-precision rows are read into float32.
+
 Importing this module needs Triton; set ``TRITON_INTERPRET=1`` first to run the kernels on
 CPU tensors in Triton's interpreter (the tests do).
 """
@@ -216,3 +222,145 @@ def posteriors(
         num_warps=warps,
     )
     return post_blank, post_emit
+
+
+# ---- the fused log-softmax of the joint's rows ------------------------------------------------
+
+
+@triton.jit
+def _finite_or_zero(x):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    return tl.where((x > float("-inf")) & (x < float("inf")), x, 0.0)
+
+
+# Not specialised: V = 1 as a compile-time constant (with start = 1) makes an empty loop, which
+# Triton 3.6 fails to compile for a GPU (tests/triton_compile.py).
+@triton.jit(do_not_specialize=["V"])
+def _row_logsumexp_kernel(
+    x_ptr,
+    lse_ptr,
+    N,
+    V,
+    start,
+    stride,
+    floor,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Rows ``program_id * ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)`` (row stride ``stride``):
+    ``lse = top + log sum_{v >= start} exp(max(x[v] - top, floor))`` with ``top`` the row's
+    maximum (0 where it is not finite), as the other backends; ``COLS`` columns at a time, the
+    sum rescaled whenever the running maximum grows."""
+    work = lse_ptr.dtype.element_ty
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = rows < N
+    cols = tl.arange(0, COLS)
+    top = tl.full([ROWS], float("-inf"), work)
+    total = tl.zeros([ROWS], work)
+    c = start
+    while c < V:
+        at = c + cols
+        mask = live[:, None] & (at < V)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride + at[None, :], mask=mask, other=-math.inf)
+        x = x.to(work)
+        grown = tl.maximum(top, tl.max(x, axis=1))
+        shift = _finite_or_zero(grown)
+        d = x - shift[:, None]
+        d = tl.where(d < floor, floor, d)  # (written so that NaN passes through)
+        terms = tl.where(mask, tl.exp(d), 0.0)
+        total = total * tl.exp(_finite_or_zero(top) - shift) + tl.sum(terms, axis=1)
+        top = grown
+        c += COLS
+    tl.store(lse_ptr + rows, _finite_or_zero(top) + tl.log(total), mask=live)
+
+
+@triton.jit(do_not_specialize=["V"])
+def _row_softmax_kernel(
+    x_ptr,
+    lse_ptr,
+    weight_ptr,
+    grad_ptr,
+    N,
+    V,
+    start,
+    stride,
+    floor,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """``grad[n, v] = exp(max(x[n, v] - lse[n], floor)) * weight[n]`` for ``v >= start``, 0
+    before ``start`` and on rows of weight 0, for rows ``program_id * ROWS + (0 .. ROWS - 1)``
+    (``grad`` contiguous, ``x`` of row stride ``stride``)."""
+    work = lse_ptr.dtype.element_ty
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = rows < N
+    cols = tl.arange(0, COLS)
+    lse = tl.load(lse_ptr + rows, mask=live, other=0.0)
+    weight = tl.load(weight_ptr + rows, mask=live, other=0.0).to(work)
+    c = 0
+    while c < V:
+        at = c + cols
+        mask = live[:, None] & (at < V)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride + at[None, :], mask=mask, other=0.0)
+        d = x.to(work) - lse[:, None]
+        d = tl.where(d < floor, floor, d)
+        grad = tl.exp(d) * weight[:, None]
+        grad = tl.where((at >= start)[None, :] & (weight != 0.0)[:, None], grad, 0.0)
+        tl.store(
+            grad_ptr + rows[:, None] * V + at[None, :],
+            grad.to(grad_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        c += COLS
+
+
+# Entries of a tile of rows: a few per thread of 4 warps.
+_TILE = 2048
+
+
+def _tile(columns: int) -> tuple[int, int]:
+    """``(ROWS, COLS)`` of a tile: at most 1024 columns at a time, rows filling the rest."""
+    cols = min(1024, max(16, triton.next_power_of_2(columns)))
+    return max(1, _TILE // cols), cols
+
+
+def row_logsumexp(rows: torch.Tensor, start: int, floor: float, work: torch.dtype) -> torch.Tensor:
+    """``logsumexp(rows[:, start:], -1)`` in ``work`` precision (float32 or float64), each
+    exponent at least ``floor``, for an ``(N, V)`` tensor with unit column stride and
+    ``start < V``."""
+    N, V = rows.shape
+    lse = torch.empty(N, dtype=work, device=rows.device)
+    if N == 0:
+        return lse
+    ROWS, COLS = _tile(V - start)
+    _row_logsumexp_kernel[(triton.cdiv(N, ROWS),)](
+        rows, lse, N, V, start, rows.stride(0), floor, ROWS=ROWS, COLS=COLS, num_warps=4
+    )
+    return lse
+
+
+def row_softmax(
+    rows: torch.Tensor, start: int, lse: torch.Tensor, weight: torch.Tensor, floor: float
+) -> torch.Tensor:
+    """``exp(max(rows[:, start:] - lse[:, None], floor)) * weight[:, None]`` (zeros before
+    ``start`` and on rows of weight 0), contiguous and in the dtype of ``rows``: the gradient
+    of :func:`row_logsumexp`, in one pass."""
+    N, V = rows.shape
+    grad = torch.empty(N, V, dtype=rows.dtype, device=rows.device)
+    if N == 0:
+        return grad
+    ROWS, COLS = _tile(V)
+    _row_softmax_kernel[(triton.cdiv(N, ROWS),)](
+        rows,
+        lse.contiguous(),
+        weight.to(lse.dtype).contiguous(),
+        grad,
+        N,
+        V,
+        start,
+        rows.stride(0),
+        floor,
+        ROWS=ROWS,
+        COLS=COLS,
+        num_warps=4,
+    )
+    return grad

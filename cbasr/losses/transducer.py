@@ -300,11 +300,17 @@ class _GatherLogSumExp(torch.autograd.Function):
         V = x.shape[-1]
         work = torch.promote_types(x.dtype, torch.float32)
         rows, flat_index = x.reshape(-1, V), index.reshape(-1, index.shape[-1])
-        ctx.start, ctx.kernel = start, _kernel_rows(rows, start)
-        if ctx.kernel:  # one compiled pass per row
-            lse = row_logsumexp(rows, start, _exp_floor(work))
+        ctx.start, ctx.which = start, _row_backend(rows, start)
+        if ctx.which != "torch":  # one compiled pass per row
+            if ctx.which == "triton":
+                from cbasr.losses import _transducer_triton
+
+                lse = _transducer_triton.row_logsumexp(rows, start, _exp_floor(work), work)
+            else:
+                lse = row_logsumexp(rows, start, _exp_floor(work))
             ctx.save_for_backward(x, index, lse)
-            return rows.gather(-1, flat_index).view(index.shape), lse.view(x.shape[:-1])
+            picked = rows.gather(-1, flat_index).to(work)
+            return picked.view(index.shape), lse.view(x.shape[:-1])
         lse = torch.empty(rows.shape[0], dtype=work, device=x.device)
         floor = _exp_floor(work)
         for i, step in _blocks(rows.shape[0], V - start, _CHUNK_ELEMENTS, x.is_cuda):
@@ -325,9 +331,14 @@ class _GatherLogSumExp(torch.autograd.Function):
         x, index, lse = ctx.saved_tensors
         start, V = ctx.start, x.shape[-1]
         rows = x.reshape(-1, V)
-        if ctx.kernel and grad_lse is not None:  # exp(x - lse) * grad_lse, one compiled pass
+        if ctx.which != "torch" and grad_lse is not None:  # exp(x - lse) * grad_lse, one pass
             floor = _exp_floor(lse.dtype)
-            grad = row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
+            if ctx.which == "triton":
+                from cbasr.losses import _transducer_triton
+
+                grad = _transducer_triton.row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
+            else:
+                grad = row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
         else:
             grad = torch.empty_like(rows)
             grad[:, :start] = 0.0
@@ -364,15 +375,20 @@ class _GatherLogSumExp(torch.autograd.Function):
         return grad.view(x.shape), None, None
 
 
-def _kernel_rows(rows: torch.Tensor, start: int) -> bool:
-    """Whether the compiled row passes serve this ``(N, V)`` view of a joint: a contiguous
-    float32/float64 CPU tensor with columns to normalise, kernels on."""
-    return (
-        _backends.backend(rows) == "numba"
-        and rows.dtype in (torch.float32, torch.float64)
-        and rows.is_contiguous()
-        and rows.shape[1] > start
-    )
+def _row_backend(rows: torch.Tensor, start: int) -> str:
+    """Which backend runs the row passes of this ``(N, V)`` view of a joint: ``numba`` for a
+    contiguous float32/float64 CPU tensor, ``triton`` for a CUDA one with unit column stride
+    (half precision included, read into float32), ``torch`` otherwise and when no column is
+    normalised."""
+    which = _backends.backend(rows)
+    if rows.shape[1] <= start:
+        return "torch"
+    if which == "numba" and rows.dtype in (torch.float32, torch.float64) and rows.is_contiguous():
+        return "numba"
+    halves = (torch.float16, torch.bfloat16)
+    if which == "triton" and rows.dtype in (*halves, torch.float32, torch.float64):
+        return "triton" if rows.stride(1) == 1 else "torch"
+    return "torch"
 
 
 def _blocks(rows: int, width: int, elements: int, whole: bool):
@@ -392,9 +408,11 @@ def gather_logsumexp(
     ``(B, T, U + 1, V)`` scores and their normaliser, so the normalised log-softmax need
     never exist: its log probabilities are ``picked - lse``. On CPU (float32 and float64,
     contiguous) each pass is one compiled loop per row, in the input's precision, the rows
-    split over PyTorch's threads (:mod:`cbasr.losses._transducer_kernel`). Elsewhere forward
-    works in blocks of rows (temporaries of at most ``2**18`` entries). Backward writes the
-    one joint-sized gradient in place, ``softmax(x[..., start:]) * grad_lse`` plus ``grad_picked`` scattered at
+    split over PyTorch's threads (:mod:`cbasr.losses._transducer_kernel`). On CUDA each pass
+    is one Triton kernel over tiles of rows (:mod:`cbasr.losses._transducer_triton`; half
+    precision too), with no joint-sized temporary. Elsewhere forward works in blocks of rows
+    (temporaries of at most ``2**18`` entries). Backward writes the one joint-sized gradient
+    in place, ``softmax(x[..., start:]) * grad_lse`` plus ``grad_picked`` scattered at
     ``index``. Peak extra memory is that gradient; ``x`` is kept for the backward (a
     log-softmax keeps its joint-sized output instead). Exponentials below about twice the
     smallest normal number are computed as that (``exp`` of lower arguments is a slow path on
