@@ -24,6 +24,7 @@ POINTERS = {
     "_id_checking_kernel": {"out_ptr": "*i8"},
     "_bounded_kernel": {"out_ptr": "*i64"},
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
+    "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
 # kernels that also read (and write) half precision, computing in float32: those pointers

@@ -1,6 +1,7 @@
 """The second-order CB lattice of :mod:`cbasr.losses.conditional_bernoulli_second_order` as
 Triton kernels (package-internal): its ``T``-step recursions, the ``triton`` backend of
-:func:`~cbasr.losses.cb_marginal_nll_windowed` and :func:`~cbasr.losses.cb_posteriors_windowed`.
+:func:`~cbasr.losses.cb_marginal_nll_windowed`, :func:`~cbasr.losses.cb_posteriors_windowed`
+and :func:`~cbasr.losses.cb_viterbi_windowed`.
 
 One program per utterance runs a recursion over all frames, its row of label states (``L``
 entries, one block) in registers, and writes exactly what the reference loop writes, in the
@@ -14,6 +15,10 @@ same layout, so that the rest (``log Z``, the edge posteriors) stays the referen
   l + 1]``, plus the running suffix sum of ``emit[s, W - 1, l] + beta[s, l + 1]`` over ``s >=
   t + W``, and ``beta[t, L_b] = 0`` (:func:`~cbasr.losses.conditional_bernoulli_second_order.
   _windowed_beta`).
+
+- :func:`viterbi`: the max-product form of :func:`alpha`, with each state's best gap and the
+  frame of the best way in from ``W`` or more frames back, for the host's backtrace
+  (:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_viterbi`).
 
 The rows read back (up to ``W`` frames before, or after) were stored by earlier steps of the
 same program, with a barrier between. Float32 and float64. Importing this module needs Triton;
@@ -105,6 +110,48 @@ def _beta_kernel(
         t -= 1
 
 
+# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
+# fails to compile for a GPU (tests/triton_compile.py).
+@triton.jit(do_not_specialize=["W"])
+def _windowed_viterbi_kernel(
+    emit_ptr, alpha_ptr, best_k_ptr, far_row_ptr, T, W, B, L, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Utterance ``b = program_id``: rows ``W ..`` of the max-product ``alpha`` ``(W + T, B,
+    L + 1)`` (columns ``1 .. L``), the best entry ``k`` of each state's window ``best_k``
+    ``(T, B, L)`` (0: every gap of ``W`` or more) and the row of the best of those
+    ``far_row`` ``(T, B, L)``; ties keep the first, as the reference's ``max``."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
+    l = tl.arange(0, BLOCK)
+    inside = l < L
+    far = tl.zeros([BLOCK], dtype=alpha_ptr.dtype.element_ty) + float("-inf")
+    best_row = tl.zeros([BLOCK], dtype=tl.int32)
+    t = 0
+    while t < T:
+        tl.debug_barrier()  # the rows stored by the last W steps are read
+        before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
+        better = before > far  # frames <= t - W
+        far = tl.where(better, before, far)
+        best_row = tl.where(better, t, best_row)
+        tl.store(far_row_ptr + (t * B + b) * L + l, best_row, mask=inside)
+        row = far + tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
+        best = tl.zeros([BLOCK], dtype=tl.int32)
+        k = 1
+        while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
+            came = tl.load(
+                alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf")
+            )
+            weight = tl.load(
+                emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf")
+            )
+            up = came + weight > row
+            row = tl.where(up, came + weight, row)
+            best = tl.where(up, k, best)
+            k += 1
+        tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
+        tl.store(best_k_ptr + (t * B + b) * L + l, best, mask=inside)
+        t += 1
+
+
 def alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_alpha`'s ``(alpha (W +
     T, B, L + 1), far (T, B, L))`` for ``emit_rev`` ``(T + W, W, B, L)``."""
@@ -136,3 +183,22 @@ def beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
             num_warps=warps,
         )  # fmt: skip
     return beta
+
+
+def viterbi(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_viterbi`'s ``(alpha
+    (W + T, B, L + 1), best_k (T, B, L), far_row (T, B, L))`` for ``emit_rev`` ``(T + W, W,
+    B, L)``; the two index tables as int64."""
+    emit_rev = emit_rev.contiguous()
+    _, W, B, _ = emit_rev.shape
+    T = emit_rev.shape[0] - W
+    alpha = emit_rev.new_full((W + T, B, L + 1), float("-inf"))
+    alpha[W - 1, :, 0] = 0.0
+    best_k = torch.zeros(T, B, L, dtype=torch.int32, device=emit_rev.device)
+    far_row = torch.zeros(T, B, L, dtype=torch.int32, device=emit_rev.device)
+    if B and T and L:
+        size, warps = block(L)
+        _windowed_viterbi_kernel[(B,)](
+            emit_rev, alpha, best_k, far_row, T, W, B, L, BLOCK=size, num_warps=warps
+        )
+    return alpha, best_k.long(), far_row.long()

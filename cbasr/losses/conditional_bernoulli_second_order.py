@@ -121,6 +121,42 @@ def _windowed_beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torc
     return beta
 
 
+def _windowed_viterbi(
+    emit_rev: torch.Tensor, L: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The max-product form of :func:`_windowed_alpha`: ``T`` serial steps over frames.
+
+    ``alpha[W + t, b, l + 1] = max(max_{d < W - 1} alpha[t - d - 1, l] + emit[t, d, l],
+    far[t, l] + emit[t, W - 1, l])`` with ``far[t, l] = max_{s <= t - W} alpha[s, l]``.
+
+    Returns:
+        ``alpha (W + T, B, L + 1)`` (rows as :func:`_windowed_alpha`'s), ``best_k (T, B, L)``
+        the best entry of each state's window (``k = W - 1 - d``; 0 for every gap of ``W`` or
+        more) and ``far_row (T, B, L)`` the row of ``alpha`` behind ``far``; ties keep the
+        first entry and the earliest row. Both int64.
+    """
+    T = emit_rev.shape[0] - emit_rev.shape[1]
+    _, W, B, _ = emit_rev.shape
+    device = emit_rev.device
+    alpha = emit_rev.new_full((W + T, B, L + 1), _NEG_INF)  # row r: frame r - W
+    alpha[W - 1, :, 0] = 0.0
+    best_k = torch.zeros(T, B, L, dtype=torch.long, device=device)
+    # (T + 1, B, L, W) -> (T + 1, W, B, L)
+    window = alpha.unfold(0, W, 1)[:, :, :L].permute(0, 3, 1, 2)
+    far = emit_rev.new_full((B, L), _NEG_INF)  # best of rows 0 .. t (frames <= t - W) ...
+    far_row = torch.zeros(T, B, L, dtype=torch.long, device=device)  # ... and its row
+    best_row = torch.zeros(B, L, dtype=torch.long, device=device)
+    for t in range(T):
+        better = alpha[t, :, :L] > far
+        far = torch.where(better, alpha[t, :, :L], far)
+        best_row = torch.where(better, t, best_row)
+        far_row[t] = best_row
+        scores = window[t] + emit_rev[t]  # (W, B, L): over the W previous frames ...
+        scores[0] = far + emit_rev[t, 0]  # ... k = 0 standing for every gap of W or more
+        alpha[W + t, :, 1:], best_k[t] = scores.max(dim=0)
+    return alpha, best_k, far_row
+
+
 class _WindowedForwardBackward(torch.autograd.Function):
     """``log Z`` of the second-order lattice with an explicit posterior backward. Its two
     recursions run as Triton kernels (:mod:`cbasr.losses._cb_second_order_triton`) where the
@@ -237,7 +273,9 @@ def cb_viterbi_windowed(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Most likely emission times of the second-order model: the max-product form of the
     windowed lattice (``alpha[t, l] = max_d alpha[t - d - 1, l - 1] + emit[t, d, l]``, the
-    best of every frame at least ``W`` back for ``d = W - 1``) and a backtrace.
+    best of every frame at least ``W`` back for ``d = W - 1``) and a backtrace on the host. The
+    forward pass is a Triton kernel for CUDA tensors (float32 and float64), the PyTorch loop
+    elsewhere.
 
     Args:
         as :func:`cb_marginal_nll_windowed`.
@@ -250,22 +288,12 @@ def cb_viterbi_windowed(
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     B, T, W, L = emit.shape
     emit_rev = _reversed_window(emit)
-    alpha = emit.new_full((W + T, B, L + 1), _NEG_INF)  # row r: frame r - W, as the forward pass
-    alpha[W - 1, :, 0] = 0.0
-    best_k = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)
-    # (T + 1, B, L, W) -> (T + 1, W, B, L)
-    window = alpha.unfold(0, W, 1)[:, :, :L].permute(0, 3, 1, 2)
-    far = emit.new_full((B, L), _NEG_INF)  # best of rows 0 .. t (frames <= t - W) ...
-    far_row = torch.zeros(T, B, L, dtype=torch.long, device=emit.device)  # ... and its row
-    best_row = torch.zeros(B, L, dtype=torch.long, device=emit.device)
-    for t in range(T):
-        better = alpha[t, :, :L] > far
-        far = torch.where(better, alpha[t, :, :L], far)
-        best_row = torch.where(better, t, best_row)
-        far_row[t] = best_row
-        scores = window[t] + emit_rev[t]  # (W, B, L): over the W previous frames ...
-        scores[0] = far + emit_rev[t, 0]  # ... k = 0 standing for every gap of W or more
-        alpha[W + t, :, 1:], best_k[t] = scores.max(dim=0)
+    if _backends.backend(emit) == "triton" and emit.dtype in _KERNEL_DTYPES:
+        from cbasr.losses import _cb_second_order_triton
+
+        alpha, best_k, far_row = _cb_second_order_triton.viterbi(emit_rev, L)
+    else:
+        alpha, best_k, far_row = _windowed_viterbi(emit_rev, L)
     lengths = target_lengths.to(emit.device)
     # (W + T, B): last label at each frame
     ends = alpha[:, torch.arange(B, device=emit.device), lengths]

@@ -275,3 +275,28 @@ def test_kernel_recursions_equal_the_reference_loops(dtype, device, lattice):
         got_beta = kernels.beta(emit_rev.to(device), lengths.to(device))
         torch.testing.assert_close(got_beta.cpu(), _windowed_beta(emit_rev, lengths), **tol)
         assert got_alpha.isfinite().any() and got_beta[:9, 0, 1:].isfinite().any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_viterbi_kernel_equals_the_reference_loop(dtype, device, lattice):
+    """The max-product kernel writes the loop's alpha, best window entries and far rows, ties
+    (whole-number weights) broken the same way, for W = 1 and W = 4."""
+    if lattice != "triton":
+        pytest.skip("the kernels' own test")
+    from cbasr.losses import _cb_second_order_triton as kernels
+    from cbasr.losses.conditional_bernoulli_second_order import (
+        _reversed_window,
+        _windowed_viterbi,
+    )
+
+    g = torch.Generator().manual_seed(5)
+    for W in (1, 4):
+        emit = -torch.randint(0, 3, (3, 9, W, 4), generator=g).to(F64)  # many ties
+        emit[torch.rand(emit.shape, generator=g) < 0.2] = -math.inf
+        emit_rev = _reversed_window(emit.to(dtype))
+        want = _windowed_viterbi(emit_rev, 4)
+        got = kernels.viterbi(emit_rev.to(device), 4)
+        for got_one, want_one in zip(got, want, strict=True):
+            torch.testing.assert_close(got_one.cpu(), want_one, rtol=0, atol=0)
+        assert want[2].any() and want[0][W:].isfinite().any()
+        assert want[1].any() == (W > 1)  # W = 1 has the far entry only
