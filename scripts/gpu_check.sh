@@ -3,6 +3,7 @@
 # the benchmarks whose figures go to benchmarks/gpu/ (README, "Performance").
 #
 #   scripts/gpu_wheels.sh                      # first, here, where PyPI can be reached: .whl/
+#   scripts/stage_author.sh CB_GIT PYDROBERT_GIT  # optional: the CB author's code, .author/
 #   CBASR_COMMIT=<sha> scripts/gpu_check.sh OUT  # there, in the repository's root
 #
 # Steps, each under its own time limit, each writing into OUT (created):
@@ -10,11 +11,14 @@
 #   tests.log            pytest --device cuda on the Triton-marked and gpu-marked tests
 #   bench_losses.jsonl   scripts/bench_losses.py --device cuda --json
 #   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
-#                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script)
+#                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
+#                        when scripts/stage_author.sh has staged it in .author/: carry it too)
 #   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json
 # Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
-# command that wrote it. A step that fails is recorded in OUT/summary.txt and the rest still
-# run; the exit status is the number of failed steps.
+# command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (README,
+# "Performance", also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
+# A step that fails is recorded in OUT/summary.txt and the rest still run; the exit status is
+# the number of failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_check.sh OUT}
@@ -28,6 +32,9 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET  # compiled kernels, not the interpreter
 commit=${CBASR_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+if [[ -z ${AUTHOR_SRC:-} && -d .author/src ]]; then
+  AUTHOR_SRC=$PWD/.author/src:$PWD/.author/site
+fi
 failed=0
 summary="$out/summary.txt"
 : >"$summary"
@@ -43,19 +50,7 @@ step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, not
 }
 
 annotate() {  # FILE COMMAND: add device name, commit and command to each JSON line of FILE
-  "$py" - "$1" "$commit" "$2" <<'PY'
-import json, sys
-import torch
-path, commit, command = sys.argv[1:]
-name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-rows = []
-for line in open(path):
-    if line.startswith("{"):
-        row = json.loads(line)
-        row.update(device_name=name, commit=commit, command=command)
-        rows.append(json.dumps(row))
-open(path, "w").write("".join(r + "\n" for r in rows))
-PY
+  "$py" scripts/perf_table.py --annotate "$1" "$commit" "$2"
 }
 
 {
@@ -79,5 +74,6 @@ cmd="scripts/bench_train.py --synthetic --device cuda --json --presets blstm_ctc
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
 annotate "$out/bench_train.jsonl" "$cmd"
 
+"$py" scripts/perf_table.py "$out" >"$out/table.md" 2>>"$out/stderr.log"
 echo "failed steps: $failed" | tee -a "$summary"
 exit "$failed"

@@ -15,6 +15,7 @@ a function of the seed alone, and slicing it (``plan[k:]``) skips batches withou
 so a resumed epoch continues with the same batches.
 """
 
+import functools
 import hashlib
 import json
 import logging
@@ -192,20 +193,36 @@ class EpochPlan(Sequence):
     """The batches of one epoch over ``text`` (module docstring), from batch ``start`` on."""
 
     def __init__(
-        self, text: ShardedText, max_tokens: int, seed: int, counts: list[int], start: int = 0
+        self,
+        text: ShardedText,
+        max_tokens: int,
+        seed: int,
+        counts: list[int],
+        start: int = 0,
+        _drawn=None,
     ):
         self.text, self.max_tokens, self.seed, self.counts = text, max_tokens, seed, counts
         self.start = start
         self.order = list(range(len(counts)))
         random.Random(seed).shuffle(self.order)
+        # The walks of one epoch (the trainer's, its loader's and the loader's sentences) go
+        # through the plan side by side: each shard's batches are drawn once and kept while the
+        # walks are in it (a slice shares them).
+        self._drawn = _drawn or functools.lru_cache(maxsize=2)(self._draw)
+
+    def _draw(self, shard: int) -> list[ShardBatch]:
+        lengths = self.text.lengths(shard)
+        batches = length_batches(lengths, self.max_tokens, seed=self.seed * 100_003 + shard)
+        return [ShardBatch(shard, tuple(b), int(lengths[b].sum()) + len(b)) for b in batches]
 
     def __len__(self) -> int:
         return max(sum(self.counts) - self.start, 0)
 
     def __getitem__(self, item):
         if isinstance(item, slice) and item.step in (None, 1) and item.stop is None:
+            start = self.start + (item.start or 0)
             return EpochPlan(
-                self.text, self.max_tokens, self.seed, self.counts, self.start + (item.start or 0)
+                self.text, self.max_tokens, self.seed, self.counts, start, _drawn=self._drawn
             )
         if isinstance(item, int):
             for i, batch in enumerate(self):
@@ -220,10 +237,7 @@ class EpochPlan(Sequence):
             if skip >= self.counts[shard]:
                 skip -= self.counts[shard]
                 continue
-            lengths = self.text.lengths(shard)
-            batches = length_batches(lengths, self.max_tokens, seed=self.seed * 100_003 + shard)
-            for batch in batches[skip:]:
-                yield ShardBatch(shard, tuple(batch), int(lengths[batch].sum()) + len(batch))
+            yield from self._drawn(shard)[skip:]
             skip = 0
 
 

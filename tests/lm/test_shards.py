@@ -141,3 +141,27 @@ def test_the_lm_task_reports_the_training_texts_skips(tmp_path, text, vocab):
         f"{dev}:2\ttoken 'q' not in the vocabulary",
     ]
     assert json.loads((tmp_path / "exp/shards/index.json").read_text())["skipped"] == 1
+
+
+def test_the_walks_of_an_epoch_draw_each_shard_once(tmp_path, text, vocab, monkeypatch):
+    """The trainer walks the plan beside its loader, which walks it beside the sentences: three
+    walks side by side, each shard's batches drawn once (a slice, a resumed epoch, too)."""
+    from cbasr.lm import shards
+
+    sharded = build_shards(text, vocab, "words", tmp_path / "shards", shard_tokens=50)
+    counts = sharded.batch_counts(max_tokens=20)
+    drawn = []
+    draw = shards.length_batches
+
+    def counting(lengths, max_tokens, seed):
+        drawn.append(seed)
+        return draw(lengths, max_tokens, seed=seed)
+
+    monkeypatch.setattr(shards, "length_batches", counting)
+    for start in (0, 3):
+        drawn.clear()
+        plan = EpochPlan(sharded, 20, seed=3, counts=counts)[start:]
+        loader = zip(plan, sentences_of(sharded, plan))
+        walked = [(b, own) for (b, _), own in zip(loader, plan)]
+        assert len(walked) == sum(counts) - start and all(a == b for a, b in walked)
+        assert len(drawn) == len(set(drawn)) == len(counts)

@@ -1,0 +1,214 @@
+"""The performance tables of the README from benchmark JSON lines (the targets of the kernels'
+work, on a GPU and on the CPU).
+
+    .venv/bin/python scripts/perf_table.py benchmarks/gpu benchmarks/cpu   # a table per folder
+    .venv/bin/python scripts/perf_table.py --summary benchmarks/*/         # a row per folder
+    .venv/bin/python scripts/perf_table.py --annotate FILE COMMIT COMMAND  # tag JSON lines
+
+A folder holds what ``scripts/gpu_check.sh`` writes (or the same benchmarks run by hand, then
+tagged with ``--annotate``): ``bench_losses.jsonl`` (``scripts/bench_losses.py --json``),
+``bench_distributions.jsonl`` (``scripts/bench_distributions.py --json``, with an ``author``
+row when the CB paper author's code was at hand) and ``bench_train.jsonl``
+(``scripts/bench_train.py --synthetic --json``), each line tagged with the machine's name,
+the commit and the command. A file that is missing leaves its rows out.
+
+The ratios, each against its reference measured in the same run:
+
+- ``cb_marginal_nll`` forward + backward time and peak extra memory over ``ctc_loss``'s, at
+  each ``(B, T, U, V)`` (target: at most 1.0 on a GPU);
+- ``hat_fused`` (:func:`cbasr.losses.hat_nll_from_logits`) time and memory over torchaudio's
+  ``rnnt_loss`` (targets on a GPU: at most 1.0 and 0.6);
+- the CB distribution's ``log_prob`` + backward and ID-checking sampling: the author's time
+  over ours (target: at least 20 on a GPU);
+- training frames per second of ``cb_pointwise`` and ``demo_hat`` over ``blstm_ctc``'s
+  (targets on a GPU: at least 1.0 and 0.8).
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+# (quantity, ours, reference, field, target, higher is better)
+LOSS_RATIOS = [
+    ("cb / ctc time", "cb", "ctc", "ms", 1.0, False),
+    ("cb / ctc memory", "cb", "ctc", "peak_mb", 1.0, False),
+    ("hat_fused / rnnt time", "hat_fused", "rnnt", "ms", 1.0, False),
+    ("hat_fused / rnnt memory", "hat_fused", "rnnt", "peak_mb", 0.6, False),
+]
+DISTRIBUTION_RATIOS = [
+    ("CB log_prob + backward: author / ours", "log_prob + backward", "cbasr"),
+    ("CB ID-checking sample: author / ours", "sample", "cbasr id_checking"),
+]
+DISTRIBUTION_TARGET = 20.0
+TRAIN_RATIOS = [("cb_pointwise", 1.0), ("demo_hat", 0.8)]
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The JSON objects of ``path``, one per line; ``[]`` when it does not exist."""
+    if not path.exists():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise SystemExit(f"{path}:{number}: not a JSON object: {error}") from None
+    return rows
+
+
+def _shape(row: dict) -> str:
+    shape = row["shape"]
+    return "(" + ", ".join(str(v) for v in shape.values()) + ")"
+
+
+def ratios(folder: Path) -> list[dict]:
+    """One dict per target quantity measured in ``folder``: ``quantity``, ``shape``, ``ours``,
+    ``reference``, ``ratio``, ``target``, ``met`` (``None`` where a side is missing or 0)."""
+    found = []
+
+    def add(quantity, shape, ours, reference, target, higher, speed_up=False):
+        """``ours / reference``, or ``reference / ours`` for a ``speed_up`` of times."""
+        top, bottom = (reference, ours) if speed_up else (ours, reference)
+        ratio = top / bottom if top is not None and bottom else None
+        met = None if ratio is None else (ratio >= target if higher else ratio <= target)
+        found.append(
+            dict(quantity=quantity, shape=shape, ours=ours, reference=reference, ratio=ratio,
+                 target=("≥ " if higher else "≤ ") + f"{target:g}", met=met)
+        )  # fmt: skip
+
+    losses = read_lines(folder / "bench_losses.jsonl")
+    by_shape: dict[str, dict[str, dict]] = {}
+    for row in losses:
+        if "implementation" in row:
+            by_shape.setdefault(_shape(row), {})[row["implementation"]] = row
+    for quantity, ours, reference, field, target, higher in LOSS_RATIOS:
+        for shape, rows in by_shape.items():
+            if ours in rows or reference in rows:
+                mine, theirs = rows.get(ours, {}).get(field), rows.get(reference, {}).get(field)
+                add(quantity, shape, mine, theirs, target, higher)
+    distributions = [r for r in read_lines(folder / "bench_distributions.jsonl") if "ms" in r]
+    for quantity, operation, implementation in DISTRIBUTION_RATIOS:
+        rows = {r["implementation"]: r for r in distributions if r["operation"] == operation}
+        if implementation in rows:
+            shape = _shape(rows[implementation])
+            author = rows.get("author", {}).get("ms")
+            mine = rows[implementation]["ms"]
+            add(quantity, shape, mine, author, DISTRIBUTION_TARGET, True, speed_up=True)
+    train = {r["preset"]: r for r in read_lines(folder / "bench_train.jsonl") if "preset" in r}
+    for preset, target in TRAIN_RATIOS:
+        if preset in train or "blstm_ctc" in train:
+            mine = train.get(preset, {}).get("frames_per_s")
+            theirs = train.get("blstm_ctc", {}).get("frames_per_s")
+            add(f"{preset} / blstm_ctc frames/s", "", mine, theirs, target, True)
+    return found
+
+
+def machine(folder: Path) -> tuple[str, str]:
+    """The machine's name and the commit the folder's lines carry (the first tagged line)."""
+    for name in ("bench_losses.jsonl", "bench_distributions.jsonl", "bench_train.jsonl"):
+        for row in read_lines(folder / name):
+            if "device_name" in row:
+                return row["device_name"], str(row.get("commit", "?"))[:7]
+    return folder.name, "?"
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def table(folder: Path) -> str:
+    name, commit = machine(folder)
+    lines = [
+        f"{name}, commit {commit} (`{folder}`)",
+        "",
+        "| quantity | shape | ours | reference | ratio | target | met |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in ratios(folder):
+        met = {None: "-", True: "yes", False: "**no**"}[r["met"]]
+        lines.append(
+            f"| {r['quantity']} | {r['shape']} | {_number(r['ours'])} | "
+            f"{_number(r['reference'])} | {_number(r['ratio'])} | {r['target']} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(folders: list[Path]) -> str:
+    """One row per folder: each quantity's ratios over its shapes, separated by ``/``."""
+    columns: list[str] = []
+    rows = []
+    for folder in folders:
+        found: dict[str, list[str]] = {}
+        for r in ratios(folder):
+            found.setdefault(r["quantity"], []).append(_number(r["ratio"]))
+            if r["quantity"] not in columns:
+                columns.append(r["quantity"])
+        rows.append((machine(folder), found))
+    out = ["| machine | commit | " + " | ".join(columns) + " |"]
+    out.append("|---|---|" + "---:|" * len(columns))
+    for (name, commit), found in rows:
+        cells = [" / ".join(found.get(c, ["-"])) for c in columns]
+        out.append(f"| {name} | {commit} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def device_name() -> str:
+    """The GPU's name where torch sees one, else the CPU's model and its cores."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
+
+
+def annotate(path: Path, commit: str, command: str) -> None:
+    """Tag each JSON line of ``path`` with ``device_name``, ``commit`` and ``command``."""
+    name = device_name()
+    rows = read_lines(path)
+    for row in rows:
+        row.update(device_name=name, commit=commit, command=command)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("--summary", action="store_true", help="one row per folder")
+    parser.add_argument(
+        "--annotate", nargs=3, metavar=("FILE", "COMMIT", "COMMAND"), help="tag JSON lines"
+    )
+    args = parser.parse_args(argv)
+    if args.annotate:
+        path, commit, command = args.annotate
+        annotate(Path(path), commit, command)
+        return 0
+    if not args.folders:
+        parser.error("name at least one folder of benchmark JSON lines")
+    for folder in args.folders:
+        if not folder.is_dir():
+            parser.error(f"{folder}: not a folder")
+    if args.summary:
+        print(summary(args.folders))
+    else:
+        print("\n\n".join(table(folder) for folder in args.folders))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""scripts/perf_table.py: the performance targets' ratios from benchmark JSON lines."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def perf_table():
+    spec = importlib.util.spec_from_file_location("perf_table", ROOT / "scripts" / "perf_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(path: Path, rows: list[dict], extra: str = "") -> None:
+    path.write_text(extra + "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _loss(impl, ms, mb, shape=(8, 200, 50, 64)):
+    B, T, U, V = shape
+    return {"shape": {"B": B, "T": T, "U": U, "V": V}, "implementation": impl, "ms": ms,
+            "peak_mb": mb, "device_name": "NVIDIA H200", "commit": "0123456789abcdef"}  # fmt: skip
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    big = (4, 1000, 200, 1000)
+    _write(
+        folder / "bench_losses.jsonl",
+        [_loss("ctc", 2.0, 10.0), _loss("cb", 1.5, 12.0), _loss("rnnt", 4.0, 40.0),
+         _loss("hat_fused", 5.0, 20.0), _loss("ctc", 3.0, 60.0, big), _loss("cb", 3.0, 30.0, big)],
+    )  # fmt: skip
+    shape = {"B": 32, "T": 1000, "k": 200}
+    dist = [
+        {"shape": shape, "operation": "log_prob + backward", "implementation": i, "ms": ms}
+        for i, ms in (("cbasr", 4.0), ("author", 86.0), ("naive", 900.0))
+    ] + [
+        {"shape": shape, "operation": "sample", "implementation": i, "ms": ms}
+        for i, ms in (("cbasr id_checking", 10.0), ("cbasr bounded", 1.0), ("author", 80.0))
+    ]
+    # the agreement line bench_distributions prints first carries no measurement
+    _write(folder / "bench_distributions.jsonl", [{"float64_max_abs": 1e-14}, *dist])
+    _write(
+        folder / "bench_train.jsonl",
+        [{"preset": p, "frames_per_s": f}
+         for p, f in (("blstm_ctc", 1000.0), ("cb_pointwise", 900.0), ("demo_hat", 850.0))],
+        extra="a log line\n",
+    )  # fmt: skip
+    return folder
+
+
+def test_ratios_against_their_references_and_targets(perf_table, tmp_path):
+    found = {(r["quantity"], r["shape"]): r for r in perf_table.ratios(_folder(tmp_path))}
+    small, big = "(8, 200, 50, 64)", "(4, 1000, 200, 1000)"
+    assert found[("cb / ctc time", small)]["ratio"] == pytest.approx(0.75)
+    assert found[("cb / ctc time", small)]["met"] is True
+    assert found[("cb / ctc time", big)]["ratio"] == pytest.approx(1.0)  # at the target: met
+    assert found[("cb / ctc time", big)]["met"] is True
+    assert found[("cb / ctc memory", small)]["met"] is False  # 1.2 > 1.0
+    assert found[("hat_fused / rnnt time", small)]["ratio"] == pytest.approx(1.25)
+    assert found[("hat_fused / rnnt memory", small)]["met"] is True  # 0.5 <= 0.6
+    # no hat_fused or rnnt at the big shape: no row for it
+    assert ("hat_fused / rnnt time", big) not in found
+    # speed-ups are the author's time over ours, the bounded sampler not mistaken for ours
+    speed = found[("CB log_prob + backward: author / ours", "(32, 1000, 200)")]
+    assert speed["ratio"] == pytest.approx(21.5) and speed["met"] is True
+    sample = found[("CB ID-checking sample: author / ours", "(32, 1000, 200)")]
+    assert sample["ours"] == 10.0 and sample["ratio"] == pytest.approx(8.0)
+    assert sample["met"] is False
+    assert found[("cb_pointwise / blstm_ctc frames/s", "")]["met"] is False  # 0.9 < 1.0
+    assert found[("demo_hat / blstm_ctc frames/s", "")]["met"] is True  # 0.85 >= 0.8
+
+
+def test_a_missing_side_or_file_leaves_the_ratio_open(perf_table, tmp_path):
+    folder = _folder(tmp_path)
+    (folder / "bench_train.jsonl").unlink()
+    lines = (folder / "bench_distributions.jsonl").read_text().splitlines()
+    (folder / "bench_distributions.jsonl").write_text(
+        "\n".join(line for line in lines if '"author"' not in line) + "\n"
+    )
+    found = perf_table.ratios(folder)
+    assert not [r for r in found if "frames/s" in r["quantity"]]
+    author = [r for r in found if "author" in r["quantity"]]
+    assert len(author) == 2 and all(r["ratio"] is None and r["met"] is None for r in author)
+    text = perf_table.table(folder)
+    assert "NVIDIA H200, commit 0123456" in text and "| - | ≥ 20 | - |" in text
+
+
+def test_annotate_tags_every_line_and_drops_the_rest(perf_table, tmp_path):
+    path = tmp_path / "bench_train.jsonl"
+    _write(path, [{"preset": "blstm_ctc", "frames_per_s": 5.0}], extra="progress\n")
+    assert perf_table.main(["--annotate", str(path), "abc", "bench_train --json"]) == 0
+    (row,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert row["preset"] == "blstm_ctc" and row["frames_per_s"] == 5.0
+    assert row["commit"] == "abc" and row["command"] == "bench_train --json"
+    assert row["device_name"]
+
+
+def test_a_broken_line_is_named(perf_table, tmp_path):
+    folder = _folder(tmp_path)
+    with (folder / "bench_losses.jsonl").open("a") as f:
+        f.write('{"shape": \n')
+    with pytest.raises(SystemExit, match=r"bench_losses.jsonl:7: not a JSON object"):
+        perf_table.ratios(folder)
+
+
+def test_summary_has_a_row_per_folder(perf_table, tmp_path, capsys):
+    first = _folder(tmp_path)
+    second = tmp_path / "cpu"
+    second.mkdir()
+    _write(second / "bench_losses.jsonl", [_loss("ctc", 1.0, 1.0), _loss("cb", 3.0, 1.0)])
+    assert perf_table.main(["--summary", str(first), str(second)]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("| machine | commit | cb / ctc time |")
+    assert rows[2].split(" | ")[2] == "0.75 / 1"  # both shapes, in the file's order
+    assert rows[3].split(" | ")[2] == "3"
