@@ -108,13 +108,14 @@ def test_gather_logsumexp_kernel_matches_the_pytorch_blocks(threads):
 @pytest.mark.parametrize(
     "dtype, columns", [(torch.float32, 41), (torch.float64, 41), (torch.float32, 1500)]
 )
-def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns):
+def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns, device):
     """The Triton row passes against the PyTorch blocks: a normaliser that skips the blank
     unit, ``-inf`` scores, an all ``-inf`` row (floored as the other backends: finite), NaN rows
     of weight 0 (gradient exactly 0), weights of either sign, rows read from a wider tensor
     (row stride beyond ``V``), and rows wider than one tile (1500 columns: the running maximum
     rescales the sum)."""
     from cbasr.losses import gather_logsumexp
+    from cbasr.losses.transducer import _row_backend
 
     g = torch.Generator().manual_seed(9)
     wide = 4 * torch.randn(2, 20, 3, columns + 7, generator=g, dtype=dtype)
@@ -128,11 +129,13 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns):
     weight = torch.rand(2, 20, 3, generator=g, dtype=dtype) - 0.2
     weight[1, 7:] = 0.0
     weight[0, 0, 0] = 0.0
+    wide, index, weight = wide.to(device), index.to(device), weight.to(device)
     results = []
     for backend in ("triton", "torch"):
         leaf = wide.clone().requires_grad_()
         x = leaf[..., :columns]  # rows of stride columns + 7
         with use_backend(backend):
+            assert _row_backend(x.reshape(-1, columns), 1) == backend  # the kernels run
             picked, lse = gather_logsumexp(x, index, 1)
             loss = torch.where(weight != 0, lse * weight, 0.0).sum() + picked[:, :7].sum()
             (grad,) = torch.autograd.grad(loss, leaf)
@@ -145,18 +148,20 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns):
 
 
 @pytest.mark.triton
-def test_gather_logsumexp_triton_reads_half_precision_into_float32():
+def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
     """Half-precision scores: picked entries and normalisers in float32, as the PyTorch blocks
     give them, and the gradient in half precision."""
     from cbasr.losses import gather_logsumexp
+    from cbasr.losses.transducer import _row_backend
 
     g = torch.Generator().manual_seed(4)
-    x = (3 * torch.randn(2, 6, 4, 33, generator=g)).half()
-    index = torch.randint(0, 33, (2, 6, 4, 2), generator=g)
+    x = (3 * torch.randn(2, 6, 4, 33, generator=g)).half().to(device)
+    index = torch.randint(0, 33, (2, 6, 4, 2), generator=g).to(device)
     results = []
     for backend in ("triton", "torch"):
         leaf = x.clone().requires_grad_()
         with use_backend(backend):
+            assert _row_backend(leaf.view(-1, 33), 0) == backend
             picked, lse = gather_logsumexp(leaf, index)
             (grad,) = torch.autograd.grad(lse.sum() - picked.sum(), leaf)
         assert picked.dtype == lse.dtype == torch.float32 and grad.dtype == torch.float16
