@@ -34,6 +34,18 @@ from cbasr._triton import block, log_add_exp
 __all__: list[str] = []  # package-internal
 
 
+@triton.jit
+def _gap_term(
+    emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Entry ``k`` of frame ``t``'s window for utterance ``b``: the forward variable of the
+    previous label's emission ``W - k`` frames back (row ``t + k``) plus the weight of gap
+    ``d = W - 1 - k``."""
+    came = tl.load(alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
+    weight = tl.load(emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf"))
+    return came + weight
+
+
 # Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
 # fails to compile for a GPU (tests/triton_compile.py).
 @triton.jit(do_not_specialize=["W"])
@@ -56,13 +68,7 @@ def _alpha_kernel(
         row = running + tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
         k = 1
         while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
-            came = tl.load(
-                alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf")
-            )
-            weight = tl.load(
-                emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf")
-            )
-            row = log_add_exp(row, came + weight)
+            row = log_add_exp(row, _gap_term(emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside))
             k += 1
         tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
         t += 1
@@ -137,14 +143,9 @@ def _windowed_viterbi_kernel(
         best = tl.zeros([BLOCK], dtype=tl.int32)
         k = 1
         while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
-            came = tl.load(
-                alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf")
-            )
-            weight = tl.load(
-                emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf")
-            )
-            up = came + weight > row
-            row = tl.where(up, came + weight, row)
+            term = _gap_term(emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside)
+            up = term > row
+            row = tl.where(up, term, row)
             best = tl.where(up, k, best)
             k += 1
         tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
