@@ -1,5 +1,14 @@
 """What the Triton kernels share (package-internal): the log-add-exp of two blocks and the block
-size for a vector of states. Importing this module needs Triton (see :mod:`cbasr._backends`)."""
+size for a vector of states. Importing this module needs Triton (see :mod:`cbasr._backends`).
+
+Float constants in the kernels: Triton 3.6 passes a Python float argument as float32, and builds
+the float constant of a comparison, ``tl.where`` or ``tl.maximum`` in float32 too, rounding it
+for a float64 kernel (``log`` of the smallest float64 normal, about -708, moves by 5e-6). A
+kernel's float constant (``FLOOR``, the least exponent) is therefore a ``tl.constexpr``, brought
+to the block's precision by an addition, which builds it in the result's type:
+``low = tl.zeros_like(x) + FLOOR``. The interpreter keeps float64 throughout, so only the
+compiled kernels show the difference; ``tests/triton_compile.py`` fails a float64 kernel whose
+compiled code holds its ``FLOOR`` rounded."""
 
 import triton
 import triton.language as tl

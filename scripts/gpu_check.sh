@@ -74,6 +74,6 @@ cmd="scripts/bench_train.py --synthetic --device cuda --json --presets blstm_ctc
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
 annotate "$out/bench_train.jsonl" "$cmd"
 
-"$py" scripts/perf_table.py "$out" >"$out/table.md" 2>>"$out/stderr.log"
+step table 30 "$out/table.md" "$py" scripts/perf_table.py "$out"
 echo "failed steps: $failed" | tee -a "$summary"
 exit "$failed"

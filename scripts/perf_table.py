@@ -84,7 +84,13 @@ def ratios(folder: Path) -> list[dict]:
     by_shape: dict[str, dict[str, dict]] = {}
     for row in losses:
         if "implementation" in row:
-            by_shape.setdefault(_shape(row), {})[row["implementation"]] = row
+            rows = by_shape.setdefault(_shape(row), {})
+            if row["implementation"] in rows:
+                raise SystemExit(
+                    f"{folder / 'bench_losses.jsonl'}: {row['implementation']} at "
+                    f"{_shape(row)} is measured twice; keep one run per file"
+                )
+            rows[row["implementation"]] = row
     for quantity, ours, reference, field, target, higher in LOSS_RATIOS:
         for shape, rows in by_shape.items():
             if ours in rows or reference in rows:
@@ -92,7 +98,7 @@ def ratios(folder: Path) -> list[dict]:
                 add(quantity, shape, mine, theirs, target, higher)
     distributions = [r for r in read_lines(folder / "bench_distributions.jsonl") if "ms" in r]
     for quantity, operation, implementation in DISTRIBUTION_RATIOS:
-        rows = {r["implementation"]: r for r in distributions if r["operation"] == operation}
+        rows = {r["implementation"]: r for r in distributions if r.get("operation") == operation}
         if implementation in rows:
             shape = _shape(rows[implementation])
             author = rows.get("author", {}).get("ms")
@@ -108,12 +114,17 @@ def ratios(folder: Path) -> list[dict]:
 
 
 def machine(folder: Path) -> tuple[str, str]:
-    """The machine's name and the commit the folder's lines carry (the first tagged line)."""
-    for name in ("bench_losses.jsonl", "bench_distributions.jsonl", "bench_train.jsonl"):
-        for row in read_lines(folder / name):
+    """The machine's name (the first tagged line's) and the commits the folder's lines carry
+    (short, in the order met, ``"?"`` for none)."""
+    name, commits = None, []
+    for file in ("bench_losses.jsonl", "bench_distributions.jsonl", "bench_train.jsonl"):
+        for row in read_lines(folder / file):
             if "device_name" in row:
-                return row["device_name"], str(row.get("commit", "?"))[:7]
-    return folder.name, "?"
+                name = name or row["device_name"]
+                commit = str(row.get("commit", "?"))[:7]
+                if commit not in commits:
+                    commits.append(commit)
+    return name or folder.name, ", ".join(commits) or "?"
 
 
 def _number(value) -> str:
@@ -125,7 +136,7 @@ def _number(value) -> str:
 def table(folder: Path) -> str:
     name, commit = machine(folder)
     lines = [
-        f"{name}, commit {commit} (`{folder}`)",
+        f"{name}, commit {commit} (`{folder}`; targets: a GPU's)",
         "",
         "| quantity | shape | ours | reference | ratio | target | met |",
         "|---|---|---:|---:|---:|---|---|",

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cb=${1:?usage: scripts/stage_author.sh CB_GIT PYDROBERT_GIT}
 pydrobert=${2:?usage: scripts/stage_author.sh CB_GIT PYDROBERT_GIT}
-pin=$(git --git-dir "$cb" show HEAD:environment.yml | grep -o 'pydrobert-pytorch.git@[0-9a-f]*' | cut -d@ -f2)
+pin=$(git --git-dir "$cb" show HEAD:environment.yml | { grep -o 'pydrobert-pytorch.git@[0-9a-f]*' || true; } | head -1 | cut -d@ -f2)
 [[ -n $pin ]] || { echo "stage_author.sh: no pydrobert-pytorch commit in environment.yml" >&2; exit 1; }
 rm -rf .author && mkdir -p .author/src .author/site
 git --git-dir "$cb" archive HEAD distributions.py forward_backward.py | tar -x -C .author/src

@@ -5,10 +5,14 @@ float32 and float64 (and half precision where a kernel reads it), each kernel tw
 integer arguments as run-time values, and with every one Triton would specialise set to the
 constant 1 (Triton compiles an argument equal to 1 as a constant, so a loop bound of 1
 becomes an empty loop there). The interpreter
-runs neither stage. Prints one line per compilation, ``FAIL`` for a failure."""
+runs neither stage. A float64 kernel whose ``FLOOR`` constant the compiler rounded to float32
+fails too. Prints one line per compilation, ``FAIL`` for a failure."""
 
 import importlib
 import inspect
+import math
+import re
+import struct
 import sys
 from pathlib import Path
 
@@ -47,14 +51,15 @@ def variants(name: str, fn, dtype: str):
     for param in inspect.signature(fn.fn).parameters.values():
         if "constexpr" in str(param.annotation):
             signature[param.name] = "constexpr"
-            constants[param.name] = 64 if param.name == "BLOCK" else 40
+            # FLOOR: the least exponent, a float (a constant, so that it keeps float64 there)
+            floor = math.log(sys.float_info.min) + 0.5 if dtype == "fp64" else -87.0
+            values = {"BLOCK": 64, "FLOOR": floor}
+            constants[param.name] = values.get(param.name, 40)
         elif param.name.endswith("_ptr"):
             integer = any(word in param.name for word in INTEGERS)
             own = param.name in HALVES.get(name, ()) or dtype not in ("fp16", "bf16")
             default = "*i32" if integer else f"*{dtype}" if own else "*fp32"
             signature[param.name] = POINTERS.get(name, {}).get(param.name, default)
-        elif param.name == "floor":
-            signature[param.name] = "fp32"
         else:
             signature[param.name] = "i32"
             if not any(p.name == param.name and p.do_not_specialize for p in fn.params):
@@ -64,6 +69,18 @@ def variants(name: str, fn, dtype: str):
     yield "run-time integers", signature, constants
     ones = {**signature, **{n: "constexpr" for n in specialised}}
     yield "integers equal to 1", ones, {**constants, **{n: 1 for n in specialised}}
+
+
+def rounded_floor(ttir: str, floor: float | None, dtype: str) -> str:
+    """Where a float64 kernel holds its ``FLOOR`` rounded to float32 (Triton builds some float
+    constants in float32, see :mod:`cbasr._triton`): a message, else ``""``."""
+    if floor is None or dtype != "fp64":
+        return ""
+    as_float32 = struct.unpack("f", struct.pack("f", floor))[0]
+    constants = re.findall(r"(?:dense<|arith\.constant )(-?[0-9][0-9.e+-]*)", ttir)
+    if any(float(c) == as_float32 for c in constants):
+        return f"FLOOR = {floor!r} is rounded to float32 ({as_float32!r}) in the kernel"
+    return ""
 
 
 def main() -> int:
@@ -79,12 +96,18 @@ def main() -> int:
                 for label, signature, constants in variants(name, fn, dtype):
                     source = ASTSource(fn=fn, signature=signature, constexprs=constants)
                     try:
-                        triton.compile(source, target=TARGET)
-                        print(f"ok {module_name}.{name} {dtype}, {label}")
+                        compiled = triton.compile(source, target=TARGET)
                     except Exception as error:  # a compiler pass failing raises RuntimeError
                         failures += 1
                         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
                         print(f"FAIL {module_name}.{name} {dtype}, {label}: {first[:300]}")
+                        continue
+                    rounded = rounded_floor(compiled.asm["ttir"], constants.get("FLOOR"), dtype)
+                    if rounded:
+                        failures += 1
+                        print(f"FAIL {module_name}.{name} {dtype}, {label}: {rounded}")
+                    else:
+                        print(f"ok {module_name}.{name} {dtype}, {label}")
     return 1 if failures else 0
 
 

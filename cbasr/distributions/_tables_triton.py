@@ -110,7 +110,7 @@ def _inclusion_kernel(
     normaliser_ptr,
     inclusion_ptr,
     row_ptr,
-    floor,
+    FLOOR: tl.constexpr,
     T,
     V,
     BLOCK: tl.constexpr,
@@ -137,7 +137,8 @@ def _inclusion_kernel(
         prefix = tl.load(prefix_ptr + (b * (T + 1) + t) * V + v, mask=inside, other=-math.inf)
         log_share = prefix + on + ahead - log_z
         # below about twice the smallest normal number: 0, as the reference
-        share = tl.where(log_share < floor, 0.0, tl.exp(tl.maximum(log_share, floor)))
+        low = tl.zeros_like(log_share) + FLOOR  # (exact: see cbasr._triton)
+        share = tl.where(log_share < low, 0.0, tl.exp(tl.maximum(log_share, low)))
         included = tl.sum(share, axis=0)
         tl.store(inclusion_ptr + b * T + t, tl.where(possible, included, 0.0))
         gamma = log_add_exp(gamma + off, ahead + on)

@@ -210,6 +210,13 @@ class EpochPlan(Sequence):
         # walks are in it (a slice shares them).
         self._drawn = _drawn or functools.lru_cache(maxsize=2)(self._draw)
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_drawn"}  # (a bound method)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._drawn = functools.lru_cache(maxsize=2)(self._draw)
+
     def _draw(self, shard: int) -> list[ShardBatch]:
         lengths = self.text.lengths(shard)
         batches = length_batches(lengths, self.max_tokens, seed=self.seed * 100_003 + shard)

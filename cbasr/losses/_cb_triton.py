@@ -69,7 +69,7 @@ def _posterior_kernel(
     lengths_ptr,
     post_ptr,
     row_ptr,
-    floor,
+    FLOOR: tl.constexpr,
     T,
     B,
     L,
@@ -95,7 +95,8 @@ def _posterior_kernel(
         alpha = tl.load(alpha_ptr + (t * B + b) * (L + 1) + s, mask=emits, other=-math.inf)
         log_post = alpha + through - log_z
         # below about twice the smallest normal number: 0, as the reference
-        post = tl.where(log_post < floor, 0.0, tl.exp(tl.maximum(log_post, floor)))
+        low = tl.zeros_like(log_post) + FLOOR  # (exact: see cbasr._triton)
+        post = tl.where(log_post < low, 0.0, tl.exp(tl.maximum(log_post, low)))
         tl.store(post_ptr + (t * B + b) * L + s, post, mask=emits)
         beta = _log_add_exp(beta, through)
         t -= 1

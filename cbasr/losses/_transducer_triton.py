@@ -242,12 +242,12 @@ def _row_logsumexp_kernel(
     V,
     start,
     stride,
-    floor,
+    FLOOR: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Rows ``program_id * ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)`` (row stride ``stride``):
-    ``lse = top + log sum_{v >= start} exp(max(x[v] - top, floor))`` with ``top`` the row's
+    ``lse = top + log sum_{v >= start} exp(max(x[v] - top, FLOOR))`` with ``top`` the row's
     maximum (0 where it is not finite), as the other backends; ``COLS`` columns at a time, the
     sum rescaled whenever the running maximum grows."""
     work = lse_ptr.dtype.element_ty
@@ -265,9 +265,13 @@ def _row_logsumexp_kernel(
         grown = tl.maximum(top, tl.max(x, axis=1))
         shift = _finite_or_zero(grown)
         d = x - shift[:, None]
-        d = tl.where(d < floor, floor, d)  # (written so that NaN passes through)
+        low = tl.zeros_like(d) + FLOOR  # (exact: see cbasr._triton)
+        d = tl.where(d < low, low, d)  # (written so that NaN passes through)
         terms = tl.where(mask, tl.exp(d), 0.0)
-        total = total * tl.exp(_finite_or_zero(top) - shift) + tl.sum(terms, axis=1)
+        # the sum so far was taken against the old maximum; none yet (all -inf so far: only
+        # floored terms, negligible) is not rescaled, which could overflow
+        rescale = tl.where(top > float("-inf"), tl.exp(_finite_or_zero(top) - shift), 1.0)
+        total = total * rescale + tl.sum(terms, axis=1)
         top = grown
         c += COLS
     tl.store(lse_ptr + rows, _finite_or_zero(top) + tl.log(total), mask=live)
@@ -283,11 +287,11 @@ def _row_softmax_kernel(
     V,
     start,
     stride,
-    floor,
+    FLOOR: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """``grad[n, v] = exp(max(x[n, v] - lse[n], floor)) * weight[n]`` for ``v >= start``, 0
+    """``grad[n, v] = exp(max(x[n, v] - lse[n], FLOOR)) * weight[n]`` for ``v >= start``, 0
     before ``start`` and on rows of weight 0, for rows ``program_id * ROWS + (0 .. ROWS - 1)``
     (``grad`` contiguous, ``x`` of row stride ``stride``)."""
     work = lse_ptr.dtype.element_ty
@@ -302,7 +306,8 @@ def _row_softmax_kernel(
         mask = live[:, None] & (at < V)[None, :]
         x = tl.load(x_ptr + rows[:, None] * stride + at[None, :], mask=mask, other=0.0)
         d = x.to(work) - lse[:, None]
-        d = tl.where(d < floor, floor, d)
+        low = tl.zeros_like(d) + FLOOR
+        d = tl.where(d < low, low, d)
         grad = tl.exp(d) * weight[:, None]
         grad = tl.where((at >= start)[None, :] & (weight != 0.0)[:, None], grad, 0.0)
         tl.store(

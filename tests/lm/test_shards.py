@@ -3,6 +3,7 @@ anything they depend on changes; epochs that visit every sentence once, shuffled
 within a shard, and resume by slicing."""
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -165,3 +166,5 @@ def test_the_walks_of_an_epoch_draw_each_shard_once(tmp_path, text, vocab, monke
         walked = [(b, own) for (b, _), own in zip(loader, plan)]
         assert len(walked) == sum(counts) - start and all(a == b for a, b in walked)
         assert len(drawn) == len(set(drawn)) == len(counts)
+    copy = pickle.loads(pickle.dumps(plan))  # (a loader's worker process gets one)
+    assert list(copy) == list(plan)

@@ -112,8 +112,9 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns, devi
     """The Triton row passes against the PyTorch blocks: a normaliser that skips the blank
     unit, ``-inf`` scores, an all ``-inf`` row (floored as the other backends: finite), NaN rows
     of weight 0 (gradient exactly 0), weights of either sign, rows read from a wider tensor
-    (row stride beyond ``V``), and rows wider than one tile (1500 columns: the running maximum
-    rescales the sum)."""
+    (row stride beyond ``V``), rows wider than one tile (1500 columns: the running maximum
+    rescales the sum, also after an all ``-inf`` tile), and maxima far below 0 (the rescaling
+    must not overflow)."""
     from cbasr.losses import gather_logsumexp
     from cbasr.losses.transducer import _row_backend
 
@@ -124,6 +125,10 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns, devi
     )
     wide[0, 0, 0, 1:] = -math.inf
     wide[1, 0, 0, :] = torch.linspace(-30, 30, columns + 7, dtype=dtype)  # growing maxima
+    wide[1, 1, 0] = -math.inf  # (with 1500 columns the first tile is all -inf, then ...)
+    wide[1, 1, 0, columns - 20 : columns] = -85.0  # (... maxima far below 0)
+    wide[1, 2, 0] = -100.0
+    wide[1, 2, 0, 5] = -95.0
     wide[1, 7:] = math.nan
     index = torch.randint(0, columns, (2, 20, 3, 2), generator=g)
     weight = torch.rand(2, 20, 3, generator=g, dtype=dtype) - 0.2
@@ -155,7 +160,10 @@ def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
     from cbasr.losses.transducer import _row_backend
 
     g = torch.Generator().manual_seed(4)
-    x = (3 * torch.randn(2, 6, 4, 33, generator=g)).half().to(device)
+    x = 3 * torch.randn(2, 6, 4, 33, generator=g)
+    x[0, 0, 0] = -100.0  # a row's maximum far below 0
+    x[0, 0, 0, 3] = -95.0
+    x = x.half().to(device)
     index = torch.randint(0, 33, (2, 6, 4, 2), generator=g).to(device)
     results = []
     for backend in ("triton", "torch"):

@@ -120,3 +120,15 @@ def test_summary_has_a_row_per_folder(perf_table, tmp_path, capsys):
     assert len(rows) == 4 and rows[0].startswith("| machine | commit | cb / ctc time |")
     assert rows[2].split(" | ")[2] == "0.75 / 1"  # both shapes, in the file's order
     assert rows[3].split(" | ")[2] == "3"
+
+
+def test_every_commit_is_named_and_a_measurement_twice_is_refused(perf_table, tmp_path):
+    folder = _folder(tmp_path)
+    rows = [{**r, "device_name": "NVIDIA H200", "commit": "fedcba9876"}
+            for r in perf_table.read_lines(folder / "bench_train.jsonl")]  # fmt: skip
+    _write(folder / "bench_train.jsonl", rows)
+    assert perf_table.machine(folder) == ("NVIDIA H200", "0123456, fedcba9")
+    with (folder / "bench_losses.jsonl").open("a") as f:
+        f.write(json.dumps(_loss("cb", 1.4, 12.0)) + "\n")
+    with pytest.raises(SystemExit, match=r"cb at \(8, 200, 50, 64\) is measured twice"):
+        perf_table.ratios(folder)
