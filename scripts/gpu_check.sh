@@ -66,9 +66,10 @@ cmd="scripts/bench_losses.py --device cuda --json --losses ctc,cb,cb_pytorch,rnn
 step bench_losses 150 "$out/bench_losses.jsonl" "$py" $cmd
 annotate "$out/bench_losses.jsonl" "$cmd"
 
-cmd="scripts/bench_distributions.py --device cuda --json${AUTHOR_SRC:+ --author-src $AUTHOR_SRC}"
-step bench_distributions 90 "$out/bench_distributions.jsonl" "$py" $cmd
-annotate "$out/bench_distributions.jsonl" "$cmd"
+cmd=(scripts/bench_distributions.py --device cuda --json)
+[[ -z ${AUTHOR_SRC:-} ]] || cmd+=(--author-src "$AUTHOR_SRC")  # (a path may hold spaces)
+step bench_distributions 90 "$out/bench_distributions.jsonl" "$py" "${cmd[@]}"
+annotate "$out/bench_distributions.jsonl" "${cmd[*]}"
 
 cmd="scripts/bench_train.py --synthetic --device cuda --json --presets blstm_ctc cb_pointwise demo_hat"
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
