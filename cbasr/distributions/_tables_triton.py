@@ -12,7 +12,9 @@ registers (a state vector of ``max(k) + 1`` entries: one block):
 
       prefix[t + 1, v] = logaddexp(prefix[t, v] + log_off[t], prefix[t, v - 1] + log_on[t]),
 
-  reading the shifted state ``v - 1`` back from the row it stored (a barrier between). The
+  the shifted state ``v - 1`` a ``tl.gather`` of the row in registers (through shared memory
+  on a GPU), so no step waits on global memory; each frame's weights (and, backward, its prefix
+  row) are loaded while the frame before computes. The
   backward pass runs the suffix recursion the other way in "count so far" form, ``gamma[t, v] =
   log P(K_{>=t} = k - v)``,
 
@@ -76,6 +78,15 @@ def _tilt_kernel(
 
 
 @triton.jit
+def _frame(off_ptr, on_ptr, b, t, T):  # pragma: no cover - compiled (or interpreted)
+    """Frame ``t``'s ``(log_off, log_on)`` of row ``b`` (an identity step outside ``[0, T)``)."""
+    there = (t >= 0) & (t < T)
+    off = tl.load(off_ptr + b * T + t, mask=there, other=0.0)
+    on = tl.load(on_ptr + b * T + t, mask=there, other=-math.inf)
+    return off, on
+
+
+@triton.jit
 def _prefix_kernel(
     off_ptr, on_ptr, total_ptr, prefix_ptr, normaliser_ptr, T, V, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -85,16 +96,17 @@ def _prefix_kernel(
     v = tl.arange(0, BLOCK)
     inside = v < V
     came_in = (v >= 1) & inside
+    left = tl.where(came_in, v - 1, 0)
     row = tl.where(v == 0, 0.0, float("-inf")).to(prefix_ptr.dtype.element_ty)
     tl.store(prefix_ptr + b * (T + 1) * V + v, row, mask=inside)
+    off, on = _frame(off_ptr, on_ptr, b, 0, T)
     t = 0
     while t < T:  # (a while loop: Triton's interpreter cannot take range() of an argument)
-        off = tl.load(off_ptr + b * T + t)
-        on = tl.load(on_ptr + b * T + t)
-        tl.debug_barrier()  # the row stored last is read shifted by one state
-        came = tl.load(prefix_ptr + (b * (T + 1) + t) * V + v - 1, mask=came_in, other=-math.inf)
+        off_next, on_next = _frame(off_ptr, on_ptr, b, t + 1, T)  # loaded while this one runs
+        came = tl.where(came_in, tl.gather(row, left, 0), float("-inf"))  # prefix[t, v - 1]
         row = log_add_exp(row + off, came + on)
         tl.store(prefix_ptr + (b * (T + 1) + t + 1) * V + v, row, mask=inside)
+        off, on = off_next, on_next
         t += 1
     k = tl.load(total_ptr + b)
     found = tl.sum(tl.where(v == k, row, 0.0), axis=0)
@@ -109,32 +121,35 @@ def _inclusion_kernel(
     prefix_ptr,
     normaliser_ptr,
     inclusion_ptr,
-    row_ptr,
     FLOOR: tl.constexpr,
     T,
     V,
     BLOCK: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Row ``b = program_id``: ``inclusion`` ``(B, T)``, ``P(B_t = 1 | k)`` (0 where ``K = k`` is
-    impossible); ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
+    impossible)."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     v = tl.arange(0, BLOCK)
     inside = v < V
     ahead_in = v + 1 < V
+    right = tl.where(ahead_in, v + 1, 0)
     k = tl.load(total_ptr + b)
     log_z = tl.load(normaliser_ptr + b)
     possible = log_z != float("-inf")
     log_z = tl.where(possible, log_z, 0.0)
     gamma = tl.where(v == k, 0.0, float("-inf")).to(prefix_ptr.dtype.element_ty)
+    off, on = _frame(off_ptr, on_ptr, b, T - 1, T)
+    prefix = tl.load(
+        prefix_ptr + (b * (T + 1) + T - 1) * V + v, mask=inside & (T > 0), other=-math.inf
+    )
     t = T - 1
     while t >= 0:
-        off = tl.load(off_ptr + b * T + t)
-        on = tl.load(on_ptr + b * T + t)
-        tl.debug_barrier()  # the previous frame's shifted read is done
-        tl.store(row_ptr + b * BLOCK + v, gamma)
-        tl.debug_barrier()
-        ahead = tl.load(row_ptr + b * BLOCK + v + 1, mask=ahead_in, other=-math.inf)
-        prefix = tl.load(prefix_ptr + (b * (T + 1) + t) * V + v, mask=inside, other=-math.inf)
+        # the previous frame's weights and prefix row, loaded while this frame computes
+        off_next, on_next = _frame(off_ptr, on_ptr, b, t - 1, T)
+        prefix_next = tl.load(
+            prefix_ptr + (b * (T + 1) + t - 1) * V + v, mask=inside & (t >= 1), other=-math.inf
+        )
+        ahead = tl.where(ahead_in, tl.gather(gamma, right, 0), float("-inf"))  # gamma[t+1, v+1]
         log_share = prefix + on + ahead - log_z
         # below about twice the smallest normal number: 0, as the reference
         low = tl.zeros_like(log_share) + FLOOR  # (exact: see cbasr._triton)
@@ -142,6 +157,7 @@ def _inclusion_kernel(
         included = tl.sum(share, axis=0)
         tl.store(inclusion_ptr + b * T + t, tl.where(possible, included, 0.0))
         gamma = log_add_exp(gamma + off, ahead + on)
+        off, on, prefix = off_next, on_next, prefix_next
         t -= 1
 
 
@@ -205,11 +221,10 @@ class LogNormaliser(torch.autograd.Function):
         inclusion = log_on.new_zeros(B, T)
         if B and T:
             size, warps = block(prefix.shape[-1])
-            scratch = log_on.new_empty(B, size)
             floor = math.log(torch.finfo(log_on.dtype).tiny) + 0.5
             _inclusion_kernel[(B,)](
                 log_off, log_on, _int32(total, log_on.device), prefix, normaliser, inclusion,
-                scratch, floor, T, prefix.shape[-1], BLOCK=size, num_warps=warps,
+                floor, T, prefix.shape[-1], BLOCK=size, num_warps=warps,
             )  # fmt: skip
         grads = normaliser_gradients(grad, inclusion, torch.isfinite(normaliser), lengths)
         return grads + (None, None, None)
@@ -232,16 +247,15 @@ def _suffix_kernel(
     k = tl.load(total_ptr + b)
     row = tl.where(v == k, 0.0, float("-inf")).to(suffix_ptr.dtype.element_ty)
     tl.store(suffix_ptr + (b * (T + 1) + T) * V + v, row, mask=inside)
+    right = tl.where(ahead_in, v + 1, 0)
+    off, on = _frame(off_ptr, on_ptr, b, T - 1, T)
     t = T - 1
     while t >= 0:
-        off = tl.load(off_ptr + b * T + t)
-        on = tl.load(on_ptr + b * T + t)
-        tl.debug_barrier()  # the row stored last is read shifted by one state
-        ahead = tl.load(
-            suffix_ptr + (b * (T + 1) + t + 1) * V + v + 1, mask=ahead_in, other=-math.inf
-        )
+        off_next, on_next = _frame(off_ptr, on_ptr, b, t - 1, T)  # loaded while this one runs
+        ahead = tl.where(ahead_in, tl.gather(row, right, 0), float("-inf"))  # suffix[t+1, v+1]
         row = log_add_exp(row + off, ahead + on)
         tl.store(suffix_ptr + (b * (T + 1) + t) * V + v, row, mask=inside)
+        off, on = off_next, on_next
         t -= 1
 
 
@@ -344,7 +358,7 @@ def _bounded_kernel(
         t += 1
 
 
-_SAMPLES = 32  # samples per program of the samplers (one lane each)
+_SAMPLES = 32  # samples per program of the samplers: one lane each of one warp (num_warps=1)
 
 
 def _sampling_tables(logits, tilt, total, lengths):
@@ -378,6 +392,7 @@ def id_checking(logits, tilt, total, lengths, row_index, uniform):
         _id_checking_kernel[(triton.cdiv(N, _SAMPLES),)](
             log_off, log_on, lengths32, total32, suffix, _int32(row_index, logits.device),
             uniform.to(logits.dtype).contiguous(), out, N, T, suffix.shape[-1], BLOCK=_SAMPLES,
+            num_warps=1,
         )  # fmt: skip
     return out.bool(), possible
 
@@ -396,6 +411,6 @@ def bounded(logits, tilt, total, lengths, row_index, uniform):
         _bounded_kernel[(triton.cdiv(N, _SAMPLES),)](
             log_off, log_on, lengths32, total32, suffix, _int32(row_index, logits.device),
             uniform.to(logits.dtype).contiguous(), out, N, T, suffix.shape[-1], K,
-            BLOCK=_SAMPLES,
+            BLOCK=_SAMPLES, num_warps=1,
         )  # fmt: skip
     return out, possible

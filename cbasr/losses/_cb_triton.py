@@ -8,8 +8,10 @@ itself instead of ``T`` launches of small operations:
 
 - :func:`forward`: the forward variables ``alpha[t, s]`` (``s`` labels emitted after ``t``
   frames) row by row, ``alpha[t + 1, s] = logaddexp(alpha[t, s], alpha[t, s - 1] +
-  emit[t, s - 1])``, and ``log Z = alpha[T, L_b]``. A frame's row lives in registers; the
-  shifted read ``alpha[t, s - 1]`` comes back from the row just stored (a barrier between).
+  emit[t, s - 1])``, and ``log Z = alpha[T, L_b]``. A frame's row lives in registers and
+  the shifted read ``alpha[t, s - 1]`` is a ``tl.gather`` of it (through shared memory on a
+  GPU), so no step waits on global memory: the rows are stored for the backward pass only, and
+  the next frame's weights are loaded while this frame computes.
 - :func:`posteriors`: the backward variables the other way, and each frame's edge posteriors
   ``P(t_l = t | y) = exp(alpha[t, l] + emit[t, l] + beta[t + 1, l + 1] - log Z)`` as it goes,
   which are the gradient of ``log Z``.
@@ -47,15 +49,19 @@ def _forward_kernel(
     s = tl.arange(0, BLOCK)
     inside = s <= L
     came_in = (s >= 1) & inside  # states reached by emitting label s - 1
+    left = tl.where(came_in, s - 1, 0)
     row = tl.where(s == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
     tl.store(alpha_ptr + b * (L + 1) + s, row, mask=inside)
+    weight = tl.load(emit_ptr + b * L + s - 1, mask=came_in & (T > 0), other=-math.inf)
     t = 0
     while t < T:  # (a while loop: Triton's interpreter cannot take range() of an argument)
-        tl.debug_barrier()  # the row stored last is read shifted by one state
-        came = tl.load(alpha_ptr + (t * B + b) * (L + 1) + s - 1, mask=came_in, other=-math.inf)
-        weight = tl.load(emit_ptr + (t * B + b) * L + s - 1, mask=came_in, other=-math.inf)
+        ahead = tl.load(  # the next frame's weights, on their way while this frame computes
+            emit_ptr + ((t + 1) * B + b) * L + s - 1, mask=came_in & (t + 1 < T), other=-math.inf
+        )
+        came = tl.where(came_in, tl.gather(row, left, 0), float("-inf"))  # alpha[t, s - 1]
         row = _log_add_exp(row, came + weight)
         tl.store(alpha_ptr + ((t + 1) * B + b) * (L + 1) + s, row, mask=inside)
+        weight = ahead
         t += 1
     labels = tl.load(lengths_ptr + b)
     tl.store(log_z_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
@@ -68,7 +74,6 @@ def _posterior_kernel(
     log_z_ptr,
     lengths_ptr,
     post_ptr,
-    row_ptr,
     FLOOR: tl.constexpr,
     T,
     B,
@@ -76,56 +81,62 @@ def _posterior_kernel(
     BLOCK: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """One utterance ``b = program_id``: the backward variables from ``beta[T, L_b] = 0``, and
-    ``post`` ``(T, B, L)``; ``row`` ``(B, BLOCK)`` is scratch for the shifted read."""
+    ``post`` ``(T, B, L)``."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     s = tl.arange(0, BLOCK)
     emits = s < L  # states that can emit label s
+    right = tl.where(emits, s + 1, 0)
     labels = tl.load(lengths_ptr + b)
     log_z = tl.load(log_z_ptr + b)
     log_z = tl.where(log_z == float("-inf"), 0.0, log_z)  # no path: every posterior is 0
     beta = tl.where(s == labels, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    last = emits & (T > 0)
+    weight = tl.load(emit_ptr + ((T - 1) * B + b) * L + s, mask=last, other=-math.inf)
+    alpha = tl.load(alpha_ptr + ((T - 1) * B + b) * (L + 1) + s, mask=last, other=-math.inf)
     t = T - 1
     while t >= 0:
-        tl.debug_barrier()  # the previous frame's shifted read is done
-        tl.store(row_ptr + b * BLOCK + s, beta)
-        tl.debug_barrier()
-        ahead = tl.load(row_ptr + b * BLOCK + s + 1, mask=emits, other=-math.inf)
-        weight = tl.load(emit_ptr + (t * B + b) * L + s, mask=emits, other=-math.inf)
+        before = emits & (t >= 1)  # the previous frame's weights and alphas, loaded early
+        weight_next = tl.load(emit_ptr + ((t - 1) * B + b) * L + s, mask=before, other=-math.inf)
+        alpha_next = tl.load(
+            alpha_ptr + ((t - 1) * B + b) * (L + 1) + s, mask=before, other=-math.inf
+        )
+        ahead = tl.where(emits, tl.gather(beta, right, 0), float("-inf"))  # beta[t + 1, s + 1]
         through = weight + ahead
-        alpha = tl.load(alpha_ptr + (t * B + b) * (L + 1) + s, mask=emits, other=-math.inf)
         log_post = alpha + through - log_z
         # below about twice the smallest normal number: 0, as the reference
         low = tl.zeros_like(log_post) + FLOOR  # (exact: see cbasr._triton)
         post = tl.where(log_post < low, 0.0, tl.exp(tl.maximum(log_post, low)))
         tl.store(post_ptr + (t * B + b) * L + s, post, mask=emits)
         beta = _log_add_exp(beta, through)
+        weight, alpha = weight_next, alpha_next
         t -= 1
 
 
 @triton.jit
 def _viterbi_kernel(
-    emit_ptr, emitted_ptr, best_ptr, lengths_ptr, row_ptr, T, B, L, BLOCK: tl.constexpr
+    emit_ptr, emitted_ptr, best_ptr, lengths_ptr, T, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """One utterance ``b = program_id``: the max-product forward pass, ``emitted`` ``(T, B,
     L + 1)`` (1 where reaching state ``s`` at frame ``t + 1`` by emitting beats staying) and
-    ``best[b]``, the best path's score; ``row`` ``(B, BLOCK)`` is scratch for the shifted
-    read."""
+    ``best[b]``, the best path's score."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     s = tl.arange(0, BLOCK)
     inside = s <= L
     came_in = (s >= 1) & inside
+    left = tl.where(came_in, s - 1, 0)
     row = tl.where(s == 0, 0.0, float("-inf")).to(emit_ptr.dtype.element_ty)
+    weight = tl.load(emit_ptr + b * L + s - 1, mask=came_in & (T > 0), other=-math.inf)
     t = 0
     while t < T:
-        tl.debug_barrier()  # the previous frame's shifted read is done
-        tl.store(row_ptr + b * BLOCK + s, row)
-        tl.debug_barrier()
-        came = tl.load(row_ptr + b * BLOCK + s - 1, mask=came_in, other=-math.inf)
-        weight = tl.load(emit_ptr + (t * B + b) * L + s - 1, mask=came_in, other=-math.inf)
+        ahead = tl.load(  # the next frame's weights, on their way while this frame computes
+            emit_ptr + ((t + 1) * B + b) * L + s - 1, mask=came_in & (t + 1 < T), other=-math.inf
+        )
+        came = tl.where(came_in, tl.gather(row, left, 0), float("-inf"))
         step = came + weight
         hit = step > row  # ties stay: the reference's rule
         tl.store(emitted_ptr + (t * B + b) * (L + 1) + s, hit.to(tl.int8), mask=inside)
         row = tl.maximum(row, step)
+        weight = ahead
         t += 1
     labels = tl.load(lengths_ptr + b)
     tl.store(best_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
@@ -159,11 +170,10 @@ def posteriors(
     if B == 0 or L == 0:
         return post
     block, warps = _block(L + 1)
-    row = emit_t.new_empty(B, block)
     floor = math.log(torch.finfo(emit_t.dtype).tiny) + 0.5
     lengths = target_lengths.to(device=emit_t.device, dtype=torch.int32).contiguous()
     _posterior_kernel[(B,)](
-        emit_t, alpha, log_z, lengths, post, row, floor, T, B, L, BLOCK=block, num_warps=warps
+        emit_t, alpha, log_z, lengths, post, floor, T, B, L, BLOCK=block, num_warps=warps
     )
     return post
 
@@ -181,9 +191,6 @@ def viterbi(
     if B == 0:
         return emitted.bool(), best
     block, warps = _block(L + 1)
-    row = emit_t.new_empty(B, block)
     lengths = target_lengths.to(device=emit_t.device, dtype=torch.int32).contiguous()
-    _viterbi_kernel[(B,)](
-        emit_t, emitted, best, lengths, row, T, B, L, BLOCK=block, num_warps=warps
-    )
+    _viterbi_kernel[(B,)](emit_t, emitted, best, lengths, T, B, L, BLOCK=block, num_warps=warps)
     return emitted.bool(), best

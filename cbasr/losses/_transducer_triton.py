@@ -14,10 +14,13 @@ One program per utterance runs the whole recursion over the nodes ``(t, u)``, ``
 
 Row ``T`` is reached by blanks only, and ``log P(y) = alpha(T, U_b)``: padded frames (blank
 weight 0, label weight ``-inf``) pass every path down unchanged. The weights are the
-reference's, masked and shifted (:mod:`cbasr.losses.transducer`). The forward kernel keeps the
-``(T + 1, U + 1)`` table of forward variables; the backward kernel walks the levels the other
-way, keeping its own table, and writes each node's edge posteriors (the gradient of
-``log P(y)``) as it goes. A level reads the previous one back from the table after a barrier.
+reference's, masked and shifted (:mod:`cbasr.losses.transducer`). A level lives in registers:
+both topologies read the previous level at ``u`` and at ``u - 1`` (forward) or ``u + 1``
+(backward), the shifted read a ``tl.gather`` (through shared memory on a GPU), so no step waits
+on global memory, and the next level's weights are loaded while this level computes. The
+forward kernel stores the ``(T + 1, U + 1)`` table of forward variables for the backward pass;
+the backward kernel walks the levels the other way and writes each node's edge posteriors (the
+gradient of ``log P(y)``) as it goes, storing no table of its own.
 
 The joint's rows enter through :func:`row_logsumexp` and :func:`row_softmax`, the fused
 log-softmax of :func:`cbasr.losses.transducer.gather_logsumexp`: one pass over the joint forward
@@ -41,6 +44,35 @@ from cbasr._triton import log_add_exp as _log_add_exp
 __all__: list[str] = []  # package-internal
 
 
+@triton.jit
+def _level(n, u, T, MONOTONIC: tl.constexpr):  # pragma: no cover - compiled (or interpreted)
+    """The frames ``t`` of level ``n``'s nodes ``(t, u)`` (one per ``u``)."""
+    if MONOTONIC:
+        return tl.zeros_like(u) + n
+    else:
+        return n - u
+
+
+@triton.jit
+def _forward_weights(
+    blank_ptr, emit_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Level ``n`` of the forward pass: its nodes (``live``) and the weights of the edges into
+    them, from the previous level at ``u`` (a blank) and at ``u - 1`` (a label); ``-inf`` where
+    there is no such edge."""
+    t = _level(n, u, T, MONOTONIC)
+    if MONOTONIC:
+        te = t - 1  # the label edge into (t, u) leaves (t - 1, u - 1)
+    else:
+        te = t  # it leaves (t, u - 1)
+    live = inside & (t >= 0) & (t <= T)
+    down = live & (t >= 1)
+    across = live & (u >= 1) & (te >= 0) & (te < T)
+    blank = tl.load(blank_ptr + (b * T + t - 1) * U1 + u, mask=down, other=-math.inf)
+    emit = tl.load(emit_ptr + (b * T + te) * (U1 - 1) + u - 1, mask=across, other=-math.inf)
+    return t, live, blank, emit
+
+
 # Not specialised: LEVELS = 1 as a compile-time constant makes an empty loop, which Triton 3.6
 # fails to compile for a GPU (tests/triton_compile.py).
 @triton.jit(do_not_specialize=["LEVELS"])
@@ -61,33 +93,43 @@ def _forward_kernel(
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
-    U = U1 - 1
+    left = tl.where(u >= 1, u - 1, 0)
     nodes = alpha_ptr + b * (T + 1) * U1
-    first = tl.where(u == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
-    tl.store(nodes + u, first, mask=inside)  # row 0; the standard lattice overwrites u > 0
+    level = tl.where(u == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    tl.store(nodes + u, level, mask=inside)  # row 0; the standard lattice overwrites u > 0
+    t, live, blank, emit = _forward_weights(blank_ptr, emit_ptr, b, 1, u, inside, T, U1, MONOTONIC)
     n = 1
     while n < LEVELS:  # (a while loop: Triton's interpreter cannot take range() of an argument)
-        tl.debug_barrier()  # the level stored last is read back
-        if MONOTONIC:
-            t = tl.zeros_like(u) + n
-            te = t - 1  # the label edge into (t, u) leaves (t - 1, u - 1)
-        else:
-            t = n - u
-            te = t  # it leaves (t, u - 1)
-        live = inside & (t >= 0) & (t <= T)
-        down = live & (t >= 1)
-        via_blank = tl.load(nodes + (t - 1) * U1 + u, mask=down, other=-math.inf) + tl.load(
-            blank_ptr + (b * T + t - 1) * U1 + u, mask=down, other=-math.inf
+        # the next level's weights, on their way while this level computes
+        t_next, live_next, blank_next, emit_next = _forward_weights(
+            blank_ptr, emit_ptr, b, n + 1, u, inside, T, U1, MONOTONIC
         )
-        across = live & (u >= 1) & (te >= 0) & (te < T)
-        via_emit = tl.load(nodes + te * U1 + u - 1, mask=across, other=-math.inf) + tl.load(
-            emit_ptr + (b * T + te) * U + u - 1, mask=across, other=-math.inf
-        )
-        tl.store(nodes + t * U1 + u, _log_add_exp(via_blank, via_emit), mask=live)
+        via_blank = level + blank  # the previous level at u
+        via_emit = tl.gather(level, left, 0) + emit  # and at u - 1
+        level = tl.where(live, _log_add_exp(via_blank, via_emit), float("-inf"))
+        tl.store(nodes + t * U1 + u, level, mask=live)
+        t, live, blank, emit = t_next, live_next, blank_next, emit_next
         n += 1
-    tl.debug_barrier()
+    tl.debug_barrier()  # log P(y) is read back from the table
     labels = tl.load(lengths_ptr + b)
     tl.store(log_p_ptr + b, tl.load(nodes + T * U1 + labels))
+
+
+@triton.jit
+def _backward_weights(
+    blank_ptr, emit_ptr, alpha_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Level ``n`` of the backward pass: the nodes with edges out (``live``), those of them
+    with a label edge (``emits``), the nodes of row ``T`` (``end``), the weights of the edges
+    out (``-inf`` where none) and the nodes' forward variables."""
+    t = _level(n, u, T, MONOTONIC)
+    live = inside & (t >= 0) & (t < T)
+    emits = live & (u < U1 - 1)
+    end = inside & (t == T)
+    blank = tl.load(blank_ptr + (b * T + t) * U1 + u, mask=live, other=-math.inf)
+    emit = tl.load(emit_ptr + (b * T + t) * (U1 - 1) + u, mask=emits, other=-math.inf)
+    alpha = tl.load(alpha_ptr + (b * (T + 1) + t) * U1 + u, mask=live, other=-math.inf)
+    return t, live, emits, end, blank, emit, alpha
 
 
 @triton.jit
@@ -95,7 +137,6 @@ def _backward_kernel(
     blank_ptr,
     emit_ptr,
     alpha_ptr,
-    beta_ptr,
     log_p_ptr,
     lengths_ptr,
     post_blank_ptr,
@@ -106,49 +147,41 @@ def _backward_kernel(
     BLOCK: tl.constexpr,
     MONOTONIC: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Utterance ``b = program_id``: the backward variables ``beta`` ``(B, T + 1, U + 1)`` from
-    ``beta(T, U_b) = 0``, and the edge posteriors of the blank ``(B, T, U + 1)`` and label
+    """Utterance ``b = program_id``: the backward variables from ``beta(T, U_b) = 0``, level by
+    level in registers, and the edge posteriors of the blank ``(B, T, U + 1)`` and label
     ``(B, T, U)`` edges."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
-    U = U1 - 1
-    nodes = beta_ptr + b * (T + 1) * U1
-    alphas = alpha_ptr + b * (T + 1) * U1
+    right = tl.where(u + 1 < U1, u + 1, 0)
     labels = tl.load(lengths_ptr + b)
     log_p = tl.load(log_p_ptr + b)
     log_p = tl.where(log_p == float("-inf"), 0.0, log_p)  # no path: every posterior is 0
-    last = tl.where(u == labels, 0.0, float("-inf")).to(beta_ptr.dtype.element_ty)
-    if MONOTONIC:
-        tl.store(nodes + T * U1 + u, last, mask=inside)  # row T is the last level
+    last = tl.where(u == labels, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
+    level = tl.zeros_like(last) + float("-inf")  # the level after the last: no nodes
+    t, live, emits, end, blank, emit, alpha = _backward_weights(
+        blank_ptr, emit_ptr, alpha_ptr, b, LEVELS - 1, u, inside, T, U1, MONOTONIC
+    )
     n = LEVELS - 1
     while n >= 0:
-        tl.debug_barrier()  # the level stored last is read back
-        if MONOTONIC:
-            t = tl.zeros_like(u) + n
-            te = t + 1  # the label edge from (t, u) arrives at (t + 1, u + 1)
-        else:
-            t = n - u
-            te = t  # it arrives at (t, u + 1)
-        live = inside & (t >= 0) & (t <= T)
-        if MONOTONIC:
-            live = live & (t < T)  # row T stored above
-        else:
-            tl.store(nodes + t * U1 + u, last, mask=live & (t == T))  # row T: no edge leaves
-            live = live & (t < T)
-        behind = tl.load(nodes + (t + 1) * U1 + u, mask=live, other=-math.inf)
-        blank = tl.load(blank_ptr + (b * T + t) * U1 + u, mask=live, other=-math.inf)
-        emits = live & (u < U)
-        ahead = tl.load(nodes + te * U1 + u + 1, mask=emits, other=-math.inf)
-        emit = tl.load(emit_ptr + (b * T + t) * U + u, mask=emits, other=-math.inf)
-        via_blank = blank + behind
-        via_emit = emit + ahead
-        tl.store(nodes + t * U1 + u, _log_add_exp(via_blank, via_emit), mask=live)
-        alpha = tl.load(alphas + t * U1 + u, mask=live, other=-math.inf)
+        # the previous level's weights and forward variables, loaded while this level computes
+        t_next, live_next, emits_next, end_next, blank_next, emit_next, alpha_next = (
+            _backward_weights(blank_ptr, emit_ptr, alpha_ptr, b, n - 1, u, inside, T, U1, MONOTONIC)
+        )
+        via_blank = blank + level  # beta of the next level at u: (t + 1, u)
+        via_emit = emit + tl.gather(level, right, 0)  # and at u + 1
+        # row T: no edge leaves, beta is 0 at the last label and -inf elsewhere
+        level = tl.where(live, _log_add_exp(via_blank, via_emit), tl.where(end, last, -math.inf))
         tl.store(
             post_blank_ptr + (b * T + t) * U1 + u, tl.exp(alpha + via_blank - log_p), mask=live
         )
-        tl.store(post_emit_ptr + (b * T + t) * U + u, tl.exp(alpha + via_emit - log_p), mask=emits)
+        tl.store(
+            post_emit_ptr + (b * T + t) * (U1 - 1) + u,
+            tl.exp(alpha + via_emit - log_p),
+            mask=emits,
+        )
+        t, live, emits, end = t_next, live_next, emits_next, end_next
+        blank, emit, alpha = blank_next, emit_next, alpha_next
         n -= 1
 
 
@@ -203,13 +236,11 @@ def posteriors(
     if B == 0:
         return post_blank, post_emit
     block, warps = _block(U1)
-    beta = torch.empty_like(alpha)
     lengths = target_lengths.to(device=blank.device, dtype=torch.int32).contiguous()
     _backward_kernel[(B,)](
         blank,
         emit,
         alpha,
-        beta,
         log_p,
         lengths,
         post_blank,
