@@ -8,7 +8,15 @@ kernel's float constant (``FLOOR``, the least exponent) is therefore a ``tl.cons
 to the block's precision by an addition, which builds it in the result's type:
 ``low = tl.zeros_like(x) + FLOOR``. The interpreter keeps float64 throughout, so only the
 compiled kernels show the difference; ``tests/triton_compile.py`` fails a float64 kernel whose
-compiled code holds its ``FLOOR`` rounded."""
+compiled code holds its ``FLOOR`` rounded.
+
+Sizes are not specialised: every integer argument that is a size of the batch (frames, labels,
+utterances, rows) is in the kernel's ``do_not_specialize``. Triton otherwise compiles a kernel
+once more for each new pattern of sizes equal to 1 or divisible by 16, which in training (each
+batch its own ``T``, ``B`` and ``L``) means compilations in the middle of the run; and a size of
+1 made a compile-time constant can leave an empty loop, which Triton 3.6 fails to compile for a
+GPU. A kernel is then compiled once per block size and dtype (``tests/triton_compile.py``
+checks the lists)."""
 
 import triton
 import triton.language as tl

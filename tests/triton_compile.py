@@ -6,7 +6,9 @@ integer arguments as run-time values, and with every one Triton would specialise
 constant 1 (Triton compiles an argument equal to 1 as a constant, so a loop bound of 1
 becomes an empty loop there). The interpreter
 runs neither stage. A float64 kernel whose ``FLOOR`` constant the compiler rounded to float32
-fails too. Prints one line per compilation, ``FAIL`` for a failure."""
+fails too, and so does a kernel that lets Triton specialise an integer argument that is a size
+of the batch (see :mod:`cbasr._triton`: each new batch shape would compile it again). Prints
+one line per compilation, ``FAIL`` for a failure."""
 
 import importlib
 import inspect
@@ -31,6 +33,9 @@ POINTERS = {
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
+# integer arguments that stay the same over a run (a joint's row stride, its first label unit),
+# which Triton may specialise; every other integer argument is a size of the batch
+STEADY = ("stride", "start")
 # kernels that also read (and write) half precision, computing in float32: those pointers
 HALVES = {
     "_row_logsumexp_kernel": ("x_ptr",),
@@ -83,6 +88,19 @@ def rounded_floor(ttir: str, floor: float | None, dtype: str) -> str:
     return ""
 
 
+def specialised_sizes(fn) -> list[str]:
+    """The integer arguments of a kernel that are sizes of the batch and that Triton would
+    still specialise (on being 1 or divisible by 16)."""
+    return [
+        p.name
+        for p in fn.params
+        if not p.is_constexpr
+        and not p.name.endswith("_ptr")
+        and p.name not in STEADY
+        and not p.do_not_specialize
+    ]
+
+
 def main() -> int:
     failures = 0
     for module_name in kernel_modules():
@@ -90,6 +108,10 @@ def main() -> int:
         for name, fn in sorted(vars(module).items()):
             if not isinstance(fn, triton.runtime.jit.JITFunction) or not name.endswith("_kernel"):
                 continue
+            sizes = specialised_sizes(fn)
+            if sizes:
+                failures += 1
+                print(f"FAIL {module_name}.{name}: sizes specialised: {', '.join(sizes)}")
             for dtype in ("fp32", "fp64", "fp16", "bf16"):
                 if dtype in ("fp16", "bf16") and name not in HALVES:
                     continue

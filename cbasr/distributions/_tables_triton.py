@@ -47,7 +47,7 @@ __all__: list[str] = []  # package-internal
 _BISECTIONS = 40  # as the reference
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _tilt_kernel(
     logits_ptr, lengths_ptr, total_ptr, tilt_ptr, T, STEPS: tl.constexpr, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -86,7 +86,7 @@ def _frame(off_ptr, on_ptr, b, t, T):  # pragma: no cover - compiled (or interpr
     return off, on
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "V"])
 def _prefix_kernel(
     off_ptr, on_ptr, total_ptr, prefix_ptr, normaliser_ptr, T, V, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -113,7 +113,7 @@ def _prefix_kernel(
     tl.store(normaliser_ptr + b, tl.where((k >= 0) & (k < V), found, float("-inf")))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "V"])
 def _inclusion_kernel(
     off_ptr,
     on_ptr,
@@ -233,7 +233,7 @@ class LogNormaliser(torch.autograd.Function):
 # ---- samplers -------------------------------------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "V"])
 def _suffix_kernel(
     off_ptr, on_ptr, lengths_ptr, total_ptr, suffix_ptr, T, V, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -259,7 +259,7 @@ def _suffix_kernel(
         t -= 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "T", "V"])
 def _id_checking_kernel(
     off_ptr,
     on_ptr,
@@ -303,7 +303,7 @@ def _id_checking_kernel(
         t += 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "T", "V", "K"])
 def _bounded_kernel(
     off_ptr,
     on_ptr,

@@ -46,9 +46,7 @@ def _gap_term(
     return came + weight
 
 
-# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
-# fails to compile for a GPU (tests/triton_compile.py).
-@triton.jit(do_not_specialize=["W"])
+@triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _alpha_kernel(
     emit_ptr, alpha_ptr, far_ptr, T, W, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -74,9 +72,7 @@ def _alpha_kernel(
         t += 1
 
 
-# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
-# fails to compile for a GPU (tests/triton_compile.py).
-@triton.jit(do_not_specialize=["W"])
+@triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _beta_kernel(
     emit_ptr, beta_ptr, lengths_ptr, T, W, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -116,9 +112,7 @@ def _beta_kernel(
         t -= 1
 
 
-# Not specialised: W = 1 as a compile-time constant makes an empty loop, which Triton 3.6
-# fails to compile for a GPU (tests/triton_compile.py).
-@triton.jit(do_not_specialize=["W"])
+@triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _windowed_viterbi_kernel(
     emit_ptr, alpha_ptr, best_k_ptr, far_row_ptr, T, W, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)

@@ -39,7 +39,7 @@ from cbasr._triton import log_add_exp as _log_add_exp
 __all__: list[str] = []  # package-internal
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "B", "L"])
 def _forward_kernel(
     emit_ptr, alpha_ptr, log_z_ptr, lengths_ptr, T, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -67,7 +67,7 @@ def _forward_kernel(
     tl.store(log_z_ptr + b, tl.sum(tl.where(s == labels, row, 0.0), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "B", "L"])
 def _posterior_kernel(
     emit_ptr,
     alpha_ptr,
@@ -112,7 +112,7 @@ def _posterior_kernel(
         t -= 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "B", "L"])
 def _viterbi_kernel(
     emit_ptr, emitted_ptr, best_ptr, lengths_ptr, T, B, L, BLOCK: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
@@ -166,7 +166,7 @@ def posteriors(
     ``-inf``."""
     emit_t = emit_t.contiguous()
     T, B, L = emit_t.shape
-    post = emit_t.new_zeros(T, B, L)
+    post = emit_t.new_empty(T, B, L)  # the kernel writes every entry
     if B == 0 or L == 0:
         return post
     block, warps = _block(L + 1)

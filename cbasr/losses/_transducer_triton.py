@@ -73,9 +73,7 @@ def _forward_weights(
     return t, live, blank, emit
 
 
-# Not specialised: LEVELS = 1 as a compile-time constant makes an empty loop, which Triton 3.6
-# fails to compile for a GPU (tests/triton_compile.py).
-@triton.jit(do_not_specialize=["LEVELS"])
+@triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
 def _forward_kernel(
     blank_ptr,
     emit_ptr,
@@ -132,7 +130,7 @@ def _backward_weights(
     return t, live, emits, end, blank, emit, alpha
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
 def _backward_kernel(
     blank_ptr,
     emit_ptr,
@@ -263,9 +261,7 @@ def _finite_or_zero(x):  # pragma: no cover - compiled (or interpreted: the test
     return tl.where((x > float("-inf")) & (x < float("inf")), x, 0.0)
 
 
-# Not specialised: V = 1 as a compile-time constant (with start = 1) makes an empty loop, which
-# Triton 3.6 fails to compile for a GPU (tests/triton_compile.py).
-@triton.jit(do_not_specialize=["V"])
+@triton.jit(do_not_specialize=["N", "V"])
 def _row_logsumexp_kernel(
     x_ptr,
     lse_ptr,
@@ -308,7 +304,7 @@ def _row_logsumexp_kernel(
     tl.store(lse_ptr + rows, _finite_or_zero(top) + tl.log(total), mask=live)
 
 
-@triton.jit(do_not_specialize=["V"])
+@triton.jit(do_not_specialize=["N", "V"])
 def _row_softmax_kernel(
     x_ptr,
     lse_ptr,

@@ -277,7 +277,7 @@ class _CBTritonLattice(torch.autograd.Function):
 
         emit_t, alpha, log_z, target_lengths = ctx.saved_tensors
         post = _cb_triton.posteriors(emit_t, alpha, log_z, target_lengths)  # (T, B, L)
-        grad = post * grad_log_z[None, :, None]
+        grad = post.mul_(grad_log_z[None, :, None])  # in place: no second (T, B, L) table
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
 

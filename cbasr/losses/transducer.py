@@ -273,8 +273,8 @@ class _TransducerTriton(torch.autograd.Function):
         post_blank, post_emit = _transducer_triton.posteriors(
             blank, emit, alpha, log_p, target_lengths, ctx.monotonic
         )
-        scale = grad_log_p[:, None, None]
-        return post_blank * scale, post_emit * scale, None, None
+        scale = grad_log_p[:, None, None]  # in place: no second pair of tables
+        return post_blank.mul_(scale), post_emit.mul_(scale), None, None
 
 
 # Joint entries per block of the fused log-softmax: blocks that stay in cache (measured fastest).
