@@ -27,6 +27,13 @@ Compares, at equal ``(B, T, U, V)``:
 Each measurement runs in a fresh subprocess. Peak extra memory is the growth of the process's
 peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after the inputs exist)
 on CPU, and ``torch.cuda.max_memory_allocated`` growth on CUDA; it includes the gradients.
+``--cpu-memory tensors`` counts on CPU what CUDA's counter counts: the peak of the bytes held by
+tensors, from the allocator's events in ``torch.profiler`` (one more, profiled run), without
+the allocator's slack, code pages and thread stacks that the resident set holds. With
+``--backend`` a loss runs on that backend of :mod:`cbasr._backends` (``triton`` on a CPU needs
+``TRITON_INTERPRET=1``: a CUDA code path's memory measured without a GPU, Python's cycle
+collector run after each interpreted kernel, whose reference cycles would hold storages a GPU
+frees; its times mean nothing).
 Times are medians over up to ``--repeats`` runs after one warm-up run (which is the only run
 when it alone exceeds ``--budget-s``).
 
@@ -36,6 +43,8 @@ use ``--omp-wait-policy passive`` or ``--threads 1`` there.
 
     .venv/bin/python scripts/bench_losses.py --device cpu --threads 2 --omp-wait-policy passive
     .venv/bin/python scripts/bench_losses.py --sizes 8,200,50,64 --losses cb,cb_autograd,ctc
+    TRITON_INTERPRET=1 .venv/bin/python scripts/bench_losses.py --device cpu --cpu-memory tensors \
+        --backend triton --sizes 8,200,50,64 --losses ctc,cb,rnnt,hat_fused --repeats 0
 """
 
 import argparse
@@ -183,10 +192,48 @@ def _peak(device) -> int:
     return _rss_kib("VmHWM") * 1024
 
 
-def measure(loss, B, T, U, V, device_name, threads, max_repeats, budget_s):
+def _tensor_peak(once) -> int:
+    """Peak growth of the bytes held by CPU tensors over one call of ``once`` (the allocator's
+    events recorded by ``torch.profiler``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+        once()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def measure(loss, B, T, U, V, device_name, threads, max_repeats, budget_s, cpu_memory, backend):
     """Child process body: median forward + backward time and peak extra memory."""
     torch.set_num_threads(threads)
     device = torch.device(device_name)
+    if backend == "triton" and device.type == "cpu":
+        _collect_after_interpreted_launches()
+    with use_backend(backend) if backend else contextlib.nullcontext():
+        return _measure(loss, B, T, U, V, device, max_repeats, budget_s, cpu_memory)
+
+
+def _collect_after_interpreted_launches() -> None:
+    """Run Python's cycle collector after each kernel Triton's interpreter runs: the
+    interpreter's reference cycles keep the storages of a launch's arguments alive until the
+    collector runs, which a GPU does not (at (8, 200, 50, 64) they added 0.41 MB, a fifth, to
+    the CB loss's tensor peak)."""
+    from triton.runtime.interpreter import GridExecutor
+
+    call = GridExecutor.__call__
+
+    def call_and_collect(self, *args, **kwargs):
+        call(self, *args, **kwargs)
+        gc.collect()
+
+    GridExecutor.__call__ = call_and_collect
+
+
+def _measure(loss, B, T, U, V, device, max_repeats, budget_s, cpu_memory):
     leaves, run = _make_inputs(loss, B, T, U, V, device)
 
     def once(leaves, run):
@@ -210,6 +257,10 @@ def measure(loss, B, T, U, V, device_name, threads, max_repeats, budget_s):
     while len(times) < max_repeats and sum(times) + first < budget_s:
         times.append(once(leaves, run))
     times = times or [first]
+    if device.type == "cpu" and cpu_memory == "tensors":
+        for x in leaves:
+            x.grad = None  # freed before the count starts, as the first run found them
+        peak = _tensor_peak(lambda: once(leaves, run))
     return {"time_s": statistics.median(times), "peak_bytes": peak, "runs": len(times)}
 
 
@@ -240,6 +291,18 @@ def main() -> None:
         "spinning against the main thread on a CPU shared with other jobs",
     )
     parser.add_argument(
+        "--cpu-memory",
+        choices=["rss", "tensors"],
+        default="rss",
+        help="on CPU, peak extra memory as the resident set's growth (VmHWM) or as the peak of "
+        "the bytes held by tensors (what CUDA's max_memory_allocated counts; one profiled run)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["torch", "numba", "triton"],
+        help="run each loss on this backend (triton on CPU: TRITON_INTERPRET=1)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="one JSON object per measurement instead of tables"
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -262,12 +325,15 @@ def main() -> None:
         joint = B * T * (U + 1) * V * 4  # float32 bytes of the (B, T, U + 1, V) joint
         for loss in losses:
             r = _child(
-                [loss, B, T, U, V, args.device, args.threads, args.repeats, args.budget_s],
+                [loss, B, T, U, V, args.device, args.threads, args.repeats, args.budget_s]
+                + [args.cpu_memory, args.backend],
                 args.omp_wait_policy,
             )
             results[(loss, B, T, U, V)] = r
             if args.json:
                 memory = "cuda max_memory_allocated" if args.device.startswith("cuda") else "VmHWM"
+                if memory == "VmHWM" and args.cpu_memory == "tensors":
+                    memory = "tensor bytes (torch.profiler)"
                 print(
                     json.dumps(
                         {
@@ -278,6 +344,7 @@ def main() -> None:
                             "memory": memory,
                             "threads": args.threads,
                             "device": args.device,
+                            **({"backend": args.backend} if args.backend else {}),
                             **({"error": r["error"]} if "error" in r else {}),
                         }
                     ),

@@ -15,7 +15,10 @@ real :class:`~cbasr.training.trainer.Trainer` (data loader, collation, step, opt
 the prepared synth corpus (``recipes/synth/data``, 80-dim fbank, cached) when it exists, else
 on random 80-dim features with the corpus's length distribution (``--synthetic``).
 
-For each run it reports, over ``--steps`` steps after ``--warmup`` steps:
+For each run it reports, over ``--steps`` steps after ``--warmup`` steps (with
+``--warm-pass``, after one untimed pass over the measured batches too: on a GPU, Triton
+compiles a kernel the first time it meets a block size, once per process and shape class,
+which a short measurement would otherwise count as throughput):
 
 - ``frames/s``: unpadded input frames (10 ms each) trained per second of wall time;
 - ``wait``: the share of wall time the training loop waited for the next batch (what stalls
@@ -148,6 +151,9 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
         )
         dev = trainer.device
         batches = trainer.task.sampler.batches()[: args.warmup + args.steps]
+        if args.warm_pass:  # the measured batches once, untimed, then the run proper
+            batches = batches[args.warmup :] + batches
+            args = argparse.Namespace(**{**vars(args), "warmup": len(batches) - args.steps})
         frames = [sum(trainer.task.train_set.num_frames[i] for i in b) for b in batches]
         tokens = [sum(trainer.task.train_set.target_lens[i] for i in b) for b in batches]
         step_s, wait_s = [], []
@@ -211,6 +217,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--warm-pass",
+        action="store_true",
+        help="first train on the measured batches once, untimed (compiles every kernel variant "
+        "they need; see above)",
+    )
     parser.add_argument(
         "--max-frames", type=int, default=6000, help="data.max_frames (the recipe's default)"
     )

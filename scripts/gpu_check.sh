@@ -13,7 +13,7 @@
 #   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
-#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json
+#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json --warm-pass
 # Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
 # command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (README,
 # "Performance", also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
@@ -71,7 +71,7 @@ cmd=(scripts/bench_distributions.py --device cuda --json)
 step bench_distributions 90 "$out/bench_distributions.jsonl" "$py" "${cmd[@]}"
 annotate "$out/bench_distributions.jsonl" "${cmd[*]}"
 
-cmd="scripts/bench_train.py --synthetic --device cuda --json --presets blstm_ctc cb_pointwise demo_hat"
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --presets blstm_ctc cb_pointwise demo_hat"
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
 annotate "$out/bench_train.jsonl" "$cmd"
 

@@ -1,17 +1,21 @@
 """Compile every Triton kernel of the package for a GPU, without one (``python -m
 tests.triton_compile``; run by tests/test_triton_compile.py in a process without
 ``TRITON_INTERPRET``): all of Triton's stages down to the cubin for an H100 (``sm_90``), in
-float32 and float64 (and half precision where a kernel reads it), each kernel twice: with its
-integer arguments as run-time values, and with every one Triton would specialise set to the
-constant 1 (Triton compiles an argument equal to 1 as a constant, so a loop bound of 1
-becomes an empty loop there). The interpreter
-runs neither stage. A float64 kernel whose ``FLOOR`` constant the compiler rounded to float32
+float32 and float64 (and half precision where a kernel reads it), with each setting of a
+kernel's boolean switches (``MONOTONIC``), at block sizes and warps as the launchers pick them
+(one warp, whose ``tl.gather`` is a warp shuffle, and two, whose exchange goes through shared
+memory; the samplers' 32 lanes; the rows' kernels' tile):
+with its integer arguments as run-time values, and with every one Triton may specialise (a row
+stride, the first column) set to the constant 1 too (Triton compiles an argument equal to 1 as
+a constant, so a loop bound of 1 becomes an empty loop there). The interpreter runs neither
+stage. A float64 kernel whose ``FLOOR`` constant the compiler rounded to float32
 fails too, and so does a kernel that lets Triton specialise an integer argument that is a size
 of the batch (see :mod:`cbasr._triton`: each new batch shape would compile it again). Prints
 one line per compilation, ``FAIL`` for a failure."""
 
 import importlib
 import inspect
+import itertools
 import math
 import re
 import struct
@@ -21,6 +25,8 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+from cbasr._triton import block
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = GPUTarget("cuda", 90, 32)
@@ -33,6 +39,11 @@ POINTERS = {
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
+# (BLOCK, num_warps) as the launchers pick them (cbasr._triton.block): one warp, whose
+# tl.gather is a warp shuffle, and two, whose tl.gather goes through shared memory; the
+# samplers' lanes are one warp of 32; the rows' kernels take 4 warps
+LAUNCHES = [block(64), block(256)]
+SAMPLERS = ("_id_checking_kernel", "_bounded_kernel")
 # integer arguments that stay the same over a run (a joint's row stride, its first label unit),
 # which Triton may specialise; every other integer argument is a size of the batch
 STEADY = ("stride", "start")
@@ -50,6 +61,15 @@ def kernel_modules() -> list[str]:
     )
 
 
+def launches(name: str, fn) -> list[tuple[int | None, int]]:
+    """``(BLOCK, num_warps)`` of the compilations of one kernel (``None``: no ``BLOCK``)."""
+    if name in SAMPLERS:
+        return [(32, 1)]
+    if "BLOCK" in inspect.signature(fn.fn).parameters:
+        return LAUNCHES
+    return [(None, 4)]
+
+
 def variants(name: str, fn, dtype: str):
     """``(label, signature, constants)`` of the compilations of one kernel."""
     signature, constants, specialised = {}, {}, []
@@ -58,8 +78,8 @@ def variants(name: str, fn, dtype: str):
             signature[param.name] = "constexpr"
             # FLOOR: the least exponent, a float (a constant, so that it keeps float64 there)
             floor = math.log(sys.float_info.min) + 0.5 if dtype == "fp64" else -87.0
-            values = {"BLOCK": 64, "FLOOR": floor}
-            constants[param.name] = values.get(param.name, 40)
+            values = {"BLOCK": 64, "FLOOR": floor, "ROWS": 8, "COLS": 256, "STEPS": 40}
+            constants[param.name] = values.get(param.name, False)  # else a switch: below
         elif param.name.endswith("_ptr"):
             integer = any(word in param.name for word in INTEGERS)
             own = param.name in HALVES.get(name, ()) or dtype not in ("fp16", "bf16")
@@ -69,11 +89,14 @@ def variants(name: str, fn, dtype: str):
             signature[param.name] = "i32"
             if not any(p.name == param.name and p.do_not_specialize for p in fn.params):
                 specialised.append(param.name)
-    for flag in [n for n, v in constants.items() if v == 40 and n.isupper() and n != "STEPS"]:
-        constants[flag] = True  # a boolean switch (MONOTONIC)
-    yield "run-time integers", signature, constants
-    ones = {**signature, **{n: "constexpr" for n in specialised}}
-    yield "integers equal to 1", ones, {**constants, **{n: 1 for n in specialised}}
+    flags = [n for n, v in constants.items() if v is False]  # boolean switches (MONOTONIC)
+    for values in itertools.product((False, True), repeat=len(flags)):
+        switched = {**constants, **dict(zip(flags, values))}
+        label = "".join(f", {n}={v}" for n, v in zip(flags, values))
+        yield f"run-time integers{label}", signature, switched
+        if specialised:  # (the sizes never are: see specialised_sizes)
+            ones = {**signature, **{n: "constexpr" for n in specialised}}
+            yield f"integers equal to 1{label}", ones, {**switched, **{n: 1 for n in specialised}}
 
 
 def rounded_floor(ttir: str, floor: float | None, dtype: str) -> str:
@@ -115,10 +138,17 @@ def main() -> int:
             for dtype in ("fp32", "fp64", "fp16", "bf16"):
                 if dtype in ("fp16", "bf16") and name not in HALVES:
                     continue
-                for label, signature, constants in variants(name, fn, dtype):
+                for (size, warps), (label, signature, constants) in itertools.product(
+                    launches(name, fn), variants(name, fn, dtype)
+                ):
+                    if size is not None:
+                        constants = {**constants, "BLOCK": size}
+                        label = f"{label}, BLOCK={size}, {warps} warp(s)"
                     source = ASTSource(fn=fn, signature=signature, constexprs=constants)
                     try:
-                        compiled = triton.compile(source, target=TARGET)
+                        compiled = triton.compile(
+                            source, target=TARGET, options={"num_warps": warps}
+                        )
                     except Exception as error:  # a compiler pass failing raises RuntimeError
                         failures += 1
                         first = str(error).strip().splitlines()[0] if str(error).strip() else ""

@@ -20,8 +20,10 @@ itself instead of ``T`` launches of small operations:
 
 Padded frames (weight 0 for staying, ``-inf`` for emitting) are the identity, so each program
 runs all ``T`` frames and needs no length of its own but ``L_b``. Float32 and float64; the
-state vector of an utterance (``L + 1`` states) is one block, so ``L`` is bounded by Triton's
-largest block (``2**17`` elements), far beyond any label sequence.
+state vector of an utterance (``L + 1`` states) is one block, exchanged through shared memory
+by ``tl.gather``, so ``L + 1`` is bounded by one block's shared memory (``2**15`` float32 or
+``2**14`` float64 states on an H100, beyond which the launch fails: far beyond any label
+sequence).
 
 Importing this module needs Triton; set ``TRITON_INTERPRET=1`` first to run the kernels on
 CPU tensors in Triton's interpreter (the tests do).

@@ -54,12 +54,11 @@ def _level(n, u, T, MONOTONIC: tl.constexpr):  # pragma: no cover - compiled (or
 
 
 @triton.jit
-def _forward_weights(
-    blank_ptr, emit_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
-):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Level ``n`` of the forward pass: its nodes (``live``) and the weights of the edges into
-    them, from the previous level at ``u`` (a blank) and at ``u - 1`` (a label); ``-inf`` where
-    there is no such edge."""
+def _forward_edges(n, u, inside, T, MONOTONIC: tl.constexpr):  # pragma: no cover - compiled
+    """Level ``n`` of the forward pass: its nodes' frames ``t`` and ``te`` (the frame of the
+    label edge in), the nodes (``live``), those with a blank edge in from ``(t - 1, u)``
+    (``down``) and those with a label edge in from the previous level's ``u - 1``
+    (``across``)."""
     t = _level(n, u, T, MONOTONIC)
     if MONOTONIC:
         te = t - 1  # the label edge into (t, u) leaves (t - 1, u - 1)
@@ -68,9 +67,19 @@ def _forward_weights(
     live = inside & (t >= 0) & (t <= T)
     down = live & (t >= 1)
     across = live & (u >= 1) & (te >= 0) & (te < T)
+    return t, te, live, down, across
+
+
+@triton.jit
+def _forward_weights(
+    blank_ptr, emit_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """The weights of the edges into level ``n``'s nodes, a blank's and a label's; ``-inf``
+    where there is no such edge."""
+    t, te, live, down, across = _forward_edges(n, u, inside, T, MONOTONIC)
     blank = tl.load(blank_ptr + (b * T + t - 1) * U1 + u, mask=down, other=-math.inf)
     emit = tl.load(emit_ptr + (b * T + te) * (U1 - 1) + u - 1, mask=across, other=-math.inf)
-    return t, live, blank, emit
+    return blank, emit
 
 
 @triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
@@ -95,18 +104,21 @@ def _forward_kernel(
     nodes = alpha_ptr + b * (T + 1) * U1
     level = tl.where(u == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
     tl.store(nodes + u, level, mask=inside)  # row 0; the standard lattice overwrites u > 0
-    t, live, blank, emit = _forward_weights(blank_ptr, emit_ptr, b, 1, u, inside, T, U1, MONOTONIC)
+    blank, emit = _forward_weights(blank_ptr, emit_ptr, b, 1, u, inside, T, U1, MONOTONIC)
     n = 1
     while n < LEVELS:  # (a while loop: Triton's interpreter cannot take range() of an argument)
         # the next level's weights, on their way while this level computes
-        t_next, live_next, blank_next, emit_next = _forward_weights(
+        blank_next, emit_next = _forward_weights(
             blank_ptr, emit_ptr, b, n + 1, u, inside, T, U1, MONOTONIC
         )
-        via_blank = level + blank  # the previous level at u
-        via_emit = tl.gather(level, left, 0) + emit  # and at u - 1
+        t, te, live, down, across = _forward_edges(n, u, inside, T, MONOTONIC)
+        # the previous level at u and at u - 1; only along edges that exist (a NaN in a node
+        # no complete path uses stays there, as on the CPU)
+        via_blank = tl.where(down, level + blank, float("-inf"))
+        via_emit = tl.where(across, tl.gather(level, left, 0) + emit, float("-inf"))
         level = tl.where(live, _log_add_exp(via_blank, via_emit), float("-inf"))
         tl.store(nodes + t * U1 + u, level, mask=live)
-        t, live, blank, emit = t_next, live_next, blank_next, emit_next
+        blank, emit = blank_next, emit_next
         n += 1
     tl.debug_barrier()  # log P(y) is read back from the table
     labels = tl.load(lengths_ptr + b)
@@ -114,20 +126,28 @@ def _forward_kernel(
 
 
 @triton.jit
-def _backward_weights(
-    blank_ptr, emit_ptr, alpha_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
-):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Level ``n`` of the backward pass: the nodes with edges out (``live``), those of them
-    with a label edge (``emits``), the nodes of row ``T`` (``end``), the weights of the edges
-    out (``-inf`` where none) and the nodes' forward variables."""
+def _backward_edges(n, u, inside, T, U1, MONOTONIC: tl.constexpr):  # pragma: no cover
+    """Level ``n`` of the backward pass: its nodes' frames ``t``, the nodes with edges out
+    (``live``), those of them with a label edge (``emits``) and the nodes of row ``T``
+    (``end``)."""
     t = _level(n, u, T, MONOTONIC)
     live = inside & (t >= 0) & (t < T)
     emits = live & (u < U1 - 1)
     end = inside & (t == T)
+    return t, live, emits, end
+
+
+@triton.jit
+def _backward_weights(
+    blank_ptr, emit_ptr, alpha_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Level ``n`` of the backward pass: the weights of the edges out of its nodes (``-inf``
+    where none) and the nodes' forward variables."""
+    t, live, emits, end = _backward_edges(n, u, inside, T, U1, MONOTONIC)
     blank = tl.load(blank_ptr + (b * T + t) * U1 + u, mask=live, other=-math.inf)
     emit = tl.load(emit_ptr + (b * T + t) * (U1 - 1) + u, mask=emits, other=-math.inf)
     alpha = tl.load(alpha_ptr + (b * (T + 1) + t) * U1 + u, mask=live, other=-math.inf)
-    return t, live, emits, end, blank, emit, alpha
+    return blank, emit, alpha
 
 
 @triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
@@ -157,17 +177,19 @@ def _backward_kernel(
     log_p = tl.where(log_p == float("-inf"), 0.0, log_p)  # no path: every posterior is 0
     last = tl.where(u == labels, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
     level = tl.zeros_like(last) + float("-inf")  # the level after the last: no nodes
-    t, live, emits, end, blank, emit, alpha = _backward_weights(
+    blank, emit, alpha = _backward_weights(
         blank_ptr, emit_ptr, alpha_ptr, b, LEVELS - 1, u, inside, T, U1, MONOTONIC
     )
     n = LEVELS - 1
     while n >= 0:
         # the previous level's weights and forward variables, loaded while this level computes
-        t_next, live_next, emits_next, end_next, blank_next, emit_next, alpha_next = (
-            _backward_weights(blank_ptr, emit_ptr, alpha_ptr, b, n - 1, u, inside, T, U1, MONOTONIC)
+        blank_next, emit_next, alpha_next = _backward_weights(
+            blank_ptr, emit_ptr, alpha_ptr, b, n - 1, u, inside, T, U1, MONOTONIC
         )
-        via_blank = blank + level  # beta of the next level at u: (t + 1, u)
-        via_emit = emit + tl.gather(level, right, 0)  # and at u + 1
+        t, live, emits, end = _backward_edges(n, u, inside, T, U1, MONOTONIC)
+        # beta of the next level at u, (t + 1, u), and at u + 1; only along edges that exist
+        via_blank = tl.where(live, blank + level, float("-inf"))
+        via_emit = tl.where(emits, emit + tl.gather(level, right, 0), float("-inf"))
         # row T: no edge leaves, beta is 0 at the last label and -inf elsewhere
         level = tl.where(live, _log_add_exp(via_blank, via_emit), tl.where(end, last, -math.inf))
         tl.store(
@@ -178,7 +200,6 @@ def _backward_kernel(
             tl.exp(alpha + via_emit - log_p),
             mask=emits,
         )
-        t, live, emits, end = t_next, live_next, emits_next, end_next
         blank, emit, alpha = blank_next, emit_next, alpha_next
         n -= 1
 

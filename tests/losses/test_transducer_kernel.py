@@ -176,3 +176,23 @@ def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
         results.append((picked.detach(), lse.detach(), grad))
     for got, want in zip(results[0], results[1], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("triton", marks=pytest.mark.triton)])
+def test_a_nan_in_a_dead_end_stays_there(backend, monotonic):
+    """T = 2, U = 1, one label: the blank edge (1, 0) -> (2, 0) ends in a node of row T that no
+    complete path leaves (no label edge runs along row T), so its NaN weight must not reach
+    log P(y), which is then what the rest of the lattice gives. (The PyTorch recursion gives NaN
+    here: the compiled backends follow edges only.)"""
+    blank = torch.full((1, 2, 2), -0.7, dtype=torch.float64)
+    emit = torch.full((1, 2, 1), -0.7, dtype=torch.float64)
+    blank[0, 1, 0] = math.nan
+    clean = blank.clone()
+    clean[0, 1, 0] = -math.inf  # the edge taken away
+    lengths, labels = torch.tensor([2]), torch.tensor([1])
+    with use_backend(backend):
+        nll = transducer_lattice_nll(blank, emit, lengths, labels, monotonic=monotonic)
+        expected = transducer_lattice_nll(clean, emit, lengths, labels, monotonic=monotonic)
+    assert torch.isfinite(expected).all()
+    torch.testing.assert_close(nll, expected, rtol=0, atol=1e-12)
