@@ -27,6 +27,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from cbasr._triton import block
+from cbasr.losses._cb_second_order_triton import _tile
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = GPUTarget("cuda", 90, 32)
@@ -61,13 +62,17 @@ def kernel_modules() -> list[str]:
     )
 
 
-def launches(name: str, fn) -> list[tuple[int | None, int]]:
-    """``(BLOCK, num_warps)`` of the compilations of one kernel (``None``: no ``BLOCK``)."""
+def launches(name: str, fn) -> list[tuple[dict, int]]:
+    """``(block constants, num_warps)`` of the compilations of one kernel, as launched."""
+    parameters = inspect.signature(fn.fn).parameters
     if name in SAMPLERS:
-        return [(32, 1)]
-    if "BLOCK" in inspect.signature(fn.fn).parameters:
-        return LAUNCHES
-    return [(None, 4)]
+        return [({"BLOCK": 32}, 1)]
+    if "WINDOW" in parameters:  # the second-order tiles: (16 states, W = 16), (256, W = 4)
+        tiles = [_tile(16, 16), _tile(256, 4)]
+        return [({"BLOCK": size, "WINDOW": window}, warps) for size, window, warps in tiles]
+    if "BLOCK" in parameters:
+        return [({"BLOCK": size}, warps) for size, warps in LAUNCHES]
+    return [({}, 4)]
 
 
 def variants(name: str, fn, dtype: str):
@@ -78,7 +83,14 @@ def variants(name: str, fn, dtype: str):
             signature[param.name] = "constexpr"
             # FLOOR: the least exponent, a float (a constant, so that it keeps float64 there)
             floor = math.log(sys.float_info.min) + 0.5 if dtype == "fp64" else -87.0
-            values = {"BLOCK": 64, "FLOOR": floor, "ROWS": 8, "COLS": 256, "STEPS": 40}
+            values = {
+                "BLOCK": 64,
+                "WINDOW": 16,
+                "FLOOR": floor,
+                "ROWS": 8,
+                "COLS": 256,
+                "STEPS": 40,
+            }
             constants[param.name] = values.get(param.name, False)  # else a switch: below
         elif param.name.endswith("_ptr"):
             integer = any(word in param.name for word in INTEGERS)
@@ -138,12 +150,13 @@ def main() -> int:
             for dtype in ("fp32", "fp64", "fp16", "bf16"):
                 if dtype in ("fp16", "bf16") and name not in HALVES:
                     continue
-                for (size, warps), (label, signature, constants) in itertools.product(
+                for (sizes, warps), (label, signature, constants) in itertools.product(
                     launches(name, fn), variants(name, fn, dtype)
                 ):
-                    if size is not None:
-                        constants = {**constants, "BLOCK": size}
-                        label = f"{label}, BLOCK={size}, {warps} warp(s)"
+                    if sizes:
+                        constants = {**constants, **sizes}
+                        label += "".join(f", {n}={v}" for n, v in sizes.items())
+                        label += f", {warps} warp(s)"
                     source = ASTSource(fn=fn, signature=signature, constexprs=constants)
                     try:
                         compiled = triton.compile(

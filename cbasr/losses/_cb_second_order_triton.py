@@ -21,7 +21,10 @@ same layout, so that the rest (``log Z``, the edge posteriors) stays the referen
   (:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_viterbi`).
 
 The rows read back (up to ``W`` frames before, or after) were stored by earlier steps of the
-same program, with a barrier between. Float32 and float64. Importing this module needs Triton;
+same program, with a barrier between. :func:`alpha` and :func:`beta` read a frame's window as
+one ``(WINDOW, BLOCK)`` tile (``WINDOW``: ``W`` rounded up to a power of two), one round of
+loads per frame instead of ``W - 1`` in turn, and sum it as a log-sum-exp, as the reference
+does; :func:`viterbi` keeps its loop over the window for the reference's tie rule. Float32 and float64. Importing this module needs Triton;
 ``TRITON_INTERPRET=1`` runs it on CPU tensors.
 """
 
@@ -46,42 +49,62 @@ def _gap_term(
     return came + weight
 
 
+@triton.jit
+def _log_sum_exp_window(terms, extra):  # pragma: no cover - compiled (or interpreted)
+    """``log(sum_k exp(terms[k]) + exp(extra))`` per column of a ``(WINDOW, BLOCK)`` tile; ``-inf``
+    where every entry is ``-inf``, ``inf`` where one is."""
+    top = tl.maximum(tl.max(terms, axis=0), extra)
+    top = tl.where((top > float("-inf")) & (top < float("inf")), top, 0.0)
+    total = tl.sum(tl.exp(terms - top[None, :]), axis=0) + tl.exp(extra - top)
+    return top + tl.log(total)
+
+
 @triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _alpha_kernel(
-    emit_ptr, alpha_ptr, far_ptr, T, W, B, L, BLOCK: tl.constexpr
+    emit_ptr, alpha_ptr, far_ptr, T, W, B, L, BLOCK: tl.constexpr, WINDOW: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: rows ``W ..`` of ``alpha`` ``(W + T, B, L + 1)`` (columns
     ``1 .. L``) and ``far`` ``(T, B, L)`` from ``emit`` ``(T + W, W, B, L)`` (``[t, k]`` holds
-    gap ``d = W - 1 - k``); ``alpha``'s first ``W`` rows hold the start state on entry."""
+    gap ``d = W - 1 - k``); ``alpha``'s first ``W`` rows hold the start state on entry. A
+    frame's window (entries ``k = 1 .. W - 1``, ``WINDOW >= W`` rows of a tile) is read at
+    once."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     l = tl.arange(0, BLOCK)
     inside = l < L
+    k = tl.arange(0, WINDOW)[:, None]  # gap d = W - 1 - k: the label before at frame t - d - 1
+    gaps = (k >= 1) & (k < W) & inside[None, :]
     running = tl.zeros([BLOCK], dtype=alpha_ptr.dtype.element_ty) + float("-inf")
     t = 0
     while t < T:
         tl.debug_barrier()  # the rows stored by the last W steps are read
         before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
+        came = tl.load(
+            alpha_ptr + ((t + k) * B + b) * (L + 1) + l[None, :], mask=gaps, other=float("-inf")
+        )
+        weight = tl.load(
+            emit_ptr + ((t * W + k) * B + b) * L + l[None, :], mask=gaps, other=float("-inf")
+        )
+        far_weight = tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
         running = log_add_exp(running, before)  # frames <= t - W
         tl.store(far_ptr + (t * B + b) * L + l, running, mask=inside)
-        row = running + tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
-        k = 1
-        while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
-            row = log_add_exp(row, _gap_term(emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside))
-            k += 1
+        row = _log_sum_exp_window(came + weight, running + far_weight)
         tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
         t += 1
 
 
 @triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _beta_kernel(
-    emit_ptr, beta_ptr, lengths_ptr, T, W, B, L, BLOCK: tl.constexpr
+    emit_ptr, beta_ptr, lengths_ptr, T, W, B, L, BLOCK: tl.constexpr, WINDOW: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: rows ``0 .. T - 1`` of ``beta`` ``(T + W, B, L + 1)``
     (columns ``0 .. L - 1``; column ``L_b`` stays 0) from ``emit`` as :func:`_alpha_kernel`'s;
-    ``beta`` holds ``-inf`` and the end state on entry."""
+    ``beta`` holds ``-inf`` and the end state on entry. A frame's window (the next label
+    ``d + 1 = 1 .. W - 1`` frames on) is read at once."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     l = tl.arange(0, BLOCK)
     inside = l < L
+    d = tl.arange(0, WINDOW)[:, None]  # the next label at frame t + d + 1, gap d
+    gaps = (d < W - 1) & inside[None, :]
     labels = tl.load(lengths_ptr + b)
     running = tl.zeros([BLOCK], dtype=beta_ptr.dtype.element_ty) + float("-inf")
     t = T - 1
@@ -91,22 +114,18 @@ def _beta_kernel(
         far_beta = tl.load(
             beta_ptr + ((t + W) * B + b) * (L + 1) + 1 + l, mask=inside, other=float("-inf")
         )
+        weight = tl.load(
+            emit_ptr + (((t + 1 + d) * W + W - 1 - d) * B + b) * L + l[None, :],
+            mask=gaps,
+            other=float("-inf"),
+        )
+        after = tl.load(
+            beta_ptr + ((t + 1 + d) * B + b) * (L + 1) + 1 + l[None, :],
+            mask=gaps,
+            other=float("-inf"),
+        )
         running = log_add_exp(running, far_emit + far_beta)  # gaps of W or more
-        row = running
-        d = 0
-        while d < W - 1:  # the next label at frame t + d + 1, gap d
-            weight = tl.load(
-                emit_ptr + (((t + 1 + d) * W + W - 1 - d) * B + b) * L + l,
-                mask=inside,
-                other=float("-inf"),
-            )
-            after = tl.load(
-                beta_ptr + ((t + 1 + d) * B + b) * (L + 1) + 1 + l,
-                mask=inside,
-                other=float("-inf"),
-            )
-            row = log_add_exp(row, weight + after)
-            d += 1
+        row = _log_sum_exp_window(weight + after, running)
         row = tl.where(l == labels, 0.0, row)
         tl.store(beta_ptr + (t * B + b) * (L + 1) + l, row, mask=inside)
         t -= 1
@@ -147,6 +166,14 @@ def _windowed_viterbi_kernel(
         t += 1
 
 
+def _tile(L: int, W: int) -> tuple[int, int, int]:
+    """``(BLOCK, WINDOW, num_warps)`` of a ``(WINDOW, BLOCK)`` tile holding a frame's window of
+    ``W`` entries for ``L`` label states: warps for the tile's entries."""
+    size = block(L)[0]
+    window = max(2, triton.next_power_of_2(W))
+    return size, window, block(window * size)[1]
+
+
 def alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~cbasr.losses.conditional_bernoulli_second_order._windowed_alpha`'s ``(alpha (W +
     T, B, L + 1), far (T, B, L))`` for ``emit_rev`` ``(T + W, W, B, L)``."""
@@ -157,8 +184,10 @@ def alpha(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
     alpha[W - 1, :, 0] = 0.0
     far = emit_rev.new_full((T, B, L), float("-inf"))
     if B and T and L:
-        size, warps = block(L)
-        _alpha_kernel[(B,)](emit_rev, alpha, far, T, W, B, L, BLOCK=size, num_warps=warps)
+        size, window, warps = _tile(L, W)
+        _alpha_kernel[(B,)](
+            emit_rev, alpha, far, T, W, B, L, BLOCK=size, WINDOW=window, num_warps=warps
+        )
     return alpha, far
 
 
@@ -172,10 +201,10 @@ def beta(emit_rev: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
     lengths = target_lengths.to(device=emit_rev.device, dtype=torch.long)
     beta[:T, torch.arange(B, device=emit_rev.device), lengths] = 0.0
     if B and T and L:
-        size, warps = block(L)
+        size, window, warps = _tile(L, W)
         _beta_kernel[(B,)](
             emit_rev, beta, lengths.to(torch.int32).contiguous(), T, W, B, L, BLOCK=size,
-            num_warps=warps,
+            WINDOW=window, num_warps=warps,
         )  # fmt: skip
     return beta
 
