@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from cbasr import _backends
 from cbasr._backends import use_backend
 from cbasr.losses import transducer_lattice_nll
 
@@ -180,19 +181,21 @@ def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
 
 @pytest.mark.parametrize("monotonic", [False, True])
 @pytest.mark.parametrize("backend", ["numba", pytest.param("triton", marks=pytest.mark.triton)])
-def test_a_nan_in_a_dead_end_stays_there(backend, monotonic):
+def test_a_nan_in_a_dead_end_stays_there(backend, monotonic, device):
     """T = 2, U = 1, one label: the blank edge (1, 0) -> (2, 0) ends in a node of row T that no
     complete path leaves (no label edge runs along row T), so its NaN weight must not reach
     log P(y), which is then what the rest of the lattice gives. (The PyTorch recursion gives NaN
     here: the compiled backends follow edges only.)"""
-    blank = torch.full((1, 2, 2), -0.7, dtype=torch.float64)
-    emit = torch.full((1, 2, 1), -0.7, dtype=torch.float64)
+    where = device if backend == "triton" else "cpu"  # (numba: the CPU's loops)
+    blank = torch.full((1, 2, 2), -0.7, dtype=torch.float64, device=where)
+    emit = torch.full((1, 2, 1), -0.7, dtype=torch.float64, device=where)
     blank[0, 1, 0] = math.nan
     clean = blank.clone()
     clean[0, 1, 0] = -math.inf  # the edge taken away
-    lengths, labels = torch.tensor([2]), torch.tensor([1])
+    lengths, labels = torch.tensor([2], device=where), torch.tensor([1], device=where)
     with use_backend(backend):
+        assert _backends.backend(blank) == backend  # (triton on CPU tensors: interpreted)
         nll = transducer_lattice_nll(blank, emit, lengths, labels, monotonic=monotonic)
         expected = transducer_lattice_nll(clean, emit, lengths, labels, monotonic=monotonic)
     assert torch.isfinite(expected).all()
-    torch.testing.assert_close(nll, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(nll.cpu(), expected.cpu(), rtol=0, atol=1e-12)
