@@ -24,7 +24,8 @@ The rows read back (up to ``W`` frames before, or after) were stored by earlier 
 same program, with a barrier between. :func:`alpha` and :func:`beta` read a frame's window as
 one ``(WINDOW, BLOCK)`` tile (``WINDOW``: ``W`` rounded up to a power of two), one round of
 loads per frame instead of ``W - 1`` in turn, and sum it as a log-sum-exp, as the reference
-does; :func:`viterbi` keeps its loop over the window for the reference's tie rule. Float32 and float64. Importing this module needs Triton;
+does; :func:`viterbi` takes the window's maximum and its first entry (the reference's tie
+rule). Float32 and float64. Importing this module needs Triton;
 ``TRITON_INTERPRET=1`` runs it on CPU tensors.
 """
 
@@ -35,18 +36,6 @@ import triton.language as tl
 from cbasr._triton import block, log_add_exp
 
 __all__: list[str] = []  # package-internal
-
-
-@triton.jit
-def _gap_term(
-    emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside
-):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Entry ``k`` of frame ``t``'s window for utterance ``b``: the forward variable of the
-    previous label's emission ``W - k`` frames back (row ``t + k``) plus the weight of gap
-    ``d = W - 1 - k``."""
-    came = tl.load(alpha_ptr + ((t + k) * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
-    weight = tl.load(emit_ptr + (((t * W) + k) * B + b) * L + l, mask=inside, other=float("-inf"))
-    return came + weight
 
 
 @triton.jit
@@ -133,36 +122,53 @@ def _beta_kernel(
 
 @triton.jit(do_not_specialize=["T", "W", "B", "L"])
 def _windowed_viterbi_kernel(
-    emit_ptr, alpha_ptr, best_k_ptr, far_row_ptr, T, W, B, L, BLOCK: tl.constexpr
+    emit_ptr,
+    alpha_ptr,
+    best_k_ptr,
+    far_row_ptr,
+    T,
+    W,
+    B,
+    L,
+    BLOCK: tl.constexpr,
+    WINDOW: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: rows ``W ..`` of the max-product ``alpha`` ``(W + T, B,
     L + 1)`` (columns ``1 .. L``), the best entry ``k`` of each state's window ``best_k``
     ``(T, B, L)`` (0: every gap of ``W`` or more) and the row of the best of those
-    ``far_row`` ``(T, B, L)``; ties keep the first, as the reference's ``max``."""
+    ``far_row`` ``(T, B, L)``; ties keep the first, as the reference's ``max``, and a NaN
+    entry never wins. A frame's window is read at once, as in :func:`_alpha_kernel`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     l = tl.arange(0, BLOCK)
     inside = l < L
+    k = tl.arange(0, WINDOW)[:, None]  # gap d = W - 1 - k: the label before at frame t - d - 1
+    gaps = (k >= 1) & (k < W) & inside[None, :]
     far = tl.zeros([BLOCK], dtype=alpha_ptr.dtype.element_ty) + float("-inf")
     best_row = tl.zeros([BLOCK], dtype=tl.int32)
     t = 0
     while t < T:
         tl.debug_barrier()  # the rows stored by the last W steps are read
         before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
+        came = tl.load(
+            alpha_ptr + ((t + k) * B + b) * (L + 1) + l[None, :], mask=gaps, other=float("-inf")
+        )
+        weight = tl.load(
+            emit_ptr + ((t * W + k) * B + b) * L + l[None, :], mask=gaps, other=float("-inf")
+        )
+        far_weight = tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
         better = before > far  # frames <= t - W
         far = tl.where(better, before, far)
         best_row = tl.where(better, t, best_row)
         tl.store(far_row_ptr + (t * B + b) * L + l, best_row, mask=inside)
-        row = far + tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
-        best = tl.zeros([BLOCK], dtype=tl.int32)
-        k = 1
-        while k < W:  # gap d = W - 1 - k: the label before was emitted at frame t - d - 1
-            term = _gap_term(emit_ptr, alpha_ptr, t, k, b, W, B, L, l, inside)
-            up = term > row
-            row = tl.where(up, term, row)
-            best = tl.where(up, k, best)
-            k += 1
+        row = far + far_weight  # entry k = 0
+        terms = came + weight
+        # a NaN entry never wins: it is no maximum, or a NaN maximum is not above the far entry
+        top = tl.max(terms, axis=0)
+        first = tl.min(tl.where(gaps & (terms == top[None, :]), k, WINDOW), axis=0)
+        up = top > row  # strictly: a tie keeps the earlier entry
+        row = tl.where(up, top, row)
         tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
-        tl.store(best_k_ptr + (t * B + b) * L + l, best, mask=inside)
+        tl.store(best_k_ptr + (t * B + b) * L + l, tl.where(up, first, 0), mask=inside)
         t += 1
 
 
@@ -221,8 +227,9 @@ def viterbi(emit_rev: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor,
     best_k = torch.zeros(T, B, L, dtype=torch.int32, device=emit_rev.device)
     far_row = torch.zeros(T, B, L, dtype=torch.int32, device=emit_rev.device)
     if B and T and L:
-        size, warps = block(L)
+        size, window, warps = _tile(L, W)
         _windowed_viterbi_kernel[(B,)](
-            emit_rev, alpha, best_k, far_row, T, W, B, L, BLOCK=size, num_warps=warps
-        )
+            emit_rev, alpha, best_k, far_row, T, W, B, L, BLOCK=size, WINDOW=window,
+            num_warps=warps,
+        )  # fmt: skip
     return alpha, best_k.long(), far_row.long()

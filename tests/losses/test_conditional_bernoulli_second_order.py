@@ -280,7 +280,9 @@ def test_kernel_recursions_equal_the_reference_loops(dtype, device, lattice):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_viterbi_kernel_equals_the_reference_loop(dtype, device, lattice):
     """The max-product kernel writes the loop's alpha, best window entries and far rows, ties
-    (whole-number weights) broken the same way, for W = 1 and W = 4."""
+    (whole-number weights) broken the same way, for W = 1, 4 and 5 (a window tile of 8 rows,
+    3 of them outside the window); a NaN window entry never wins (the loop with that entry
+    -inf)."""
     if lattice != "triton":
         pytest.skip("the kernels' own test")
     from cbasr.losses import _cb_second_order_triton as kernels
@@ -290,7 +292,7 @@ def test_viterbi_kernel_equals_the_reference_loop(dtype, device, lattice):
     )
 
     g = torch.Generator().manual_seed(5)
-    for W in (1, 4):
+    for W in (1, 4, 5):
         emit = -torch.randint(0, 3, (3, 9, W, 4), generator=g).to(F64)  # many ties
         emit[torch.rand(emit.shape, generator=g) < 0.2] = -math.inf
         emit_rev = _reversed_window(emit.to(dtype))
@@ -300,3 +302,10 @@ def test_viterbi_kernel_equals_the_reference_loop(dtype, device, lattice):
             torch.testing.assert_close(got_one.cpu(), want_one, rtol=0, atol=0)
         assert want[2].any() and want[0][W:].isfinite().any()
         assert want[1].any() == (W > 1)  # W = 1 has the far entry only
+        if W > 1:  # a NaN in a window entry (gap 0 of frame 5, label 2): as if -inf
+            nan, inf = emit.clone(), emit.clone()
+            nan[0, 5, 0, 2], inf[0, 5, 0, 2] = math.nan, -math.inf
+            got = kernels.viterbi(_reversed_window(nan.to(dtype)).to(device), 4)
+            want = _windowed_viterbi(_reversed_window(inf.to(dtype)), 4)
+            for got_one, want_one in zip(got, want, strict=True):
+                torch.testing.assert_close(got_one.cpu(), want_one, rtol=0, atol=0)
