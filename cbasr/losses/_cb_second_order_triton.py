@@ -29,6 +29,8 @@ rule). Float32 and float64. Importing this module needs Triton;
 ``TRITON_INTERPRET=1`` runs it on CPU tensors.
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -36,6 +38,20 @@ import triton.language as tl
 from cbasr._triton import block, log_add_exp
 
 __all__: list[str] = []  # package-internal
+
+
+@triton.jit
+def _window(
+    emit_ptr, alpha_ptr, t, k, gaps, b, W, B, L, l, inside
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Frame ``t``'s window for utterance ``b`` as a ``(WINDOW, BLOCK)`` tile: entry ``k`` is the
+    forward variable of the previous label's emission ``W - k`` frames back (row ``t + k``)
+    plus the weight of gap ``d = W - 1 - k`` (``-inf`` outside ``gaps``); and the weight of the
+    far entry ``k = 0`` (every gap of ``W`` or more)."""
+    came = tl.load(alpha_ptr + ((t + k) * B + b) * (L + 1) + l[None, :], mask=gaps, other=-math.inf)
+    weight = tl.load(emit_ptr + ((t * W + k) * B + b) * L + l[None, :], mask=gaps, other=-math.inf)
+    far_weight = tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
+    return came + weight, far_weight
 
 
 @triton.jit
@@ -67,16 +83,10 @@ def _alpha_kernel(
     while t < T:
         tl.debug_barrier()  # the rows stored by the last W steps are read
         before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
-        came = tl.load(
-            alpha_ptr + ((t + k) * B + b) * (L + 1) + l[None, :], mask=gaps, other=float("-inf")
-        )
-        weight = tl.load(
-            emit_ptr + ((t * W + k) * B + b) * L + l[None, :], mask=gaps, other=float("-inf")
-        )
-        far_weight = tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
+        terms, far_weight = _window(emit_ptr, alpha_ptr, t, k, gaps, b, W, B, L, l, inside)
         running = log_add_exp(running, before)  # frames <= t - W
         tl.store(far_ptr + (t * B + b) * L + l, running, mask=inside)
-        row = _log_sum_exp_window(came + weight, running + far_weight)
+        row = _log_sum_exp_window(terms, running + far_weight)
         tl.store(alpha_ptr + ((W + t) * B + b) * (L + 1) + 1 + l, row, mask=inside)
         t += 1
 
@@ -149,19 +159,12 @@ def _windowed_viterbi_kernel(
     while t < T:
         tl.debug_barrier()  # the rows stored by the last W steps are read
         before = tl.load(alpha_ptr + (t * B + b) * (L + 1) + l, mask=inside, other=float("-inf"))
-        came = tl.load(
-            alpha_ptr + ((t + k) * B + b) * (L + 1) + l[None, :], mask=gaps, other=float("-inf")
-        )
-        weight = tl.load(
-            emit_ptr + ((t * W + k) * B + b) * L + l[None, :], mask=gaps, other=float("-inf")
-        )
-        far_weight = tl.load(emit_ptr + ((t * W) * B + b) * L + l, mask=inside, other=0.0)
+        terms, far_weight = _window(emit_ptr, alpha_ptr, t, k, gaps, b, W, B, L, l, inside)
         better = before > far  # frames <= t - W
         far = tl.where(better, before, far)
         best_row = tl.where(better, t, best_row)
         tl.store(far_row_ptr + (t * B + b) * L + l, best_row, mask=inside)
         row = far + far_weight  # entry k = 0
-        terms = came + weight
         # a NaN entry never wins: it is no maximum, or a NaN maximum is not above the far entry
         top = tl.max(terms, axis=0)
         first = tl.min(tl.where(gaps & (terms == top[None, :]), k, WINDOW), axis=0)
