@@ -1,14 +1,79 @@
 """Argument checks shared by the distributions, losses and estimators.
 
-Every message names the offending argument. Each check that reads tensor values (lengths, label
-ids) synchronises with the device once; callers run them once per batch.
+Every message names the offending argument. A check that reads tensor values (lengths, label
+ids) synchronises with the device to read them, once per check, or once per :func:`one_read`
+block for all the checks made inside it; callers run them once per batch.
 """
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-__all__ = ["check_shape", "check_range", "check_lengths", "check_label_ids", "check_floating"]
+__all__ = [
+    "check_shape",
+    "check_range",
+    "check_lengths",
+    "check_label_ids",
+    "check_floating",
+    "check_that",
+    "one_read",
+]
+
+# The value checks of the enclosing one_read block (None outside one), per thread: each queued
+# check is its 0-d statistics, their test on the host, and the check itself (which raises)
+_queue: contextvars.ContextVar[
+    list[tuple[list[torch.Tensor], Callable[[list], bool], Callable[[], None]]] | None
+] = contextvars.ContextVar("cbasr_checks_queue", default=None)
+
+
+@contextlib.contextmanager
+def one_read() -> Iterator[None]:
+    """Read the tensor values that the checks made in the block need with one copy to the host.
+
+    :func:`check_range`, :func:`check_lengths`, :func:`check_label_ids` and :func:`check_that`
+    each read tensor values, which for a CUDA tensor waits for the device: inside a loss, one
+    wait per check, while the host cannot queue the next kernels. Inside this block they only
+    queue the reductions they need (a minimum and a maximum, say); the end of the block reads
+    all of them with one copy per device and raises, if a check fails, that check's own error:
+    the first failing one in the order made. A block inside another leaves the reading to the
+    outer one. The code in the block must not use the values it checks: an out-of-range index
+    would fail on the device first, without the message.
+    """
+    if _queue.get() is not None:
+        yield
+        return
+    token = _queue.set([])
+    try:
+        yield
+        queued = _queue.get()
+    finally:
+        _queue.reset(token)
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for stats, _, _ in queued:
+        by_device.setdefault(stats[0].device, []).extend(stats)
+    read = {device: iter(_read(stats)) for device, stats in by_device.items()}
+    for stats, ok, check in queued:
+        if not ok([next(read[stats[0].device]) for _ in stats]):
+            check()  # raises the check's own error
+            raise AssertionError(f"one_read: a deferred check failed but {check} did not raise")
+
+
+def _read(stats: list[torch.Tensor]) -> list:
+    """The values of 0-d tensors on one device, with one copy to the host."""
+    return torch.stack(stats).tolist()
+
+
+def _deferred() -> bool:
+    """Whether a value check goes to the enclosing :func:`one_read` block."""
+    return _queue.get() is not None
+
+
+def _defer(stats: list[torch.Tensor], ok: Callable[[list], bool], check: Callable[[], None]):
+    """Queue a value check in the enclosing :func:`one_read` block: ``ok(values of stats)``
+    tells whether it passes, ``check()`` raises its error."""
+    _queue.get().append((stats, ok, check))
 
 
 def check_floating(name: str, x: torch.Tensor) -> None:
@@ -54,11 +119,31 @@ def check_lengths(
     check_range(name, lengths, min_len, max_len)
 
 
+def check_that(ok: torch.Tensor, fail: Callable[[], None]) -> None:
+    """Call ``fail``, which raises the caller's error, unless every entry of the boolean
+    tensor ``ok`` is true; at the end of the enclosing :func:`one_read` block, if any."""
+    if _deferred():
+        if ok.numel():
+            _defer([ok.all()], lambda v: bool(v[0]), fail)
+        return
+    if not bool(ok.all()):
+        fail()
+        raise AssertionError(f"check_that: {fail} did not raise")
+
+
 def check_range(name: str, values: torch.Tensor, low: int, high: int) -> None:
     """Raise ``ValueError`` unless every entry of ``values`` (any shape) lies in ``[low, high]``.
 
     The message gives the first offending (flattened) index and up to ten of them.
     """
+    if _deferred():
+        if values.numel():
+            _defer(
+                list(torch.aminmax(values)),
+                lambda v: low <= v[0] and v[1] <= high,
+                lambda: check_range(name, values, low, high),
+            )
+        return
     flat = values.reshape(-1)
     bad = ((flat < low) | (flat > high)).nonzero().flatten().tolist()
     if bad:
@@ -91,6 +176,17 @@ def check_label_ids(
         raise ValueError(f"{name} must hold integer label ids; got dtype {targets.dtype}")
     positions = torch.arange(targets.shape[1], device=targets.device)
     valid = positions[None, :] < target_lengths.to(targets.device)[:, None]  # (B, U)
+    if _deferred():
+        if targets.numel():
+            stats = list(torch.aminmax(torch.where(valid, targets, 0)))
+            if blank is not None:
+                stats.append((valid & (targets == blank)).any())
+            _defer(
+                stats,
+                lambda v: v[0] >= 0 and v[1] < num_classes and not any(v[2:]),
+                lambda: check_label_ids(name, targets, target_lengths, num_classes, blank),
+            )
+        return
     bad = valid & ((targets < 0) | (targets >= num_classes))
     if blank is not None:
         bad = bad | (valid & (targets == blank))

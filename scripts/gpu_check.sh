@@ -6,19 +6,24 @@
 #   scripts/stage_author.sh CB_GIT PYDROBERT_GIT  # optional: the CB author's code, .author/
 #   CBASR_COMMIT=<sha> scripts/gpu_check.sh OUT  # there, in the repository's root
 #
-# Steps, each under its own time limit, each writing into OUT (created):
-#   device.txt           nvidia-smi's name of the GPU, torch's and triton's versions
+# Steps, each under its own time limit, each writing into OUT (created; 8 files, as many as a
+# device machine sends back):
+#   summary.txt          nvidia-smi's name of the GPU, torch's and triton's versions, the commit,
+#                        then each step's exit status and time
 #   tests.log            pytest --device cuda on the Triton-marked and gpu-marked tests
 #   bench_losses.jsonl   scripts/bench_losses.py --device cuda --json
 #   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
 #   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json --warm-pass
+#   profile.txt          the same presets under torch.profiler (bench_train.py --profile): each
+#                        operator's host and device time, and their totals, which say whether a
+#                        step waits on the host queueing kernels or on the device running them
 # Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
 # command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (README,
 # "Performance", also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
-# A step that fails is recorded in OUT/summary.txt and the rest still run; the exit status is
-# the number of failed steps.
+# A step that fails is recorded in OUT/summary.txt (its error output in OUT/stderr.log) and the
+# rest still run; the exit status is the number of failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_check.sh OUT}
@@ -37,7 +42,6 @@ if [[ -z ${AUTHOR_SRC:-} && -d .author/src ]]; then
 fi
 failed=0
 summary="$out/summary.txt"
-: >"$summary"
 
 step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, note the outcome
   local name=$1 limit=$2 file=$3
@@ -57,7 +61,7 @@ annotate() {  # FILE COMMAND: add device name, commit and command to each JSON l
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$py" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "commit $commit"
-} >"$out/device.txt" 2>&1
+} >"$summary" 2>&1
 
 step tests 240 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
   -m "triton or gpu" tests/losses tests/distributions
@@ -74,6 +78,10 @@ annotate "$out/bench_distributions.jsonl" "${cmd[*]}"
 cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --presets blstm_ctc cb_pointwise demo_hat"
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
 annotate "$out/bench_train.jsonl" "$cmd"
+
+step profile 120 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
+  --synthetic --device cuda --warm-pass --steps 5 --warmup 2 --profile 30 \
+  --presets blstm_ctc cb_pointwise demo_hat
 
 step table 30 "$out/table.md" "$py" scripts/perf_table.py "$out"
 echo "failed steps: $failed" | tee -a "$summary"

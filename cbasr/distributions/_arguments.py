@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import torch
 
+from cbasr.checks import check_that
+
 __all__: list[str] = []  # private helpers only
 
 
@@ -89,16 +91,37 @@ def value_rows(
     return rows, row_index, full
 
 
+def check_arguments(distribution) -> None:
+    """torch's checks of a distribution's ``arg_constraints``, each error as torch words it,
+    made with :func:`~cbasr.checks.check_that` (torch reads the device once per argument; in
+    a :func:`~cbasr.checks.one_read` block these share its read). The distribution is
+    constructed with ``validate_args=False`` for torch, and calls this when it validates."""
+    for name, constraint in distribution.arg_constraints.items():
+        value = getattr(distribution, name)
+
+        def fail(name=name, constraint=constraint, value=value):
+            raise ValueError(
+                f"Expected parameter {name} ({type(value).__name__} of shape "
+                f"{tuple(value.shape)}) of distribution {distribution!r} to satisfy the "
+                f"constraint {constraint!r}, but found invalid values:\n{value}"
+            )
+
+        check_that(constraint.check(value), fail)
+
+
 def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
     """Raise ValueError unless ``0 <= total <= lengths`` (room for every high)."""
     bad = (total < 0) | (total > lengths)
-    if bool(bad.any()):
+
+    def fail():
         index = int(bad.nonzero()[0, 0])
         raise ValueError(
             "total (number of highs) must satisfy 0 <= total <= lengths; got "
             f"total={int(total[index])} with lengths={int(lengths[index])} at (flattened) "
             f"batch index {index}"
         )
+
+    check_that(~bad, fail)
 
 
 def max_total(total: torch.Tensor, num_frames: int) -> int:

@@ -9,9 +9,10 @@ import torch
 from torch.distributions import Distribution, constraints
 from torch.distributions.utils import lazy_property
 
-from cbasr.checks import check_range
+from cbasr.checks import check_range, check_that, one_read
 from cbasr.distributions._arguments import (
     broadcast_arguments,
+    check_arguments,
     check_total,
     frame_mask,
     value_rows,
@@ -35,6 +36,15 @@ def _inside(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
     """``(*,)`` lengths -> ``(*, T)`` bool frame mask."""
     mask = frame_mask(lengths.reshape(-1), num_frames)  # (B, T)
     return mask.reshape(lengths.shape + (num_frames,))  # (B, T) -> (*, T)
+
+
+def _raiser(message: str):
+    """A function that raises ``ValueError(message)``."""
+
+    def fail():
+        raise ValueError(message)
+
+    return fail
 
 
 class _ExactlyTotalHighs(constraints.Constraint):
@@ -97,10 +107,15 @@ class ConditionalBernoulli(Distribution):
         self.total = args.total.reshape(args.batch_shape)
         self.lengths = args.lengths.reshape(args.batch_shape)
         self.sampler = sampler
-        super().__init__(args.batch_shape, torch.Size((T,)), validate_args=validate_args)
+        super().__init__(args.batch_shape, torch.Size((T,)), validate_args=False)
+        self._validate_args = (
+            Distribution._validate_args if validate_args is None else validate_args
+        )
         if self._validate_args:
-            check_range("lengths", args.lengths, 0, T)
-            check_total(args.total, args.lengths)
+            with one_read():  # torch's checks of arg_constraints and ours, in one read
+                check_arguments(self)
+                check_range("lengths", args.lengths, 0, T)
+                check_total(args.total, args.lengths)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
@@ -160,20 +175,31 @@ class ConditionalBernoulli(Distribution):
             raise ValueError(
                 f"value must have shape (*, {self.event_shape[0]}), got {tuple(value.shape)}"
             )
-        if not bool(((value == 0) | (value == 1)).all()):
-            raise ValueError("value must be binary (0 or 1)")
-        inside = _inside(self.lengths, value.shape[-1])
-        if bool(((value != 0) & ~inside).any()):
-            raise ValueError("value has a high at a padding frame (t >= lengths)")
+        try:
+            torch.broadcast_shapes(value.shape, self.batch_shape + self.event_shape)
+        except RuntimeError:
+            raise ValueError(
+                f"value of shape {tuple(value.shape)} does not broadcast with the batch and "
+                f"event shape {tuple(self.batch_shape + self.event_shape)}"
+            ) from None
         count = (value != 0).sum(-1)
         wrong = count != self.total
-        if bool(wrong.any()):
+
+        def wrong_count():
             index = tuple(int(i) for i in wrong.nonzero()[0])
             total = self.total.expand(wrong.shape)[index]
             raise ValueError(
                 f"value has {int(count[index])} highs but total is {int(total)} (at index {index})"
             )
-        self._validate_sample(value)
+
+        with one_read():  # the support (_ExactlyTotalHighs), each way out of it with its error
+            check_that((value == 0) | (value == 1), _raiser("value must be binary (0 or 1)"))
+            inside = _inside(self.lengths, value.shape[-1])
+            check_that(
+                (value == 0) | inside,
+                _raiser("value has a high at a padding frame (t >= lengths)"),
+            )
+            check_that(~wrong, wrong_count)
 
     @property
     def mean(self) -> torch.Tensor:

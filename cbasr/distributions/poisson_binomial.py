@@ -9,8 +9,13 @@ import torch.nn.functional as F
 from torch.distributions import Distribution, constraints
 
 from cbasr import _backends
-from cbasr.checks import check_range
-from cbasr.distributions._arguments import broadcast_arguments, frame_mask, value_rows
+from cbasr.checks import check_range, one_read
+from cbasr.distributions._arguments import (
+    broadcast_arguments,
+    check_arguments,
+    frame_mask,
+    value_rows,
+)
 from cbasr.distributions._dispatch import log_normaliser, tilt_for_total
 from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
 
@@ -42,9 +47,14 @@ class PoissonBinomial(Distribution):
         T = logits.shape[-1]
         self.logits = args.logits.reshape(args.batch_shape + (T,))  # (B, T) -> (*, T)
         self.lengths = args.lengths.reshape(args.batch_shape)
-        super().__init__(args.batch_shape, validate_args=validate_args)
+        super().__init__(args.batch_shape, validate_args=False)
+        self._validate_args = (
+            Distribution._validate_args if validate_args is None else validate_args
+        )
         if self._validate_args:
-            check_range("lengths", args.lengths, 0, T)
+            with one_read():  # torch's checks of arg_constraints and ours, in one read
+                check_arguments(self)
+                check_range("lengths", args.lengths, 0, T)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):

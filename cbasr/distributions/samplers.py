@@ -267,7 +267,7 @@ def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator)
         T = args.logits.shape[-1]
         tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
         num_rows = torch.Size(sample_shape).numel() * len(args.total)
-        row_index = torch.arange(num_rows) % max(len(args.total), 1)
+        row_index = torch.arange(num_rows, device=args.logits.device) % max(len(args.total), 1)
         if which == "numba":
             draw = getattr(_kernels, kind)
         else:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from cbasr import _backends
-from cbasr.checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_shape, check_that, one_read
 from cbasr.losses._cb_kernel import cb_lattice
 
 __all__ = ["cb_marginal_nll", "cb_posteriors", "cb_viterbi"]
@@ -51,8 +51,10 @@ def _apply_impossible_policy(
     if impossible not in ("inf", "raise"):
         raise ValueError(f"impossible must be 'inf' or 'raise'; got {impossible!r}")
     if impossible == "raise":
-        bad = (target_lengths > input_lengths.to(target_lengths.device)).nonzero().flatten()
-        if bad.numel():
+        fits = target_lengths <= input_lengths.to(target_lengths.device)
+
+        def fail():
+            bad = (~fits).nonzero().flatten()
             b = int(bad[0])
             raise ValueError(
                 f"target_lengths[{b}] = {int(target_lengths[b])} > input_lengths[{b}] = "
@@ -60,6 +62,8 @@ def _apply_impossible_policy(
                 f"so no alignment exists (batch indices {bad.tolist()[:10]}); "
                 "pass impossible='inf' to get +inf losses instead"
             )
+
+        check_that(fits, fail)
 
 
 def _cb_weights(
@@ -321,8 +325,9 @@ def _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths
     check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
     B, T = emit_logits.shape
     check_shape("label_log_probs", label_log_probs, "(B, T, L)", (B, T, None))
-    check_lengths("input_lengths", input_lengths, B, T)
-    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[2])
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T)
+        check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[2])
 
 
 def cb_marginal_nll(
@@ -359,8 +364,9 @@ def cb_marginal_nll(
         ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs,
         in their (at least float32) dtype.
     """
-    _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
-    _apply_impossible_policy(input_lengths, target_lengths, impossible)
+    with one_read():
+        _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+        _apply_impossible_policy(input_lengths, target_lengths, impossible)
     which = _lattice_backend(emit_logits, label_log_probs)
     if which == "numba":
         dtype = _work_dtype(emit_logits, label_log_probs)

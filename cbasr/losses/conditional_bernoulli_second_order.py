@@ -34,7 +34,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from cbasr import _backends
-from cbasr.checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_shape, one_read
 from cbasr.losses.conditional_bernoulli import _apply_impossible_policy, _cb_weights
 
 __all__ = ["cb_marginal_nll_windowed", "cb_viterbi_windowed", "cb_posteriors_windowed"]
@@ -214,8 +214,9 @@ def _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_l
     check_shape("label_log_probs", label_log_probs, "(B, T, W, L)", (B, T, None, None))
     if label_log_probs.shape[2] < 1:
         raise ValueError("label_log_probs must have a window W >= 1 (its dimension 2)")
-    check_lengths("input_lengths", input_lengths, B, T)
-    check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[3])
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T)
+        check_lengths("target_lengths", target_lengths, B, label_log_probs.shape[3])
 
 
 def _reversed_window(emit: torch.Tensor) -> torch.Tensor:
@@ -255,8 +256,9 @@ def cb_marginal_nll_windowed(
     Returns:
         ``(B,)`` negative log likelihoods, differentiable (once) w.r.t. both float inputs.
     """
-    _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
-    _apply_impossible_policy(input_lengths, target_lengths, impossible)
+    with one_read():
+        _check_windowed_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+        _apply_impossible_policy(input_lengths, target_lengths, impossible)
 
     # Same masking and non-emission factoring as the first-order lattice, for every gap d.
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)

@@ -18,8 +18,8 @@ loses everything when ``b`` is close to 1.
 import torch
 import torch.nn.functional as F
 
-from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
-from cbasr.losses.transducer import gather_logsumexp, transducer_lattice_nll
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
+from cbasr.losses.transducer import _lattice_nll, gather_logsumexp
 
 __all__ = ["hat_nll", "hat_nll_from_logits", "hat_internal_lm_score"]
 
@@ -84,9 +84,10 @@ def hat_nll(
     B, T, U1 = blank_logits.shape
     check_shape("label_log_probs", label_log_probs, "(B, T, U + 1, V)", (B, T, U1, None))
     check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    check_label_ids("targets", targets, target_lengths, label_log_probs.shape[-1])
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        check_lengths("target_lengths", target_lengths, B, U1 - 1)
+        check_label_ids("targets", targets, target_lengths, label_log_probs.shape[-1])
 
     labels = _gather_labels(label_log_probs, targets, target_lengths)  # (B, T, U)
     return _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic)
@@ -105,7 +106,7 @@ def _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic)
     # HAT eq. (4): blank edge b_{t,u}; label edge (1 - b_{t,u}) P_{t,u}(y_{u+1}).
     blank_lp = F.logsigmoid(b)  # (B, T, U + 1)
     emit_lp = F.logsigmoid(-b[:, :, :-1]) + labels  # (B, T, U)
-    return transducer_lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths, monotonic)
+    return _lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths, monotonic)
 
 
 def hat_nll_from_logits(
@@ -137,9 +138,10 @@ def hat_nll_from_logits(
         check_floating("blank_logits", blank_logits)
         check_shape("blank_logits", blank_logits, "(B, T, U + 1)", (B, T, U1))
     check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    check_label_ids("targets", targets, target_lengths, V - start)
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        check_lengths("target_lengths", target_lengths, B, U1 - 1)
+        check_label_ids("targets", targets, target_lengths, V - start)
     device = label_logits.device
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     ids = F.pad(torch.where(valid, targets.to(device), 0), (0, 1)) + start  # (B, U + 1)
@@ -176,6 +178,7 @@ def hat_internal_lm_score(
     check_shape("targets", targets, "(B, U)", (None, None))
     B, U = targets.shape
     check_shape("ilm_log_probs", ilm_log_probs, "(B, U + 1, V)", (B, U + 1, None))
-    check_lengths("target_lengths", target_lengths, B, U)
-    check_label_ids("targets", targets, target_lengths, ilm_log_probs.shape[-1])
+    with one_read():
+        check_lengths("target_lengths", target_lengths, B, U)
+        check_label_ids("targets", targets, target_lengths, ilm_log_probs.shape[-1])
     return _gather_labels(ilm_log_probs, targets, target_lengths).sum(dim=-1)

@@ -38,8 +38,15 @@ indices ``>= 1``.
 import torch
 import torch.nn.functional as F
 
-from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
-from cbasr.losses.transducer import gather_logsumexp, transducer_lattice_nll
+from cbasr.checks import (
+    check_floating,
+    check_label_ids,
+    check_lengths,
+    check_shape,
+    check_that,
+    one_read,
+)
+from cbasr.losses.transducer import _lattice_nll, gather_logsumexp
 
 __all__ = [
     "trivial_joint_log_probs",
@@ -97,15 +104,32 @@ def trivial_joint_log_probs(
         arguments of :func:`~cbasr.losses.transducer.transducer_lattice_nll`;
         differentiable w.r.t. ``am`` and ``lm``.
     """
+    _check_joint_sides(am, lm, targets)
+    with one_read():
+        _check_labels(targets, target_lengths, am.shape[2])
+    return _trivial_joint(am, lm, targets, target_lengths, hat)
+
+
+def _check_joint_sides(am, lm, targets) -> None:
+    """The shape checks of :func:`trivial_joint_log_probs`."""
     check_floating("am", am)
     check_floating("lm", lm)
     check_shape("am", am, "(B, T, V)", (None, None, None))
     B, T, V = am.shape
     check_shape("lm", lm, "(B, U + 1, V)", (B, None, V))
-    U1 = lm.shape[1]
-    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    check_shape("targets", targets, "(B, U)", (B, lm.shape[1] - 1))
+
+
+def _check_labels(targets, target_lengths, V) -> None:
+    """The value checks of the label side: lengths, and unit ids in ``[1, V)``."""
+    check_lengths("target_lengths", target_lengths, targets.shape[0], targets.shape[1])
     check_label_ids("targets", targets, target_lengths, V, blank=0)
+
+
+def _trivial_joint(am, lm, targets, target_lengths, hat):
+    """:func:`trivial_joint_log_probs` on arguments already checked."""
+    B, T, V = am.shape
+    U1 = lm.shape[1]
     a, b = am.double(), lm.double()
     start = 1 if hat else 0
     a_max = a[..., start:].amax(dim=-1, keepdim=True).detach()  # (B, T, 1)
@@ -164,28 +188,45 @@ def prune_ranges(
         ValueError: if an utterance has more labels than the windows can hold,
             ``U_b > T_b (S - 1)`` (``U_b > T_b`` when ``monotonic``).
     """
-    if prune_range < 2:
-        raise ValueError(f"prune_range must be >= 2, got {prune_range}")
     check_shape("occupancy", occupancy, "(B, T, U + 1)", (None, None, None))
     B, T, U1 = occupancy.shape
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    S, device = prune_range, occupancy.device
-    T_b = input_lengths.to(device)[:, None]  # (B, 1)
-    U_b = target_lengths.to(device)[:, None]
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        check_lengths("target_lengths", target_lengths, B, U1 - 1)
+        _check_windows(input_lengths, target_lengths, prune_range, monotonic)
+    return _prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic)
+
+
+def _check_windows(input_lengths, target_lengths, prune_range: int, monotonic: bool) -> None:
+    """``prune_range >= 2``, and windows that can hold each utterance's labels."""
+    if prune_range < 2:
+        raise ValueError(f"prune_range must be >= 2, got {prune_range}")
+    S = prune_range
     rise = 1 if monotonic else S - 1  # the most label positions a path climbs per frame
-    too_many = (U_b > T_b * rise).flatten()
-    if bool(too_many.any()):
-        b = int(too_many.nonzero()[0, 0])
+    T_b, U_b = input_lengths, target_lengths.to(input_lengths.device)
+    fits = U_b <= T_b * rise
+
+    def fail():
+        b = int((~fits).nonzero()[0, 0])
         why = (
             "the one-label-per-frame lattice emits at most 1 label per frame"
             if monotonic
             else f"windows of prune_range={S} label positions hold at most {S - 1} labels per frame"
         )
         raise ValueError(
-            f"utterance {b} of the batch has {int(U_b[b, 0])} labels in {int(T_b[b, 0])} frames: "
-            + why
+            f"utterance {b} of the batch has {int(U_b[b])} labels in {int(T_b[b])} frames: " + why
         )
+
+    check_that(fits, fail)
+
+
+def _prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic):
+    """:func:`prune_ranges` on arguments already checked."""
+    B, T, U1 = occupancy.shape
+    S, device = prune_range, occupancy.device
+    T_b = input_lengths.to(device)[:, None]  # (B, 1)
+    U_b = target_lengths.to(device)[:, None]
+    rise = 1 if monotonic else S - 1  # the most label positions a path climbs per frame
     if U1 > S:  # the window holding the most occupancy, by differences of a running sum
         sums = F.pad(occupancy.detach().double().cumsum(dim=-1), (1, 0))
         desired = (sums[..., S:] - sums[..., :-S]).argmax(dim=-1)  # (B, T)
@@ -230,23 +271,28 @@ def simple_transducer_nll(
     Returns:
         ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
     """
+    _check_joint_sides(am, lm, targets)
+    B, T, V = am.shape
+    U1 = lm.shape[1]
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        _check_labels(targets, target_lengths, V)
+        _check_windows(input_lengths, target_lengths, prune_range, monotonic)
     # padded frames and label positions zeroed first: whatever they hold (NaN) stays out of
     # the normaliser's product and its gradient
-    B, T, _ = am.shape
-    U1 = lm.shape[1]
     frames = torch.arange(T, device=am.device)[None, :] < input_lengths.to(am.device)[:, None]
     positions = torch.arange(U1, device=lm.device)[None, :] <= target_lengths.to(lm.device)[:, None]
     am = torch.where(frames[..., None], am, 0.0)
     lm = torch.where(positions[..., None], lm, 0.0)
-    blank_lp, emit_lp = trivial_joint_log_probs(am, lm, targets, target_lengths, hat)
+    blank_lp, emit_lp = _trivial_joint(am, lm, targets, target_lengths, hat)
     with torch.enable_grad():
         blank_d = blank_lp.detach().requires_grad_()
         emit_d = emit_lp.detach().requires_grad_()
-        nll = transducer_lattice_nll(blank_d, emit_d, input_lengths, target_lengths, monotonic)
+        nll = _lattice_nll(blank_d, emit_d, input_lengths, target_lengths, monotonic)
         grad_blank, grad_emit = torch.autograd.grad(nll.sum(), (blank_d, emit_d))
     # gradients of -log P: minus the posteriors of the edges leaving each node
     occupancy = -(grad_blank + F.pad(grad_emit, (0, 1)))
-    starts = prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic)
+    starts = _prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic)
     linear = (grad_blank * blank_lp).sum(dim=(1, 2)) + (grad_emit * emit_lp).sum(dim=(1, 2))
     return nll.detach() + linear - linear.detach(), starts
 
@@ -286,9 +332,9 @@ def pruned_transducer_nll(
     check_shape("starts", starts, "(B, T)", (B, T))
     check_shape("targets", targets, "(B, U)", (B, None))
     U1 = targets.shape[1] + 1
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    check_label_ids("targets", targets, target_lengths, V, blank=0)
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        _check_labels(targets, target_lengths, V)
     device = units.device
     positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
     columns = _label_columns(targets.to(device), target_lengths)  # (B, U + 1)
@@ -303,6 +349,6 @@ def pruned_transducer_nll(
     width = U1 + S - 1
     blank = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
     emit = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
-    return transducer_lattice_nll(
+    return _lattice_nll(
         blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic
     )

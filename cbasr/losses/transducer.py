@@ -33,7 +33,7 @@ import torchaudio.functional as AF
 from torch.autograd.function import once_differentiable
 
 from cbasr import _backends
-from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape
+from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
 from cbasr.losses._transducer_kernel import (
     monotonic_lattice,
     row_logsumexp,
@@ -468,8 +468,15 @@ def transducer_lattice_nll(
     check_shape("blank_log_probs", blank_log_probs, "(B, T, U + 1)", (None, None, None))
     B, T, U1 = blank_log_probs.shape
     check_shape("emit_log_probs", emit_log_probs, "(B, T, U)", (B, T, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        check_lengths("target_lengths", target_lengths, B, U1 - 1)
+    return _lattice_nll(blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic)
+
+
+def _lattice_nll(blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic):
+    """:func:`transducer_lattice_nll` on arguments already checked."""
+    B, T, U1 = blank_log_probs.shape
     device = blank_log_probs.device
     dtype = torch.promote_types(
         torch.promote_types(blank_log_probs.dtype, emit_log_probs.dtype), torch.float32
@@ -501,11 +508,12 @@ def _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank: in
     check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
     B, T, U1, V = logits.shape
     check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-    check_lengths("target_lengths", target_lengths, B, U1 - 1)
     if not 0 <= blank < V:
         raise ValueError(f"blank = {blank} must be in [0, {V})")
-    check_label_ids("targets", targets, target_lengths, V, blank=blank)
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+        check_lengths("target_lengths", target_lengths, B, U1 - 1)
+        check_label_ids("targets", targets, target_lengths, V, blank=blank)
 
 
 def rnnt_lattice_nll(
@@ -537,7 +545,7 @@ def rnnt_lattice_nll(
     index = index[:, None].expand(B, T, U1, 2)
     picked, lse = gather_logsumexp(logits, index)
     log_probs = picked - lse.unsqueeze(-1)  # (B, T, U + 1, 2)
-    return transducer_lattice_nll(
+    return _lattice_nll(
         log_probs[..., 0], log_probs[:, :, :-1, 1], input_lengths, target_lengths, monotonic
     )
 
@@ -575,7 +583,9 @@ def rnnt_nll(
             "(transducer_lattice_nll accepts float64)"
         )
     _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
-    max_t, max_u = int(input_lengths.max()), int(target_lengths.max())
+    max_t, max_u = torch.stack(  # one read of the device
+        [input_lengths.max(), target_lengths.to(input_lengths.device).max()]
+    ).tolist()
     if (max_t, max_u + 1) != (T, U1):
         logits = logits[:, :max_t, : max_u + 1]
     return AF.rnnt_loss(

@@ -30,12 +30,14 @@ class LossOutput:
             for REINFORCE estimators a surrogate whose gradient is the estimate.
         nll: ``(B,)`` detached ``-log P(y | x)``, or for sampled objectives the negated
             estimate of the objective; what logs and validation report.
-        stats: scalar diagnostics for TensorBoard (e.g. the emission rate of CB models).
+        stats: scalar diagnostics for TensorBoard (e.g. the emission rate of CB models):
+            floats, or 0-d tensors, which the trainer reads with the step's other values (one
+            wait for the device per step, not one per statistic).
     """
 
     loss: torch.Tensor
     nll: torch.Tensor
-    stats: dict[str, float]
+    stats: dict[str, float | torch.Tensor]
 
 
 class AsrModel(nn.Module, metaclass=abc.ABCMeta):

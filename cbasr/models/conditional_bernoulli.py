@@ -54,11 +54,14 @@ BASELINES = ("none", "loo", "running_mean")
 def emission_rate_stats(
     emit_logits: torch.Tensor, lens: torch.Tensor, target_lens: torch.Tensor
 ) -> dict:
-    """Mean ``P(B_t = 1)`` over valid frames against the label rate ``L / T`` (CB paper section 1)."""
-    valid = torch.arange(emit_logits.shape[1], device=lens.device) < lens.unsqueeze(1)  # (B, T)
-    frames = valid.sum().clamp(min=1)
+    """Mean ``P(B_t = 1)`` over valid frames against the label rate ``L / T`` (CB paper section
+    1), as 0-d tensors on ``emit_logits``' device: the trainer reads them with the step's other
+    values, without waiting for the device here."""
+    device = emit_logits.device
+    valid = torch.arange(emit_logits.shape[1], device=device) < lens.to(device).unsqueeze(1)
+    frames = valid.sum().clamp(min=1)  # valid: (B, T)
     rate = (torch.sigmoid(emit_logits.detach()) * valid).sum() / frames
-    return {"emission_rate": float(rate), "label_rate": float(target_lens.sum() / frames)}
+    return {"emission_rate": rate, "label_rate": target_lens.to(device).sum() / frames}
 
 
 def default_estimator(decoder) -> str:

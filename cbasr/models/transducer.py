@@ -150,8 +150,8 @@ class TransducerModel(AsrModel):
             return out
         log_probs = self.ctc_head(h).log_softmax(dim=-1)  # (B, T, V)
         ctc = ctc_nll(log_probs, targets, lens, target_lens)
-        labels = max(int(target_lens.sum()), 1)
-        stats = {**out.stats, "ctc_loss": float(ctc.detach().sum()) / labels}
+        labels = target_lens.to(ctc.device).sum().clamp(min=1)
+        stats = {**out.stats, "ctc_loss": ctc.detach().sum() / labels}
         return LossOutput(out.loss + self.ctc_weight * ctc, out.nll, stats)
 
     def _lattice_loss(self, h, lens, targets, target_lens) -> LossOutput:
@@ -182,8 +182,8 @@ class TransducerModel(AsrModel):
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
         nll = pruned_transducer_nll(units, starts, targets, lens, target_lens, hat, self.monotonic)
-        labels = max(int(target_lens.sum()), 1)
-        stats = {"simple_loss": float(simple.detach().sum()) / labels}
+        labels = target_lens.to(simple.device).sum().clamp(min=1)
+        stats = {"simple_loss": simple.detach().sum() / labels}
         return LossOutput(nll + self.simple_loss_scale * simple, nll.detach(), stats)
 
     @torch.no_grad()

@@ -234,7 +234,7 @@ class AsrTask:
             totals["errors"] += counts["errors"]
             totals["ref_tokens"] += counts["ref_tokens"]
             for key, value in out.stats.items():
-                stats[key] = stats.get(key, 0.0) + value
+                stats[key] = stats.get(key, 0.0) + float(value)
             batches += 1
         nll, tokens, errors, ref_tokens = distributed.all_reduce_sum(
             list(totals.values()), self.dist, self.device

@@ -89,6 +89,15 @@ class StepResult:
     save: bool  # a process asked for a checkpoint (time-based)
 
 
+def _read_scalars(norm: torch.Tensor, stats: dict) -> tuple[float, dict[str, float]]:
+    """The gradient norm and the step's statistics (floats, or 0-d tensors on the norm's
+    device) as floats, with one read of the device."""
+    keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
+    scalars = [norm, *(stats[k].to(norm.device) for k in keys)]
+    values = torch.stack([v.detach().double() for v in scalars]).tolist()
+    return values[0], {**stats, **dict(zip(keys, values[1:]))}
+
+
 def _step_seed(seed: int, step: int) -> int:
     """Seed of step ``step``'s weight noise: the same in every process and after a resume."""
     return int(
@@ -262,11 +271,13 @@ class Trainer:
         with self._noise():
             with self._autocast():
                 out = self.task.forward(self.ddp, batch)
-            bad_ids = []
-            if out is not None:
-                finite = torch.isfinite(out.loss).tolist()
+            bad_ids, local_nll = [], 0.0
+            if out is not None:  # one read of the device: the losses' finiteness and their sum
+                *finite, local_nll = torch.cat(
+                    [torch.isfinite(out.loss).double(), out.nll.sum().double()[None]]
+                ).tolist()
                 bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok]
-            local_nll = float(out.nll.sum()) if out is not None and not bad_ids else 0.0
+                local_nll = 0.0 if bad_ids else local_nll
             bad, nll, save = distributed.all_reduce_sum(
                 [float(out is None or bool(bad_ids)), local_nll, float(want_save)],
                 self.dist,
@@ -295,8 +306,9 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), clip if clip > 0 else math.inf
         )
+        norm, stats = _read_scalars(norm, out.stats)  # one read of the device
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
-        if not torch.isfinite(norm):
+        if not math.isfinite(norm):
             scale = (
                 f" (fp16 loss scale {self.scaler.get_scale():g})"
                 if self.scaler.is_enabled()
@@ -314,7 +326,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.schedule.step()
-        return StepResult(nll, float(norm), out.stats, save > 0)
+        return StepResult(nll, norm, stats, save > 0)
 
     def validate(self) -> dict:
         """The task's validation metrics for the current model."""

@@ -227,9 +227,16 @@ def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch
     assert (tmp_path / "b/checkpoints/last.pt").is_file()
 
 
-def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path):
+def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    real_step, results = Trainer.train_step, []
+
+    def recorded(self, *args):
+        results.append(real_step(self, *args))
+        return results[-1]
+
+    monkeypatch.setattr(Trainer, "train_step", recorded)
     exp = tmp_path / "cb"
     t = train(
         make_cfg(tone_data, exp, "loss=cb_marginal", "trainer.max_epochs=2", "trainer.log_every=5"),
@@ -240,6 +247,10 @@ def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path):
     events = EventAccumulator(str(exp / "tensorboard"))
     events.Reload()
     assert {"train/emission_rate", "train/label_rate"} <= set(events.Tags()["scalars"])
+    # the model's 0-d tensors, read by the step with the gradient norm: floats
+    stats = [r.stats for r in results]
+    assert stats and all(set(s) == {"emission_rate", "label_rate"} for s in stats)
+    assert all(type(v) is float and 0 < v < 1 for s in stats for v in s.values())
 
 
 # --- resume after a real kill ---------------------------------------------------------------

@@ -1,0 +1,262 @@
+"""Kernel launches and device reads of the CUDA path, counted on the CPU (no GPU needed).
+
+    TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --losses ctc,cb,rnnt,hat_fused,hat_pruned
+    TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --presets blstm_ctc,cb_pointwise,demo_hat
+
+On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
+in eager PyTorch, whatever the kernel's size) and what every read of a device value costs: the
+host waits for the device's queue to drain, and the device then waits for the host to queue
+more. Neither count depends on the GPU, so this script takes them on the CPU, with the
+recursions on the Triton backend (in Triton's interpreter, set by this script) as on CUDA:
+
+- ``kernels``: the PyTorch operators called that launch a kernel on CUDA (views, shape and
+  metadata operators, and ``empty``, launch none);
+- ``triton``: launches of the toolkit's Triton kernels;
+- ``reads``: copies of tensor values to the host (``.item()``, ``int()``, ``bool()``,
+  ``.tolist()``, ``.numpy()``, ``nonzero`` and the other operators whose output size depends on
+  the values), each a wait for the device on CUDA.
+
+``--losses``: one forward and backward of a loss of ``scripts/bench_losses.py`` at ``--sizes``
+(tiny by default: the counts do not depend on the sizes). ``--distributions``: the CB
+distribution's ``log_prob`` with its backward and its samplers' ``sample`` (B = 4, T = 20,
+k = 5), with argument checks, as ``scripts/bench_distributions.py`` times them. ``--presets``:
+one training step of a preset of ``scripts/bench_train.py`` on random features
+(``--synthetic``), the optimizer's update left out (on CUDA it is a handful of ``foreach``
+kernels for all the parameters, on the CPU a loop over them). One JSON object per line with
+``--json``.
+
+What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
+is not pinned), since every tensor here is on the CPU already.
+"""
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Operators that launch no kernel on CUDA: views, shape and metadata queries, allocation.
+NO_KERNEL = {
+    "alias",
+    "as_strided",
+    "chunk",
+    "detach",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "expand",
+    "is_same_size",
+    "lift_fresh",
+    "new_empty",
+    "new_empty_strided",
+    "permute",
+    "promote_types",
+    "reshape",
+    "_reshape_alias",
+    "scalar_tensor",
+    "select",
+    "size",
+    "slice",
+    "split",
+    "squeeze",
+    "t",
+    "transpose",
+    "unbind",
+    "unsqueeze",
+    "_unsafe_view",
+    "view",
+}
+# Operators that copy values to the host (their result or its size depends on the values).
+READS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "_unique2",
+    "unique_consecutive",
+    "unique_dim",
+}
+
+
+class Counter(TorchDispatchMode):
+    """Counts kernels, reads and Triton launches while active (see the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = 0
+        self.reads = 0
+        self.triton = collections.Counter()
+        self.by_operator = collections.Counter()
+        self._paused = 0
+        self._undo = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self._paused:
+            name = func.overloadpacket.__name__
+            if name in READS:
+                self.reads += 1
+            elif name not in NO_KERNEL:
+                self.kernels += 1
+                self.by_operator[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Nothing inside is counted (a Triton launch's interpreter, the optimizer)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def _patch(self, owner, attr, make):
+        original = getattr(owner, attr)
+        setattr(owner, attr, make(original))
+        self._undo.append((owner, attr, original))
+
+    def __enter__(self):
+        def read(original):  # reads that do not dispatch an operator on the CPU
+            def counted(tensor, *args, **kwargs):
+                if not self._paused:
+                    self.reads += 1
+                return original(tensor, *args, **kwargs)
+
+            return counted
+
+        def launch(original):
+            def counted(kernel, *args, **kwargs):
+                self.triton[kernel.fn.__name__] += 1
+                with self.paused():
+                    return original(kernel, *args, **kwargs)
+
+            return counted
+
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self._patch(torch.Tensor, "tolist", read)
+        self._patch(torch.Tensor, "numpy", read)
+        self._patch(InterpretedFunction, "run", launch)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        while self._undo:
+            owner, attr, original = self._undo.pop()
+            setattr(owner, attr, original)
+        return super().__exit__(*exc)
+
+    def result(self) -> dict:
+        return {
+            "kernels": self.kernels,
+            "triton": sum(self.triton.values()),
+            "reads": self.reads,
+            "triton_kernels": dict(self.triton),
+        }
+
+
+def count(fn) -> dict:
+    """The counts of calling ``fn()`` on the Triton backend."""
+    from cbasr._backends import use_backend
+
+    with use_backend("triton"), Counter() as counter:
+        fn()
+    return counter.result()
+
+
+def count_loss(loss: str, sizes: tuple[int, int, int, int]) -> dict:
+    """One forward and backward of ``loss`` (a name of ``bench_losses.py``)."""
+    import bench_losses
+
+    B, T, U, V = sizes
+    leaves, run = bench_losses._make_inputs(loss, B, T, U, V, "cpu")
+    result = count(lambda: run().sum().backward())
+    return {"loss": loss, "sizes": list(sizes), **result}
+
+
+def count_distribution(operation: str) -> dict:
+    """``log_prob`` + backward, or ``sample`` by one sampler, of ``ConditionalBernoulli``."""
+    from cbasr.distributions import ConditionalBernoulli
+
+    g = torch.Generator().manual_seed(0)
+    B, T, k = 4, 20, 5
+    logits, total = torch.randn(B, T, generator=g), torch.full((B,), k)
+    if operation == "log_prob":
+        highs = torch.zeros(B, T)
+        highs[:, :k] = 1
+        logits.requires_grad_()
+        result = count(lambda: ConditionalBernoulli(logits, total).log_prob(highs).sum().backward())
+    else:
+        result = count(lambda: ConditionalBernoulli(logits, total, sampler=operation).sample())
+    return {"distribution": f"cb {operation}", **result}
+
+
+def count_step(preset: str, max_frames: int) -> dict:
+    """One training step of ``preset`` (``bench_train.py``'s), its optimizer's update left out."""
+    import bench_train
+
+    from cbasr.config.schema import register_configs
+    from cbasr.training.asr_task import asr_trainer
+
+    register_configs()
+    args = argparse.Namespace(
+        max_frames=max_frames, num_workers=0, num_threads=1, precision="fp32", overrides=[]
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        data = bench_train.synthetic_corpus(Path(tmp) / "data", utts=40)
+        exp = Path(tmp) / "exp"
+        trainer = asr_trainer(bench_train.make_config(preset, data, exp, args, "cpu"), exp)
+        first, second = list(trainer.loader(trainer.task.sampler.batches()[:2]))
+        trainer.train_step(first, 10)  # lazy state (optimizer moments) made outside the count
+        counter = Counter()
+        update = trainer.optimizer.step
+
+        def uncounted(*a, **k):
+            with counter.paused():
+                return update(*a, **k)
+
+        trainer.optimizer.step = uncounted
+        from cbasr._backends import use_backend
+
+        with use_backend("triton"), counter:
+            trainer.train_step(second, 10)
+        return {"preset": preset, "utts": len(second.ids), **counter.result()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--losses", default="", help="comma-separated bench_losses.py names")
+    parser.add_argument("--sizes", default="2,12,4,6", help="B,T,U,V for --losses")
+    parser.add_argument(
+        "--distributions", action="store_true", help="the CB distribution's log_prob, samplers"
+    )
+    parser.add_argument("--presets", default="", help="comma-separated bench_train.py presets")
+    parser.add_argument("--max-frames", type=int, default=600, help="frames per batch (--presets)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = parser.parse_args(argv)
+    if not (args.losses or args.distributions or args.presets):
+        parser.error("give --losses, --distributions or --presets")
+    sizes = tuple(int(v) for v in args.sizes.split(","))
+    rows = [count_loss(name, sizes) for name in filter(None, args.losses.split(","))]
+    if args.distributions:
+        rows += [count_distribution(op) for op in ("log_prob", "id_checking", "bounded", "draft")]
+    rows += [count_step(name, args.max_frames) for name in filter(None, args.presets.split(","))]
+    for row in rows:
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            what = row.get("loss") or row.get("distribution") or row.get("preset")
+            print(
+                f"{what:>14}: {row['kernels']:4d} kernels {row['triton']:2d} triton {row['reads']:3d} reads"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""scripts/count_launches.py: kernels, Triton launches and device reads, counted on the CPU."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cbasr._backends import triton_interpreted
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(not triton_interpreted(), reason="counts the CPU run of the CUDA path"),
+]
+
+
+@pytest.fixture(scope="module")
+def count_launches():
+    sys.path.insert(0, str(ROOT / "scripts"))  # it imports bench_losses beside it
+    try:
+        path = ROOT / "scripts/count_launches.py"
+        spec = importlib.util.spec_from_file_location("count_launches", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_the_counter_tells_kernels_from_views_and_reads(count_launches):
+    x = torch.arange(6.0)
+
+    def known():
+        y = x * 2  # a kernel
+        s = y.sum()  # a kernel
+        y.view(2, 3).transpose(0, 1)  # views: none
+        s.item()  # a read
+        y.tolist()  # a read that dispatches no operator on the CPU
+        y.nonzero()  # a read: its size depends on the values
+        int(s)  # a read
+
+    assert count_launches.count(known) == {
+        "kernels": 2,
+        "triton": 0,
+        "reads": 4,
+        "triton_kernels": {},
+    }
+    assert torch.Tensor.tolist.__name__ == "tolist"  # put back after counting
+
+
+def test_losses_read_the_device_once(count_launches):
+    """Each loss's value checks share one read (cbasr.checks.one_read); the CB and HAT losses
+    run their lattices as Triton kernels, forward then backward."""
+    rows = {
+        loss: count_launches.count_loss(loss, (2, 6, 3, 5)) for loss in ("ctc", "cb", "hat_fused")
+    }
+    assert [rows[loss]["reads"] for loss in rows] == [1, 1, 1]
+    assert rows["ctc"]["triton"] == 0 and rows["ctc"]["kernels"] > 0
+    assert rows["cb"]["triton_kernels"] == {"_forward_kernel": 1, "_posterior_kernel": 1}
+    assert rows["hat_fused"]["triton_kernels"] == {
+        "_row_logsumexp_kernel": 1,
+        "_forward_kernel": 1,
+        "_backward_kernel": 1,
+        "_row_softmax_kernel": 1,
+    }

@@ -1,0 +1,206 @@
+"""The argument checks: one read of the device per ``one_read`` block, with each check's own
+error, and the losses' value checks made that way."""
+
+import traceback
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cbasr import checks
+from cbasr.checks import check_label_ids, check_lengths, check_range, check_that, one_read
+from cbasr.distributions import ConditionalBernoulli, PoissonBinomial
+from cbasr.losses import (
+    cb_marginal_nll,
+    cb_marginal_nll_windowed,
+    ctc_nll,
+    hat_nll,
+    hat_nll_from_logits,
+    prune_ranges,
+    pruned_transducer_nll,
+    rnnt_lattice_nll,
+    simple_transducer_nll,
+    transducer_lattice_nll,
+    trivial_joint_log_probs,
+)
+
+LENGTHS = torch.tensor([3, 0, 5])
+TARGETS = torch.tensor([[1, 2, 9], [7, 0, 0], [1, 1, 1]])  # row 1 is all padding
+TARGET_LENGTHS = torch.tensor([2, 0, 3])
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The number of copies to the host that one_read blocks made."""
+    count = [0]
+    read = checks._read
+
+    def counted(stats):
+        count[0] += 1
+        return read(stats)
+
+    monkeypatch.setattr(checks, "_read", counted)
+    return count
+
+
+def _error(fn) -> str:
+    with pytest.raises(ValueError) as info:
+        fn()
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: check_lengths("lens", LENGTHS, 3, 4),  # 5 > 4
+        lambda: check_lengths("lens", LENGTHS, 3, 5, min_len=1),  # 0 < 1
+        lambda: check_range("values", TARGETS, 0, 8),  # the 9, as a flattened index
+        lambda: check_label_ids("targets", TARGETS, TARGET_LENGTHS, 2),  # the 2
+        lambda: check_label_ids("targets", TARGETS, TARGET_LENGTHS, 3, blank=1),  # the 1s
+        lambda: check_label_ids("targets", -TARGETS, TARGET_LENGTHS, 10),  # negative ids
+    ],
+)
+def test_a_deferred_check_raises_its_own_error_at_the_end_of_the_block(check, reads):
+    alone = _error(check)
+    with pytest.raises(ValueError) as info:
+        with one_read():
+            check()  # queued: nothing raised yet
+            reached = True
+    assert reached and str(info.value) == alone and reads[0] == 1
+
+
+def test_passing_checks_raise_nothing_and_read_once(reads):
+    with one_read():
+        check_lengths("lens", LENGTHS, 3, 5)
+        check_range("values", TARGETS, 0, 9)
+        check_label_ids("targets", TARGETS, TARGET_LENGTHS, 10, blank=0)  # padding 0s skipped
+        check_label_ids("targets", TARGETS, TARGET_LENGTHS, 3)  # the 9 is padding
+        check_that(LENGTHS >= 0, lambda: pytest.fail("check_that failed"))
+        check_range("empty", torch.zeros(0, dtype=torch.long), 0, 0)  # nothing to read
+    assert reads[0] == 1
+
+
+def test_the_first_failing_check_in_order_raises(reads):
+    def fail():
+        raise ValueError("check_that's own error")
+
+    with pytest.raises(ValueError, match=r"lens\[2\] = 5 is outside \[0, 4\]"):
+        with one_read():
+            check_label_ids("targets", TARGETS, TARGET_LENGTHS, 10)  # passes
+            check_lengths("lens", LENGTHS, 3, 4)  # fails first
+            check_that(LENGTHS > 10, fail)  # fails too
+    with pytest.raises(ValueError, match="check_that's own error"):
+        with one_read():
+            check_that(LENGTHS > 10, fail)
+            check_lengths("lens", LENGTHS, 3, 4)
+    assert reads[0] == 2
+
+
+def test_an_inner_block_leaves_the_reading_to_the_outer_one(reads):
+    with pytest.raises(ValueError, match=r"lens\[2\]"):
+        with one_read():
+            with one_read():
+                check_lengths("lens", LENGTHS, 3, 4)
+            assert reads[0] == 0  # the inner block's end read nothing
+    assert reads[0] == 1
+
+
+def test_an_error_inside_the_block_drops_its_queue(reads):
+    with pytest.raises(RuntimeError, match="elsewhere"):
+        with one_read():
+            check_lengths("lens", LENGTHS, 3, 4)  # would fail
+            raise RuntimeError("elsewhere")
+    with one_read():  # a fresh block: the failed check above is gone
+        check_lengths("lens", LENGTHS, 3, 5)
+    assert reads[0] == 1
+    check_lengths("lens", LENGTHS, 3, 5)  # and outside a block checks run at once
+    with pytest.raises(ValueError):
+        check_lengths("lens", LENGTHS, 3, 4)
+
+
+class _ImmediateChecks(TorchDispatchMode):
+    """Counts the value reads that argument checks make on their own (outside a block)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
+            if any(f.filename.endswith("cbasr/checks.py") for f in traceback.extract_stack()):
+                self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _transducer_inputs(B=2, T=5, U=3, V=6, S=3):
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randint(1, V, (B, U), generator=g)
+    lens, tlens = torch.tensor([T, T - 1]), torch.tensor([U, U - 1])
+    am, lm = torch.randn(B, T, V, generator=g), torch.randn(B, U + 1, V, generator=g)
+    starts = torch.zeros(B, T, dtype=torch.long)
+    return {
+        "trivial_joint": lambda: trivial_joint_log_probs(am, lm, targets, tlens),
+        "simple": lambda: simple_transducer_nll(am, lm, targets, lens, tlens, S, hat=True),
+        "pruned": lambda: pruned_transducer_nll(
+            torch.randn(B, T, S, V, generator=g), starts, targets, lens, tlens, hat=True
+        ),
+        "prune_ranges": lambda: prune_ranges(torch.rand(B, T, U + 1), lens, tlens, S),
+        "lattice": lambda: transducer_lattice_nll(
+            torch.randn(B, T, U + 1).log_softmax(-1), torch.randn(B, T, U), lens, tlens
+        ),
+        "rnnt_lattice": lambda: rnnt_lattice_nll(
+            torch.randn(B, T, U + 1, V, generator=g), targets, lens, tlens
+        ),
+        "hat": lambda: hat_nll(
+            torch.randn(B, T, U + 1),
+            torch.randn(B, T, U + 1, V).log_softmax(-1),
+            targets,
+            lens,
+            tlens,
+        ),
+        "hat_from_logits": lambda: hat_nll_from_logits(
+            None, torch.randn(B, T, U + 1, V, generator=g), targets - 1, lens, tlens
+        ),
+        "ctc": lambda: ctc_nll(torch.randn(B, T, V).log_softmax(-1), targets, lens, tlens),
+        "cb": lambda: cb_marginal_nll(torch.randn(B, T), torch.randn(B, T, U), lens, tlens),
+        "cb_windowed": lambda: cb_marginal_nll_windowed(
+            torch.randn(B, T), torch.randn(B, T, 2, U), lens, tlens
+        ),
+    }
+
+
+@pytest.mark.parametrize("loss", sorted(_transducer_inputs()))
+def test_a_loss_reads_its_checked_values_once(loss, reads):
+    """On a GPU every read waits for the device: a loss's value checks (lengths, label ids,
+    whether the labels fit) share one read, and none reads on its own."""
+    call = _transducer_inputs()[loss]
+    with _ImmediateChecks() as immediate:
+        call()
+    assert (reads[0], immediate.count) == (1, 0)
+
+
+def test_a_distribution_validates_with_one_read_per_call(reads):
+    """``ConditionalBernoulli`` and ``PoissonBinomial`` check torch's argument constraints and
+    theirs in one read at construction, and a value's support in one read in ``log_prob``."""
+    logits, total = torch.randn(2, 5), torch.tensor([2, 1])
+    with _ImmediateChecks() as immediate:
+        cb = ConditionalBernoulli(logits, total, torch.tensor([5, 3]), validate_args=True)
+        assert reads[0] == 1
+        cb.log_prob(torch.tensor([[1.0, 1, 0, 0, 0], [0, 0, 1, 0, 0]]))
+        assert reads[0] == 2
+        PoissonBinomial(logits, torch.tensor([5, 3]), validate_args=True)
+        assert reads[0] == 3
+    assert immediate.count == 0
+
+
+@pytest.mark.parametrize("distribution", [ConditionalBernoulli, PoissonBinomial])
+def test_torchs_argument_constraints_are_still_checked(distribution):
+    logits = torch.randn(2, 5)
+    logits[1, 2] = float("nan")  # constraints.real: not NaN
+    rest = (torch.tensor([2, 1]),) if distribution is ConditionalBernoulli else ()
+    with pytest.raises(ValueError, match=r"Expected parameter logits .* to satisfy the constraint"):
+        distribution(logits, *rest, validate_args=True)
+    distribution(logits, *rest, validate_args=False)  # not checked
+    lengths = torch.tensor([5, -1])  # nonnegative_integer, before the range check's message
+    with pytest.raises(ValueError, match=r"Expected parameter lengths"):
+        distribution(torch.randn(2, 5), *rest, lengths, validate_args=True)
