@@ -235,7 +235,7 @@ def gather_states(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def log_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
     """``logsumexp`` that gives ``-inf`` and a zero (not NaN) gradient when all terms are ``-inf``."""
     shift = x.detach().amax(dim, keepdim=True)
-    shift = torch.where(torch.isfinite(shift), shift, 0.0)
+    shift = torch.nan_to_num(shift, nan=0.0, posinf=0.0, neginf=0.0)  # non-finite: 0
     total = torch.exp(x - shift).sum(dim)
     positive = total > 0
     out = torch.log(torch.where(positive, total, 1.0)) + shift.squeeze(dim)

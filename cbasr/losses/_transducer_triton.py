@@ -45,7 +45,7 @@ __all__: list[str] = []  # package-internal
 
 
 @triton.jit
-def _level(n, u, T, MONOTONIC: tl.constexpr):  # pragma: no cover - compiled (or interpreted)
+def _level(n, u, MONOTONIC: tl.constexpr):  # pragma: no cover - compiled (or interpreted)
     """The frames ``t`` of level ``n``'s nodes ``(t, u)`` (one per ``u``)."""
     if MONOTONIC:
         return tl.zeros_like(u) + n
@@ -59,7 +59,7 @@ def _forward_edges(n, u, inside, T, MONOTONIC: tl.constexpr):  # pragma: no cove
     label edge in), the nodes (``live``), those with a blank edge in from ``(t - 1, u)``
     (``down``) and those with a label edge in from the previous level's ``u - 1``
     (``across``)."""
-    t = _level(n, u, T, MONOTONIC)
+    t = _level(n, u, MONOTONIC)
     if MONOTONIC:
         te = t - 1  # the label edge into (t, u) leaves (t - 1, u - 1)
     else:
@@ -130,7 +130,7 @@ def _backward_edges(n, u, inside, T, U1, MONOTONIC: tl.constexpr):  # pragma: no
     """Level ``n`` of the backward pass: its nodes' frames ``t``, the nodes with edges out
     (``live``), those of them with a label edge (``emits``) and the nodes of row ``T``
     (``end``)."""
-    t = _level(n, u, T, MONOTONIC)
+    t = _level(n, u, MONOTONIC)
     live = inside & (t >= 0) & (t < T)
     emits = live & (u < U1 - 1)
     end = inside & (t == T)

@@ -169,7 +169,7 @@ class _WindowedForwardBackward(torch.autograd.Function):
         # Each path emits every label once: shifting a label's weights by their maximum is
         # exact and keeps float32 round-off small (as in the first-order lattice).
         shift = emit.detach().amax(dim=(1, 2)) if T else emit.new_zeros(B, L)  # (B, L)
-        shift = torch.where(torch.isfinite(shift), shift, 0.0)
+        shift = torch.nan_to_num(shift, nan=0.0, posinf=0.0, neginf=0.0)  # non-finite: 0
         emit_rev = _reversed_window(emit.detach() - shift[:, None, None, :])  # k = W - 1 - d
         ctx.triton = _backends.backend(emit) == "triton" and emit.dtype in _KERNEL_DTYPES
         if ctx.triton:
