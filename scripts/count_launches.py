@@ -26,7 +26,13 @@ kernels for all the parameters, on the CPU a loop over them). One JSON object pe
 ``--json``.
 
 What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
-is not pinned), since every tensor here is on the CPU already.
+is not pinned), since every tensor here is on the CPU already; and where code chooses by the
+device, the CPU's choice is counted. The losses and distributions choose by the backend
+(Triton here, as on CUDA); in a training step two model parts choose by the device: the
+dropout masks (6 kernels each here, ``F.dropout``'s one on CUDA) and the recurrent encoders
+(one layer and direction at a time on the padded batch here, with their reversals; one
+packed cuDNN call for the stack on CUDA, with its packing), so the steps' counts are the
+CPU's for those parts.
 """
 
 import argparse
