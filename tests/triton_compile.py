@@ -38,6 +38,9 @@ POINTERS = {
     "_bounded_kernel": {"out_ptr": "*i64"},
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
+    # the loss's own lengths, as the caller passes them (int64)
+    "_marginal_forward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},
+    "_marginal_backward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
 # (BLOCK, num_warps) as the launchers pick them (cbasr._triton.block): one warp, whose

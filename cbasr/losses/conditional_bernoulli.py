@@ -260,31 +260,6 @@ class _CBForwardBackward(torch.autograd.Function):
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
 
-class _CBTritonLattice(torch.autograd.Function):
-    """:class:`_CBForwardBackward` by the Triton kernels (:mod:`cbasr.losses._cb_triton`): one
-    program per utterance runs the forward recursion; backward runs the backward recursion
-    and the edge posteriors in one more."""
-
-    @staticmethod
-    def forward(ctx, emit: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
-        from cbasr.losses import _cb_triton
-
-        emit_t, shift = _shift_labels(emit.detach())  # (T, B, L), (B,)
-        alpha, log_z = _cb_triton.forward(emit_t, target_lengths)
-        ctx.save_for_backward(emit_t, alpha, log_z, target_lengths)
-        return log_z + shift
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_log_z: torch.Tensor):
-        from cbasr.losses import _cb_triton
-
-        emit_t, alpha, log_z, target_lengths = ctx.saved_tensors
-        post = _cb_triton.posteriors(emit_t, alpha, log_z, target_lengths)  # (T, B, L)
-        grad = post.mul_(grad_log_z[None, :, None])  # in place: no second (T, B, L) table
-        return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
-
-
 class _CBKernel(torch.autograd.Function):
     """``-log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._cb_kernel`), which
     computes the gradient in the forward pass when one is needed."""
@@ -371,9 +346,18 @@ def cb_marginal_nll(
     if which == "numba":
         dtype = _work_dtype(emit_logits, label_log_probs)
         return _CBKernel.apply(emit_logits, label_log_probs, input_lengths, target_lengths, dtype)
+    if which == "triton":  # the whole loss in two kernels: one forward, one backward
+        from cbasr.losses import _cb_triton
+
+        dtype, device = _work_dtype(emit_logits, label_log_probs), emit_logits.device
+        return _cb_triton.marginal_nll(
+            emit_logits.to(dtype),
+            label_log_probs.to(dtype),
+            input_lengths.to(device),
+            target_lengths.to(device),
+        )
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
-    lattice = _CBTritonLattice if which == "triton" else _CBForwardBackward
-    log_z = lattice.apply(emit, target_lengths.to(emit.device))  # (B,)
+    log_z = _CBForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
     # -inf log Z means no alignment: return +inf with zero gradient for that utterance.
     return torch.where(torch.isneginf(log_z), float("inf"), -(stay + log_z))
 

@@ -275,6 +275,31 @@ def test_empty_target_is_probability_of_no_emission():
     torch.testing.assert_close(nll[0], -F.logsigmoid(-a[0, :5]).sum())
 
 
+def test_length_dtypes_mixed_precision_and_empty_batches(device):
+    a, lp, il, tl = _batch(20, device=device)
+    want = cb_marginal_nll(a, lp, il, tl)
+    torch.testing.assert_close(cb_marginal_nll(a, lp, il.int(), tl.int()), want, rtol=0, atol=0)
+    mixed = cb_marginal_nll(a.float(), lp, il, tl)  # computed in the wider dtype
+    assert mixed.dtype == F64
+    torch.testing.assert_close(mixed, want, rtol=1e-6, atol=0)
+    ga, glp = torch.autograd.grad(mixed.sum(), (a, lp))
+    assert ga.dtype == F64 and torch.isfinite(glp).all()
+    none = cb_marginal_nll(a[:0], lp[:0], il[:0], tl[:0])
+    assert none.shape == (0,)
+    none.sum().backward()  # no utterance, no error
+
+
+def test_extreme_logits_without_labels_are_exact(device):
+    # L = 0, one frame each: -log P(y) = softplus(a), to the last bits also where it is tiny
+    a = torch.tensor([[-40.0], [-20.0], [-1e-3], [0.0], [1e-5], [3.0], [20.0], [40.0]], dtype=F64)
+    a = a.to(device).requires_grad_()
+    ones, zeros = torch.ones(8, dtype=torch.long), torch.zeros(8, dtype=torch.long)
+    nll = cb_marginal_nll(a, a.new_zeros(8, 1, 0), ones, zeros)
+    torch.testing.assert_close(nll, F.softplus(a.detach())[:, 0], rtol=1e-15, atol=0)
+    (grad,) = torch.autograd.grad(nll.sum(), a)
+    torch.testing.assert_close(grad, torch.sigmoid(a.detach()), rtol=1e-15, atol=1e-300)
+
+
 def test_shape_and_length_errors_name_the_argument():
     a, lp, il, tl = _batch(16, lengths=[(5, 3), (4, 2)])
     with pytest.raises(ValueError, match="label_log_probs must have shape"):

@@ -59,7 +59,10 @@ def test_losses_read_the_device_once(count_launches):
     }
     assert [rows[loss]["reads"] for loss in rows] == [1, 1, 1]
     assert rows["ctc"]["triton"] == 0 and rows["ctc"]["kernels"] > 0
-    assert rows["cb"]["triton_kernels"] == {"_forward_kernel": 1, "_posterior_kernel": 1}
+    assert rows["cb"]["triton_kernels"] == {
+        "_marginal_forward_kernel": 1,
+        "_marginal_backward_kernel": 1,
+    }
     assert rows["hat_fused"]["triton_kernels"] == {
         "_row_logsumexp_kernel": 1,
         "_forward_kernel": 1,
