@@ -37,9 +37,11 @@ def one_read() -> Iterator[None]:
     wait per check, while the host cannot queue the next kernels. Inside this block they only
     queue the reductions they need (a minimum and a maximum, say); the end of the block reads
     all of them with one copy per device and raises, if a check fails, that check's own error:
-    the first failing one in the order made. A block inside another leaves the reading to the
+    the first failing one in the order made (an error that needs no tensor values, a wrong shape
+    say, is raised at once, before them). A block inside another leaves the reading to the
     outer one. The code in the block must not use the values it checks: an out-of-range index
-    would fail on the device first, without the message.
+    would fail on the device first, without the message; nor call a function that computes on
+    values it checks in a block of its own, which leaves the reading to this one.
     """
     if _queue.get() is not None:
         yield
@@ -136,7 +138,7 @@ def check_range(name: str, values: torch.Tensor, low: int, high: int) -> None:
 
     The message gives the first offending (flattened) index and up to ten of them.
     """
-    if _deferred():
+    if _deferred() and not values.is_floating_point():  # (floats, NaN: checked at once)
         if values.numel():
             _defer(
                 list(torch.aminmax(values)),
@@ -176,7 +178,7 @@ def check_label_ids(
         raise ValueError(f"{name} must hold integer label ids; got dtype {targets.dtype}")
     positions = torch.arange(targets.shape[1], device=targets.device)
     valid = positions[None, :] < target_lengths.to(targets.device)[:, None]  # (B, U)
-    if _deferred():
+    if _deferred() and num_classes > 0:  # (padding reads as id 0, which must be valid)
         if targets.numel():
             stats = list(torch.aminmax(torch.where(valid, targets, 0)))
             if blank is not None:

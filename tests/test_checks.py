@@ -19,6 +19,7 @@ from cbasr.losses import (
     prune_ranges,
     pruned_transducer_nll,
     rnnt_lattice_nll,
+    rnnt_nll,
     simple_transducer_nll,
     transducer_lattice_nll,
     trivial_joint_log_probs,
@@ -204,3 +205,46 @@ def test_torchs_argument_constraints_are_still_checked(distribution):
     lengths = torch.tensor([5, -1])  # nonnegative_integer, before the range check's message
     with pytest.raises(ValueError, match=r"Expected parameter lengths"):
         distribution(torch.randn(2, 5), *rest, lengths, validate_args=True)
+
+
+def test_float_values_and_an_empty_vocabulary_are_checked_at_once(reads):
+    """Floats (NaN among them) are not queued, so no integer check shares a stack with them
+    (which would round it); nor are label ids against no class at all."""
+    with pytest.raises(ValueError, match=r"lens\[0\] = 2049 is outside \[0, 2048\]"):
+        with one_read():
+            check_range("x", torch.tensor([0.5, float("nan")], dtype=torch.float16), 0, 2048)
+            check_lengths("lens", torch.tensor([2049]), 1, 2048)
+    with pytest.raises(ValueError, match=r"x \(flattened index 1\) = 3 is outside"):
+        with one_read():
+            check_range("x", torch.tensor([[1.0, 3.0]]), 0, 2)
+            raise AssertionError("not reached: the float check raises at once")
+    with one_read():  # all padding, no class: nothing to check, as outside a block
+        check_label_ids("targets", torch.zeros(2, 3, dtype=torch.long), torch.zeros(2), 0)
+    assert reads[0] == 1
+
+
+def test_validate_args_none_follows_torchs_default_at_each_use():
+    cb = ConditionalBernoulli(torch.randn(1, 4), torch.tensor([2]))  # validate_args=None
+    bad = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # 3 highs, total 2
+    with pytest.raises(ValueError, match="3 highs but total is 2"):
+        cb.log_prob(bad)
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        assert cb.log_prob(bad).item() == float("-inf")  # unchecked, as torch's own
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(True)
+
+
+def test_narrow_length_dtypes_do_not_overflow():
+    # uint8 lengths: 150 labels fit in 100 frames of windows of 5 (up to 4 a frame: 400 > 255)
+    occupancy = torch.rand(1, 100, 151)
+    lens, tlens = torch.tensor([100], dtype=torch.uint8), torch.tensor([150], dtype=torch.uint8)
+    assert prune_ranges(occupancy, lens, tlens, 5).shape == (1, 100)
+
+
+def test_rnnt_nll_takes_an_empty_batch():
+    logits = torch.randn(0, 3, 2, 4, requires_grad=True)
+    empty = torch.zeros(0, dtype=torch.long)
+    nll = rnnt_nll(logits, torch.zeros(0, 1, dtype=torch.long), empty + 1, empty)
+    assert nll.shape == (0,)
+    nll.sum().backward()

@@ -108,9 +108,10 @@ class ConditionalBernoulli(Distribution):
         self.lengths = args.lengths.reshape(args.batch_shape)
         self.sampler = sampler
         super().__init__(args.batch_shape, torch.Size((T,)), validate_args=False)
-        self._validate_args = (
-            Distribution._validate_args if validate_args is None else validate_args
-        )
+        if validate_args is None:  # torch's default, read at each use as torch reads it
+            del self._validate_args
+        else:
+            self._validate_args = validate_args
         if self._validate_args:
             with one_read():  # torch's checks of arg_constraints and ours, in one read
                 check_arguments(self)

@@ -48,9 +48,10 @@ class PoissonBinomial(Distribution):
         self.logits = args.logits.reshape(args.batch_shape + (T,))  # (B, T) -> (*, T)
         self.lengths = args.lengths.reshape(args.batch_shape)
         super().__init__(args.batch_shape, validate_args=False)
-        self._validate_args = (
-            Distribution._validate_args if validate_args is None else validate_args
-        )
+        if validate_args is None:  # torch's default, read at each use as torch reads it
+            del self._validate_args
+        else:
+            self._validate_args = validate_args
         if self._validate_args:
             with one_read():  # torch's checks of arg_constraints and ours, in one read
                 check_arguments(self)

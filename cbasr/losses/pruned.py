@@ -203,7 +203,7 @@ def _check_windows(input_lengths, target_lengths, prune_range: int, monotonic: b
         raise ValueError(f"prune_range must be >= 2, got {prune_range}")
     S = prune_range
     rise = 1 if monotonic else S - 1  # the most label positions a path climbs per frame
-    T_b, U_b = input_lengths, target_lengths.to(input_lengths.device)
+    T_b, U_b = input_lengths.long(), target_lengths.to(input_lengths.device).long()
     fits = U_b <= T_b * rise
 
     def fail():

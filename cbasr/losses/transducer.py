@@ -584,6 +584,8 @@ def rnnt_nll(
             "(transducer_lattice_nll accepts float64)"
         )
     _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
+    if B == 0:
+        return logits.flatten(1).sum(1)  # (0,), in the graph
     max_t, max_u = torch.stack(  # one read of the device
         [input_lengths.max(), target_lengths.to(input_lengths.device).max()]
     ).tolist()
