@@ -117,9 +117,13 @@ def _posterior_kernel(
 
 @triton.jit
 def _log1p(z):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """``log(1 + z)`` for ``0 <= z <= 1``, to the last bits: its series below ``1e-4``, where
-    ``1 + z`` would round ``z`` away (Triton has no ``log1p`` outside CUDA's libdevice)."""
-    return tl.where(z < 1e-4, z * (1.0 - z * (0.5 - z / 3.0)), tl.log(1.0 + z))
+    """``log(1 + z)`` for ``z >= 0`` to a few units in the last place (Triton has no ``log1p``
+    outside CUDA's libdevice): with ``u = 1 + z`` rounded, ``log(u) * z / (u - 1)`` corrects
+    the rounding (Goldberg 1991, "What every computer scientist should know about
+    floating-point arithmetic", theorem 4); ``z`` itself where ``u`` rounds to 1."""
+    u = 1.0 + z
+    exact = u == 1.0
+    return tl.where(exact, z, tl.log(u) * (z / tl.where(exact, 1.0, u - 1.0)))
 
 
 @triton.jit

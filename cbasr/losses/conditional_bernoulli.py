@@ -342,6 +342,7 @@ def cb_marginal_nll(
     with one_read():
         _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
         _apply_impossible_policy(input_lengths, target_lengths, impossible)
+    input_lengths, target_lengths = input_lengths.long(), target_lengths.long()
     which = _lattice_backend(emit_logits, label_log_probs)
     if which == "numba":
         dtype = _work_dtype(emit_logits, label_log_probs)
@@ -350,11 +351,11 @@ def cb_marginal_nll(
         from cbasr.losses import _cb_triton
 
         dtype, device = _work_dtype(emit_logits, label_log_probs), emit_logits.device
-        return _cb_triton.marginal_nll(
+        return _cb_triton.marginal_nll(  # (the kernels read lengths at stride 1, as int64)
             emit_logits.to(dtype),
             label_log_probs.to(dtype),
-            input_lengths.to(device),
-            target_lengths.to(device),
+            input_lengths.to(device, torch.int64).contiguous(),
+            target_lengths.to(device, torch.int64).contiguous(),
         )
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     log_z = _CBForwardBackward.apply(emit, target_lengths.to(emit.device))  # (B,)
@@ -380,6 +381,7 @@ def cb_posteriors(
         ``t < T_b``. Zero at padded ``(t, l)`` and for utterances with no alignment.
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    input_lengths, target_lengths = input_lengths.long(), target_lengths.long()
     which = _lattice_backend(emit_logits, label_log_probs)
     if which == "numba":
         _, _, post = cb_lattice(emit_logits, label_log_probs, input_lengths, target_lengths, True)
@@ -443,6 +445,7 @@ def cb_viterbi(
         ``log_prob``: ``(B,)`` ``log P(b*, y)``; ``-inf`` where no alignment exists.
     """
     _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
+    input_lengths, target_lengths = input_lengths.long(), target_lengths.long()
     stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
     emit_t, shift = _shift_labels(emit)  # (T, B, L), (B,)
     T, B, L = emit_t.shape

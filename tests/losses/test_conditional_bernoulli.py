@@ -275,10 +275,19 @@ def test_empty_target_is_probability_of_no_emission():
     torch.testing.assert_close(nll[0], -F.logsigmoid(-a[0, :5]).sum())
 
 
-def test_length_dtypes_mixed_precision_and_empty_batches(device):
+def test_length_dtypes_layouts_mixed_precision_and_empty_batches(device):
     a, lp, il, tl = _batch(20, device=device)
     want = cb_marginal_nll(a, lp, il, tl)
     torch.testing.assert_close(cb_marginal_nll(a, lp, il.int(), tl.int()), want, rtol=0, atol=0)
+    narrow = cb_marginal_nll(a, lp, il.to(torch.uint8), tl.to(torch.uint8))
+    torch.testing.assert_close(narrow, want, rtol=0, atol=0)
+    both = torch.stack([il, tl], dim=1)  # lengths as strided columns of one tensor
+    torch.testing.assert_close(cb_marginal_nll(a, lp, both[:, 0], both[:, 1]), want)
+    shared = torch.tensor([4], device=il.device).expand(len(il))  # one length, broadcast
+    short = cb_marginal_nll(a, lp, shared, tl.clamp(max=4))
+    for b in range(len(il)):
+        one = cb_marginal_nll(a[b : b + 1], lp[b : b + 1], shared[:1], tl[b : b + 1].clamp(max=4))
+        torch.testing.assert_close(short[b : b + 1], one, rtol=1e-12, atol=0)
     mixed = cb_marginal_nll(a.float(), lp, il, tl)  # computed in the wider dtype
     assert mixed.dtype == F64
     torch.testing.assert_close(mixed, want, rtol=1e-6, atol=0)
@@ -291,11 +300,12 @@ def test_length_dtypes_mixed_precision_and_empty_batches(device):
 
 def test_extreme_logits_without_labels_are_exact(device):
     # L = 0, one frame each: -log P(y) = softplus(a), to the last bits also where it is tiny
-    a = torch.tensor([[-40.0], [-20.0], [-1e-3], [0.0], [1e-5], [3.0], [20.0], [40.0]], dtype=F64)
-    a = a.to(device).requires_grad_()
-    ones, zeros = torch.ones(8, dtype=torch.long), torch.zeros(8, dtype=torch.long)
-    nll = cb_marginal_nll(a, a.new_zeros(8, 1, 0), ones, zeros)
-    torch.testing.assert_close(nll, F.softplus(a.detach())[:, 0], rtol=1e-15, atol=0)
+    values = [-40.0, -20.0, -12.0, -9.3, -9.2, -9.0, -7.0, -1e-3, 0.0, 1e-5, 3.0, 20.0, 40.0]
+    a = torch.tensor(values, dtype=F64)[:, None].to(device).requires_grad_()
+    n = len(values)
+    ones, zeros = torch.ones(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    nll = cb_marginal_nll(a, a.new_zeros(n, 1, 0), ones, zeros)
+    torch.testing.assert_close(nll, F.softplus(a.detach())[:, 0], rtol=4e-16, atol=0)
     (grad,) = torch.autograd.grad(nll.sum(), a)
     torch.testing.assert_close(grad, torch.sigmoid(a.detach()), rtol=1e-15, atol=1e-300)
 
