@@ -158,3 +158,49 @@ def test_cbasr_download_librispeech_from_a_mirror(tmp_path, mirror):
     bad_sums.write_text("xyz dev-clean-2.tar.gz\n")
     with pytest.raises(SystemExit, match=r"bad.txt:1: expected"):
         download_main([*args, "--sums", str(bad_sums)])
+
+
+def test_a_file_already_there_without_a_stamp_is_checked_before_it_is_used(tmp_path, mirror):
+    """An archive on disk that was never checked (no stamp) is verified, not taken as it is."""
+    mirror.files["/12/a.tar.gz"] = DATA
+    remote = Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA))
+    (tmp_path / "a.tar.gz").write_bytes(DATA[:-1] + b"x")  # copied in by hand, corrupt
+    with pytest.raises(
+        DownloadError, match=rf"a.tar.gz from .* is corrupt: SHA-256 \w+, published {sha256(DATA)}"
+    ):
+        fetch(remote, tmp_path)
+    assert (tmp_path / "a.tar.gz.bad").read_bytes() == DATA[:-1] + b"x"
+    assert not (tmp_path / "a.tar.gz").exists() and not (tmp_path / ".a.tar.gz.checked").exists()
+    assert mirror.requests == []  # refused on disk, before any download
+    assert fetch(remote, tmp_path).read_bytes() == DATA  # the rerun downloads it
+    assert len(mirror.requests) == 1
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "a.tar.gz").write_bytes(DATA)  # a correct copy: checked and stamped
+    assert fetch(remote, tmp_path / "good").read_bytes() == DATA
+    stamp = json.loads((tmp_path / "good" / ".a.tar.gz.checked").read_text())
+    assert (stamp["size"], stamp["check"], stamp["sum"]) == (len(DATA), "SHA-256", sha256(DATA))
+    assert len(mirror.requests) == 1  # no download for a copy that is there and correct
+
+
+def test_a_file_changed_after_its_check_or_under_another_sum_is_checked_again(tmp_path, mirror):
+    """The checked stamp covers the file's size, modification time and sum: a file changed since
+    (same size, or same modification time) or a new published sum is verified again."""
+    mirror.files["/12/a.tar.gz"] = DATA
+    remote = Remote(f"{mirror.url}/12/a.tar.gz", sha256=sha256(DATA))
+    path = fetch(remote, tmp_path)
+    checked = path.stat()
+    path.write_bytes(DATA[:-1] + b"x")  # the same size, a later modification time
+    os.utime(path, ns=(checked.st_atime_ns, checked.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(DownloadError, match="corrupt: SHA-256"):
+        fetch(remote, tmp_path)
+    path = fetch(remote, tmp_path)  # downloaded again
+    checked = path.stat()
+    path.write_bytes(DATA[:1000])  # another size, the modification time put back
+    os.utime(path, ns=(checked.st_atime_ns, checked.st_mtime_ns))
+    with pytest.raises(DownloadError, match="corrupt: SHA-256"):
+        fetch(remote, tmp_path)
+    path = fetch(remote, tmp_path)
+    repacked = Remote(remote.url, sha256=sha256(DATA + b"!"))  # --sums of a repacked mirror
+    with pytest.raises(DownloadError, match=rf"published {sha256(DATA + b'!')}"):
+        fetch(repacked, tmp_path)
+    assert len(mirror.requests) == 3

@@ -1,22 +1,26 @@
 """LibriSpeech manifests from the layouts users keep, strict counts, skips and the unions."""
 
 import dataclasses
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
+import soundfile
 
 from cbasr.cli.prepare import main as prepare_main
 from cbasr.corpora import librispeech
 from cbasr.corpora.librispeech import (
     SUBSETS,
+    download_librispeech,
     find_subsets,
     prepare_librispeech,
     read_speakers,
     subset_remote,
 )
 from cbasr.corpora.prepare import CorpusError
-from cbasr.data.manifest import read_manifest
-from tests.corpora.fake_librispeech import make_fake_librispeech, speakers_txt
+from cbasr.data.manifest import audio_path, read_manifest
+from tests.corpora.fake_librispeech import fake_archive, make_fake_librispeech, speakers_txt
 
 
 @pytest.fixture
@@ -159,3 +163,60 @@ def test_archive_urls_and_sums():
     with pytest.raises(ValueError, match="unknown LibriSpeech subset 'dev-clean-3'"):
         subset_remote("dev-clean-3")
     assert librispeech.TRAIN_SETS["960"][-1] == "train-other-500"
+
+
+def test_an_interrupted_extraction_is_extracted_again(tmp_path):
+    """A subset folder left by an interrupted extraction (archive there, no marker) is not taken
+    as complete: the archive is unpacked again."""
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    data = fake_archive(tmp_path, "dev-clean-2")
+    (downloads / "dev-clean-2.tar.gz").write_bytes(data)
+    chapter = downloads / "LibriSpeech" / "dev-clean-2" / "103" / "121"
+    chapter.mkdir(parents=True)
+    (chapter / "103-121-0000.flac").write_bytes(b"fLaC")  # cut short by the interruption
+    sums = {"dev-clean-2.tar.gz": hashlib.sha256(data).hexdigest()}
+    tree = download_librispeech(["dev-clean-2"], downloads, "http://127.0.0.1:9", sums)
+    flacs = sorted((tree / "dev-clean-2").rglob("*.flac"))
+    assert len(flacs) == 6 and (tree / "SPEAKERS.TXT").is_file()
+    assert soundfile.info(str(chapter / "103-121-0000.flac")).frames == 8000  # 0.5 s, whole
+    assert (downloads / ".dev-clean-2.tar.gz.extracted").is_file()
+    summary = prepare_librispeech(downloads, tmp_path / "out", strict=False)
+    assert summary["utterances"] == {"dev-clean-2": 6} and summary["skipped"] == 0
+
+
+def test_a_relative_corpus_dir_gives_audio_paths_that_resolve_from_anywhere(
+    tmp_path, monkeypatch, fake_counts
+):
+    """Audio paths are made absolute: a relative --corpus-dir does not leave them relative to
+    the directory the preparation ran in."""
+    make_fake_librispeech(tmp_path / "work" / "corpus")
+    monkeypatch.chdir(tmp_path / "work")
+    prepare_librispeech("corpus", "out")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    manifest = tmp_path / "work" / "out" / "dev-clean-2.jsonl"
+    records = read_manifest(manifest)
+    assert len(records) == 6
+    chapter = (tmp_path / "work" / "corpus" / "LibriSpeech" / "dev-clean-2" / "103").resolve()
+    for r in records:
+        assert Path(r["audio"]).is_absolute() and Path(r["audio"]).is_file()
+        assert audio_path(r, manifest) == chapter / r["chapter"] / f"{r['id']}.flac"
+
+
+def test_the_same_relative_corpus_dir_from_another_directory_is_prepared_again(
+    tmp_path, monkeypatch, fake_counts
+):
+    """A rerun is keyed by the corpus folders resolved: the same relative --corpus-dir naming
+    another corpus (run from elsewhere) is not 'complete, nothing to do'."""
+    for where in ("a", "b"):
+        make_fake_librispeech(tmp_path / where / "corpus")
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path / "a")
+    prepare_librispeech("corpus", out)
+    monkeypatch.chdir(tmp_path / "b")
+    prepare_librispeech("corpus", out)
+    corpus_b = (tmp_path / "b" / "corpus").resolve()
+    for split in ("train-clean-5", "dev-clean-2"):
+        audio = [Path(r["audio"]) for r in read_manifest(out / f"{split}.jsonl")]
+        assert len(audio) in (6, 12) and all(a.is_relative_to(corpus_b) for a in audio)

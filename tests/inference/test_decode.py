@@ -1,6 +1,7 @@
 """Decoding a split: beam search through the engine, settings in decode.json, up-to-date checks
 that notice changed settings, speakers for scoring."""
 
+import hashlib
 import json
 import os
 
@@ -98,3 +99,86 @@ def test_empty_and_out_of_vocabulary_references_are_counted_not_dropped(tone_dat
     assert info["oov_ref_utts"] == 1 and info["oov_ref_tokens"] == ["zz"]
     score = score_decode_dir(tmp_path / "out", 50)
     assert score["utts"] == 16 and score["empty_refs"] == 1 and score["oov_ref_utts"] == 1
+
+
+def test_decode_records_count_each_kind_of_problem_under_its_own_key(tone_data, tmp_path):
+    """decode.json (and the score read from it) keeps failed, empty and out-of-vocabulary
+    references apart: 3, 1 and 2 here, each under its own key."""
+    from cbasr.evaluation.scoring import score_decode_dir
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    records = [json.loads(x) for x in (tone_data / "corpus/dev.jsonl").read_text().splitlines()]
+    for r in records:  # the audio stays where it was
+        r["audio"] = str((tone_data / "corpus" / r["audio"]).resolve())
+    records[0]["phones"] = []
+    records[1]["phones"] = ["a", "zz"]
+    records[2]["phones"] = ["yy"]
+    records += [{**records[3], "id": f"no-features-{i}"} for i in range(3)]
+    (corpus / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    exp = Experiment(
+        make_experiment(tmp_path / "cb", tone_data, "pointwise", "cb_marginal", epoch=7)
+    )
+    options = BeamSearchOptions(beam=2)
+    decode_split(
+        exp, corpus / "dev.jsonl", tone_data / "fbank/dev", tmp_path / "out", options=options
+    )
+    info = json.loads((tmp_path / "out/decode.json").read_text())
+    counts = ("utts", "failed", "skipped", "empty_refs", "oov_ref_utts")
+    assert [info[k] for k in counts] == [19, 3, 0, 1, 2] and info["oov_ref_tokens"] == ["yy", "zz"]
+    assert (info["search"], info["settings"]["beam"], info["epoch"]) == ("beam", 2, 7)
+    score = score_decode_dir(tmp_path / "out", 20)
+    assert [score[k] for k in counts] == [19, 3, 0, 1, 2] and score["epoch"] == 7
+
+
+class _Stamped:
+    """What is_decoded reads of an experiment: its checkpoint's stamp."""
+
+    checkpoint_stamp = "1700000000000:4096"
+
+
+def _record(out_dir, **fields):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {"checkpoint": "best", "settings": {"search": "greedy"}, **fields}
+    (out_dir / "decode.json").write_text(json.dumps(record))
+
+
+def test_a_record_from_before_the_stamps_is_out_of_date_for_stamped_data(tmp_path):
+    """A decoding recorded before data (or checkpoints) were stamped is never taken as up to date
+    for stamped data; one with the same stamps is."""
+    stamp = {"manifest": "/c/dev.jsonl", "manifest_sha256": "aa", "features": "/f/dev"}
+    data = {**stamp, "features_done": "bb@1"}
+    exp, out = _Stamped(), tmp_path / "dev"
+    _record(out, checkpoint_stamp=exp.checkpoint_stamp)  # no "data": written before the stamps
+    assert is_decoded(exp, out)  # data None: the caller decoded them itself
+    assert not is_decoded(exp, out, None, data)
+    _record(out, checkpoint_stamp=exp.checkpoint_stamp, data=data)
+    assert is_decoded(exp, out, None, data)
+    _record(out, checkpoint_stamp=exp.checkpoint_stamp, data={**stamp, "features_done": None})
+    assert not is_decoded(exp, out, None, data)  # features without .done, now stamped
+    _record(out, data=data)  # no checkpoint stamp
+    assert not is_decoded(exp, out, None, data) and not is_decoded(exp, out)
+
+
+def test_the_data_stamp_resolves_paths_and_follows_the_features_record(tmp_path, monkeypatch):
+    """data_stamp: absolute paths whatever the cwd; the features' .done by content and
+    modification time, None until there is one."""
+    from cbasr.inference.decode import data_stamp
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "fbank/dev").mkdir(parents=True)
+    (tmp_path / "corpus/dev.jsonl").write_text('{"id": "u1"}\n')
+    monkeypatch.chdir(tmp_path)
+    relative = data_stamp("corpus/dev.jsonl", "fbank/dev")
+    absolute = data_stamp(tmp_path / "corpus/dev.jsonl", tmp_path / "fbank/dev")
+    assert relative == absolute and relative["features_done"] is None
+    assert relative["manifest"] == str((tmp_path / "corpus/dev.jsonl").resolve())
+    assert relative["features"] == str((tmp_path / "fbank/dev").resolve())
+    done = tmp_path / "fbank/dev/.done"
+    done.write_text('{"params": {}}\n')
+    first = data_stamp("corpus/dev.jsonl", "fbank/dev")["features_done"]
+    assert first.startswith(hashlib.sha256(done.read_bytes()).hexdigest())
+    status = done.stat()
+    done.write_text('{"params": {}}\n')  # extracted again: the same record, a later time
+    os.utime(done, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+    assert data_stamp("corpus/dev.jsonl", "fbank/dev")["features_done"] != first
