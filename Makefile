@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo test test-slow lint format clean-demo
+.PHONY: help install demo test test-slow mutate lint format clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -42,11 +42,23 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)  ## synthetic corpus -> features -> BLSTM-HAT -> decode -> PER table (recipes/synth)
 	PATH="$(CURDIR)/$(BIN):$$PATH" recipes/synth/run.sh --config demo_hat
 
-test: $(STAMP)  ## the fast test suite (a few minutes on 2 CPU cores)
-	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+# The tests run on every core (pytest-xdist's -n auto, one torch thread per worker); a file's
+# tests stay on one worker (--dist loadfile), so what a module's fixture builds is built once.
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile
 
-test-slow: $(STAMP)  ## the slow tests as well
-	$(BIN)/python -m pytest -q -m "not gpu"
+test: $(STAMP)  ## the fast test suite: a representative of every behaviour (under 5 min on 2 cores)
+	$(PYTEST) -m "not slow and not gpu"
+
+test-slow: $(STAMP)  ## every test but the GPU's: the fast ones, the sweeps and whole recipes
+	$(PYTEST) -m "not gpu"
+
+# make mutate PATHS="cbasr/inference/grid.py cbasr/corpora/download.py" [SINCE=af4440f]
+#   [SAMPLE=16] [SEED=1]: one-line mutants of PATHS against their folders' fast tests; it lists
+# the survivors (scripts/mutate.py says how mutants are made and judged)
+mutate: $(STAMP)  ## one-line mutants of PATHS run against their folders' tests; lists survivors
+	@test -n "$(PATHS)" || { echo "usage: make mutate PATHS=cbasr/inference/grid.py [SINCE=rev] [SAMPLE=n] [SEED=s]"; exit 2; }
+	$(BIN)/python scripts/mutate.py $(PATHS) $(if $(SINCE),--since $(SINCE)) \
+	  $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED))
 
 lint: $(STAMP)  ## ruff: the formatter's check and the linter (pyproject.toml's [tool.ruff])
 	$(BIN)/ruff format --check .

@@ -1,9 +1,12 @@
 """Shared pytest options: ``--device`` and the ``slow`` / ``gpu`` / ``triton`` markers."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
+
+from tests.shared import built_once
 
 
 def pytest_addoption(parser):
@@ -19,6 +22,11 @@ def pytest_configure(config):
     # is chosen when a kernel module is imported: before any test imports one.
     if not config.getoption("--device").startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest-xdist's workers (``-n auto``: one per core) fill the cores already: one torch
+        # thread in each, and in the commands they start (torch reads OMP_NUM_THREADS)
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -35,13 +43,10 @@ def device(request) -> torch.device:
     return torch.device(request.config.getoption("--device"))
 
 
-@pytest.fixture(scope="session")
-def tone_data(tmp_path_factory):
-    """A prepared tone corpus (see tests/fakes.py): ``corpus/``, ``fbank/`` (40 mel bins), ``lang/phones.txt``."""
+def _build_tone_data(root: Path) -> None:
     from cbasr.cli import features, vocab
     from tests.fakes import make_tone_corpus
 
-    root = tmp_path_factory.mktemp("tone")
     make_tone_corpus(root / "corpus", {"train": 160, "dev": 16, "test": 16})
     features.main(
         [
@@ -63,7 +68,14 @@ def tone_data(tmp_path_factory):
             str(root / "lang" / "phones.txt"),
         ]
     )
-    return root
+
+
+@pytest.fixture(scope="session")
+def tone_data(tmp_path_factory, worker_id):
+    """A prepared tone corpus (see tests/fakes.py): ``corpus/``, ``fbank/`` (40 mel bins),
+    ``lang/phones.txt``; built once per test run, read only."""
+    with built_once(tmp_path_factory, worker_id, "tone", _build_tone_data) as root:
+        yield root
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import pytest
 
 from cbasr.storage.files import atomic_write
 from tests.cli.permissions import unprivileged
+from tests.sweeps import diagonal
 
 
 def _train(tmp_path, debug: bool):
@@ -91,45 +92,53 @@ def test_cbasr_results_fails_on_a_directory_that_is_not_an_experiment(tmp_path, 
         assert exit_.value.code == 1 and why in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "command",
+COMMANDS = [
     [
-        [
-            "cbasr.cli.decode",
-            "--exp-dir",
-            "{missing}",
-            "--manifest-dir",
-            "{missing}",
-            "--feature-dir",
-            "{missing}",
-        ],
-        ["cbasr.cli.score", "--exp-dir", "{missing}"],
-        [
-            "cbasr.cli.align",
-            "--exp-dir",
-            "{missing}",
-            "--manifest-dir",
-            "{missing}",
-            "--feature-dir",
-            "{missing}",
-        ],
-        ["cbasr.cli.average", "--exp-dir", "{missing}", "--last", "2"],
-        ["cbasr.cli.compare", "{missing}"],
-        ["cbasr.cli.results", "{missing}"],
-        ["cbasr.cli.features", "--manifest-dir", "{missing}", "--out", "{out}"],
-        ["cbasr.cli.vocab", "--manifest", "{missing}/train.jsonl", "--out", "{out}/v.txt"],
-        ["cbasr.cli.prepare", "timit", "--corpus-dir", "{missing}", "--out", "{out}"],
-        ["cbasr.cli.prepare", "wsj", "--corpus-dir", "{missing}", "--out", "{out}"],
-        ["cbasr.cli.prepare", "gigaword", "--corpus-dir", "{missing}", "--out", "{out}"],
-        ["cbasr.cli.prepare", "kaldi", "--data-dir", "{missing}", "--out", "{out}"],
-        ["cbasr.cli.prepare", "lhotse", "--manifests", "train={missing}", "--out", "{out}"],
-        ["cbasr.cli.transcribe", "--exp-dir", "{missing}", "a.wav"],
-        ["cbasr.cli.export", "--exp-dir", "{missing}", "--format", "onnx", "--out", "{out}/m"],
-        ["cbasr.cli.transcribe", "--exp-dir", "{out}", "--list", "{missing}"],
+        "cbasr.cli.decode",
+        "--exp-dir",
+        "{missing}",
+        "--manifest-dir",
+        "{missing}",
+        "--feature-dir",
+        "{missing}",
     ],
-    ids=lambda c: c[0].rsplit(".", 1)[1] + ("_" + c[1] if c[0].endswith("prepare") else ""),
+    ["cbasr.cli.score", "--exp-dir", "{missing}"],
+    [
+        "cbasr.cli.align",
+        "--exp-dir",
+        "{missing}",
+        "--manifest-dir",
+        "{missing}",
+        "--feature-dir",
+        "{missing}",
+    ],
+    ["cbasr.cli.average", "--exp-dir", "{missing}", "--last", "2"],
+    ["cbasr.cli.compare", "{missing}"],
+    ["cbasr.cli.results", "{missing}"],
+    ["cbasr.cli.features", "--manifest-dir", "{missing}", "--out", "{out}"],
+    ["cbasr.cli.vocab", "--manifest", "{missing}/train.jsonl", "--out", "{out}/v.txt"],
+    ["cbasr.cli.prepare", "timit", "--corpus-dir", "{missing}", "--out", "{out}"],
+    ["cbasr.cli.prepare", "wsj", "--corpus-dir", "{missing}", "--out", "{out}"],
+    ["cbasr.cli.prepare", "gigaword", "--corpus-dir", "{missing}", "--out", "{out}"],
+    ["cbasr.cli.prepare", "kaldi", "--data-dir", "{missing}", "--out", "{out}"],
+    ["cbasr.cli.prepare", "lhotse", "--manifests", "train={missing}", "--out", "{out}"],
+    ["cbasr.cli.transcribe", "--exp-dir", "{missing}", "a.wav"],
+    ["cbasr.cli.export", "--exp-dir", "{missing}", "--format", "onnx", "--out", "{out}/m"],
+    ["cbasr.cli.transcribe", "--exp-dir", "{out}", "--list", "{missing}"],
+]
+
+
+def _command_id(command):
+    return command[0].rsplit(".", 1)[1] + (
+        "_" + command[1] if command[0].endswith("prepare") else ""
+    )
+
+
+# each command once in make test (the three kinds in turn), every (kind, command) in test-slow
+@pytest.mark.parametrize(
+    "command,kind",
+    diagonal(COMMANDS, ["missing", "a regular file", "unreadable"], row_id=_command_id),
 )
-@pytest.mark.parametrize("kind", ["missing", "a regular file", "unreadable"])
 def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kind):
     """A missing path; a regular file where a directory (or a file's parent) is expected, with
     the outputs under that regular file; or a directory that cannot be read."""

@@ -10,18 +10,24 @@ from cbasr.cli import models
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_readme_table_is_the_generated_one():
+@pytest.fixture(scope="module")
+def table() -> str:
+    """The compatibility table (it composes every pair's config: 8 s), once for the module."""
+    return models.compatibility_table()
+
+
+def test_readme_table_is_the_generated_one(table):
     text = README.read_text()
     shown = re.search(r"<!-- cbasr-models table -->\n(.*?)<!-- end of table -->", text, re.S).group(
         1
     )
-    assert shown == models.compatibility_table()
+    assert shown == table
 
 
-def test_table_marks_the_allowed_pairs():
+def test_table_marks_the_allowed_pairs(table):
     rows = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-2]]
-        for line in models.compatibility_table().splitlines()[2:]
+        for line in table.splitlines()[2:]
     }
     losses = models.presets("loss")
     allowed = {

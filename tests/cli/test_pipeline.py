@@ -20,12 +20,14 @@ def test_a_misspelt_key_fails_at_start_with_hydras_message(tone_data, tmp_path):
     assert run.returncode != 0 and "optim.lr" in run.stderr
 
 
-def test_train_decode_score_results(tone_data, trained, capsys):
+def test_train_decode_score_results(tone_data, trained, tmp_path, capsys):
     resolved = (trained / ".hydra/config.yaml").read_text()
     assert "hidden: 24" in resolved and "max_epochs: 10" in resolved
+    exp = tmp_path / "exp"  # the shared experiment is read only: decode into a copy
+    shutil.copytree(trained, exp)
     args = [
         "--exp-dir",
-        str(trained),
+        str(exp),
         "--manifest-dir",
         str(tone_data / "corpus"),
         "--feature-dir",
@@ -35,23 +37,23 @@ def test_train_decode_score_results(tone_data, trained, capsys):
         "test",
     ]
     decode.main(args)
-    stamp = (trained / "decode/dev/hyp.trn").stat().st_mtime_ns
+    stamp = (exp / "decode/dev/hyp.trn").stat().st_mtime_ns
     decode.main(args)  # up to date: skipped
-    assert (trained / "decode/dev/hyp.trn").stat().st_mtime_ns == stamp
-    score.main(["--exp-dir", str(trained), "--splits", "dev", "test"])
+    assert (exp / "decode/dev/hyp.trn").stat().st_mtime_ns == stamp
+    score.main(["--exp-dir", str(exp), "--splits", "dev", "test"])
     for split in ("dev", "test"):
-        s = json.loads((trained / f"decode/{split}/score.json").read_text())
+        s = json.loads((exp / f"decode/{split}/score.json").read_text())
         assert s["utts"] == 16 and s["skipped"] == 0 and s["error_rate"] < 20.0
-        refs = (trained / f"decode/{split}/ref.trn").read_text().splitlines()
+        refs = (exp / f"decode/{split}/ref.trn").read_text().splitlines()
         corpus = [
             json.loads(line)
             for line in (tone_data / f"corpus/{split}.jsonl").read_text().splitlines()
         ]
         assert refs == [f"{' '.join(r['phones'])} ({r['id']})" for r in corpus]
     capsys.readouterr()
-    results.main([str(trained)])
+    results.main([str(exp)])
     table = capsys.readouterr().out
-    assert table.count(f"| {trained.name} |") == 2 and "| dev |" in table
+    assert table.count(f"| {exp.name} |") == 2 and "| dev |" in table
 
 
 def test_utterances_without_features_are_counted_not_hidden(tone_data, trained, tmp_path, capsys):

@@ -15,18 +15,25 @@ from tests.cli.permissions import read_only, unprivileged, writable
 from tests.cli.training import BIN, decode_args
 
 
-@pytest.fixture
-def scene(tmp_path, trained, tone_data):
-    """A decoded copy of the trained experiment and a read-only directory ``ro``, both
-    read-only once the test has built what it needs."""
-    exp = tmp_path / "exp"
-    # without what other tests decoded into the shared experiment (an up-to-date decoding
+@pytest.fixture(scope="module")
+def decoded(trained, tone_data, tmp_path_factory):
+    """A copy of the trained experiment with its dev split decoded, once for the module."""
+    exp = tmp_path_factory.mktemp("read_only") / "exp"
+    # without what other tests decoded into copies of the experiment (an up-to-date decoding
     # would be skipped, writing nothing)
     shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("decode", "align"))
     decode = subprocess.run(
         [str(BIN / "cbasr-decode"), *decode_args(tone_data, exp)], capture_output=True, text=True
     )
     assert decode.returncode == 0, decode.stderr[-2000:]
+    return exp
+
+
+@pytest.fixture
+def scene(tmp_path, decoded):
+    """A copy of the decoded experiment and a read-only directory ``ro``, both read-only once
+    the test has built what it needs."""
+    shutil.copytree(decoded, tmp_path / "exp")
     (tmp_path / "ro").mkdir()
     yield tmp_path
     writable(tmp_path)  # so that pytest can remove it

@@ -1,5 +1,8 @@
 """Each licensed-corpus recipe end to end on its fake tree: a few utterances, a tiny model, one or two
-epochs. Checks the plumbing of every stage, not accuracy."""
+epochs. Checks the plumbing of every stage, not accuracy.
+
+Whole recipes against fake archives: ``make test-slow`` (and CI) run them; ``make test`` keeps
+one layout per corpus (tests/corpora) and the synthetic recipe end to end."""
 
 import gzip
 import hashlib
@@ -10,11 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.corpora.fake_gigaword import make_fake_gigaword
 from tests.corpora.fake_librispeech import WORDS, fake_archive
 from tests.corpora.fake_timit import make_fake_timit
 from tests.corpora.fake_wsj import arpa_of, make_fake_wsj, make_fake_wsj_lm
 from tests.corpora.http_mirror import Mirror
+
+pytestmark = pytest.mark.slow
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TINY = [

@@ -64,6 +64,7 @@ def _run(recipe: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a whole recipe (30 s); make test keeps the synthetic recipe's
 def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
     recipe = tmp_path / "toy"
     recipe.mkdir()
