@@ -587,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=4.0, help="a mutant's limit: this x the unmutated run"
     )
+    parser.add_argument(
+        "--no-coverage",
+        dest="coverage",
+        action="store_false",
+        help="skip the run under coverage: each mutant runs the whole selection (-x); cheaper "
+        "for a few mutants over large folders",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--json", type=Path, help="write every outcome to this JSON file")
     args = parser.parse_args(argv)
@@ -614,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     paths = sorted(sources)
-    tests = args.tests or sorted({t for p in paths for t in tests_for(root, p)})
+    selection = {p: args.tests or tests_for(root, p) for p in paths}
+    tests = sorted({t for p in paths for t in selection[p]})  # all that any mutant runs
     jobs = max(1, min(args.jobs, len(mutants)))
     print(f"{len(mutants)} mutants of {len(paths)} files; tests: {' '.join(tests)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="cbasr-mutate-") as scratch:
@@ -622,10 +630,17 @@ def main(argv: list[str] | None = None) -> int:
         for tree in trees:
             _copy_tree(root, tree)
         start = time.monotonic()
-        covering = covering_tests(trees[0], paths, tests, args.markers)
+        if args.coverage:
+            covering = covering_tests(trees[0], paths, tests, args.markers)
+        else:
+            status, _ = _pytest(trees[0], ["-n", "auto", "-m", args.markers, *tests], None)
+            if status != "passed":
+                sys.exit(f"the unmutated tests fail: {' '.join(tests)}")
+            covering = {path: {} for path in paths}
         baseline = time.monotonic() - start
         timeout = max(60.0, args.timeout * baseline)
-        print(f"unmutated run under coverage: {baseline:.0f} s; limit {timeout:.0f} s", flush=True)
+        how = "under coverage" if args.coverage else "without coverage"
+        print(f"unmutated run {how}: {baseline:.0f} s; limit {timeout:.0f} s", flush=True)
 
         free = list(trees)
         outcomes: list[Outcome] = []
@@ -637,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
                     m = queue.pop(0)
                     tree = free.pop()
                     ids = covering[m.path].get(m.line, [])
-                    future = pool.submit(run_mutant, tree, m, tests, ids, args.markers, timeout)
+                    future = pool.submit(
+                        run_mutant, tree, m, selection[m.path], ids, args.markers, timeout
+                    )
                     pending[future] = tree
                 done, _ = concurrent.futures.wait(
                     pending, return_when=concurrent.futures.FIRST_COMPLETED

@@ -138,17 +138,22 @@ def _project(root: Path) -> None:
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
 
 
-def test_a_run_kills_what_the_tests_catch_and_lists_the_survivors(tmp_path, capsys):
+@pytest.mark.parametrize("coverage", [True, False], ids=["coverage", "no-coverage"])
+def test_a_run_kills_what_the_tests_catch_and_lists_the_survivors(tmp_path, capsys, coverage):
     _project(tmp_path)
     out = tmp_path / "outcomes.json"
-    assert (
-        mutate.main(["pkg/mod.py", "--root", str(tmp_path), "--jobs", "2", "--json", str(out)]) == 0
-    )
-    outcomes = {(o["line"], o["replacement"]): o["status"] for o in json.loads(out.read_text())}
+    command = ["pkg/mod.py", "--root", str(tmp_path), "--jobs", "2", "--json", str(out)]
+    assert mutate.main(command + ([] if coverage else ["--no-coverage"])) == 0
+    outcomes = {
+        (o["line"], o["replacement"]): (o["status"], o["by"]) for o in json.loads(out.read_text())
+    }
+    # with coverage a killed mutant is caught by the tests that run its line; a survivor (and
+    # every mutant without coverage) runs the whole selection
+    covering = "covering" if coverage else "all"
     assert outcomes == {
-        (2, ">="): "survived",  # clip(3, 3) is not tested: the boundary survives
-        (8, "-"): "killed",
-        (8, "0"): "killed",
+        (2, ">="): ("survived", "all"),  # clip(3, 3) is not tested: the boundary survives
+        (8, "-"): ("killed", covering),
+        (8, "0"): ("killed", covering),
     }
     report = capsys.readouterr().out
     assert "survived  pkg/mod.py:2:9 compare: if x >= top:" in report
