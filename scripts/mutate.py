@@ -437,6 +437,10 @@ def _copy_tree(root: Path, target: Path) -> None:
             shutil.copy2(source, target / name.decode())
     for cache in (root / "cbasr").rglob("__pycache__"):
         shutil.copytree(cache, target / cache.relative_to(root), dirs_exist_ok=True)
+    # a repository of its own, as the checkout is one (tests read `git ls-files`)
+    git = ["git", "-c", "user.name=mutate", "-c", "user.email=mutate@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "unmutated"]):
+        subprocess.run(git + command, cwd=target, check=True, capture_output=True)
 
 
 def _environment(tree: Path) -> dict[str, str]:
@@ -446,8 +450,8 @@ def _environment(tree: Path) -> dict[str, str]:
     return env
 
 
-def _pytest(tree: Path, args: list[str], timeout: float | None) -> tuple[str, float]:
-    """Run pytest in ``tree``: ``("passed" | "failed" | "timeout", seconds)``."""
+def _pytest(tree: Path, args: list[str], timeout: float | None) -> tuple[str, float, str]:
+    """Run pytest in ``tree``: ``("passed" | "failed" | "timeout", seconds, output's end)``."""
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
     start = time.monotonic()
     try:
@@ -460,10 +464,11 @@ def _pytest(tree: Path, args: list[str], timeout: float | None) -> tuple[str, fl
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - start
+        return "timeout", time.monotonic() - start, ""
     seconds = time.monotonic() - start
     # 5: no test selected; any other failure, a collection error included, is a caught bug
-    return ("passed" if run.returncode in (0, 5) else "failed"), seconds
+    status = "passed" if run.returncode in (0, 5) else "failed"
+    return status, seconds, (run.stdout + run.stderr)[-3000:]
 
 
 def _clear_bytecode(tree: Path, path: str) -> None:
@@ -554,13 +559,13 @@ def run_mutant(
     seconds = 0.0
     try:
         if covering:
-            status, took = _pytest(tree, ["-m", markers, *covering], timeout)
+            status, took, _ = _pytest(tree, ["-m", markers, *covering], timeout)
             seconds += took
             if status != "passed":
                 return Outcome(
                     mutant, _killed(status), seconds, mutant.diff_line(original), "covering"
                 )
-        status, took = _pytest(tree, ["-m", markers, *tests], timeout)
+        status, took, _ = _pytest(tree, ["-m", markers, *tests], timeout)
         seconds += took
         return Outcome(mutant, _killed(status), seconds, mutant.diff_line(original), "all")
     finally:
@@ -633,9 +638,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.coverage:
             covering = covering_tests(trees[0], paths, tests, args.markers)
         else:
-            status, _ = _pytest(trees[0], ["-n", "auto", "-m", args.markers, *tests], None)
+            status, _, output = _pytest(trees[0], ["-n", "auto", "-m", args.markers, *tests], None)
             if status != "passed":
-                sys.exit(f"the unmutated tests fail: {' '.join(tests)}")
+                sys.exit(f"the unmutated tests fail: {' '.join(tests)}\n{output}")
             covering = {path: {} for path in paths}
         baseline = time.monotonic() - start
         timeout = max(60.0, args.timeout * baseline)
