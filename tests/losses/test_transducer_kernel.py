@@ -153,6 +153,33 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns, devi
         torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
 
 
+@pytest.mark.parametrize("rows", [1, 0])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("triton", marks=pytest.mark.triton)])
+def test_gather_logsumexp_on_a_single_row_and_on_none(backend, rows, device):
+    """A joint of one row (one frame, one label position) and of none, at the edges of the
+    kernels' row counts, against the PyTorch blocks: values and gradient."""
+    from cbasr.losses import gather_logsumexp
+    from cbasr.losses.transducer import _row_backend
+
+    if backend == "numba" and device.type != "cpu":
+        pytest.skip("the compiled loops serve CPU tensors")
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(rows, 1, 1, 9, generator=g, dtype=torch.float64).to(device)
+    index = torch.randint(0, 9, (rows, 1, 1, 2), generator=g).to(device)
+    weight = torch.rand(rows, 1, 1, generator=g, dtype=torch.float64).to(device) + 0.5
+    results = []
+    for which in (backend, "torch"):
+        leaf = scores.clone().requires_grad_()
+        with use_backend(which):
+            assert _row_backend(leaf.reshape(-1, 9), 1) == which  # the kernels run
+            picked, lse = gather_logsumexp(leaf, index, 1)
+            (grad,) = torch.autograd.grad((lse * weight).sum() + picked.sum(), leaf)
+        results.append((picked.detach(), lse.detach(), grad))
+    assert results[1][1].shape == (rows, 1, 1)
+    for got, want in zip(results[0], results[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.triton
 def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
     """Half-precision scores: picked entries and normalisers in float32, as the PyTorch blocks

@@ -69,3 +69,10 @@ def test_losses_read_the_device_once(count_launches):
         "_backward_kernel": 1,
         "_row_softmax_kernel": 1,
     }
+
+
+def test_the_table_names_each_row_by_its_loss(count_launches, capsys):
+    count_launches.main(["--losses", "ctc"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].split(":")[0].strip() == "ctc", lines
+    assert lines[0].endswith(" 0 triton   1 reads"), lines
