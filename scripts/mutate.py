@@ -35,9 +35,10 @@ How a mutant is judged: the folder's tests run first under coverage, which recor
 that execute each line (in this process; a test that runs a command in a subprocess is not
 seen). A mutant runs the tests that cover its line first (``-x``: the first failure kills
 it); a mutant they do not kill, or whose line no test covers in process, then runs the whole
-selection. A run past ``--timeout`` x the unmutated run's time counts as killed (an infinite
-loop is a caught bug). The copies (``--jobs`` of them, one per core by default) share the
-project's ``.venv``; ``PYTHONPATH`` points each run at its copy.
+selection (``--no-coverage``: every mutant runs the whole selection). A run past
+``--timeout`` x its selection's time in the unmutated run (plus a start-up allowance) counts as
+killed (an infinite loop is a caught bug). The copies (``--jobs`` of them, one per core by
+default) share the project's ``.venv``; ``PYTHONPATH`` points each run at its copy.
 """
 
 from __future__ import annotations
@@ -514,6 +515,7 @@ def covering_tests(tree: Path, paths: list[str], tests: list[str], markers: str)
         "no:cacheprovider",
         "-p",
         "_mutate_contexts",
+        f"--junitxml={tree / JUNIT}",
         "-m",
         markers,
         *tests,
@@ -532,6 +534,34 @@ def covering_tests(tree: Path, paths: list[str], tests: list[str], markers: str)
             line: sorted(c for c in contexts if c) for line, contexts in by_line.items()
         }
     return result
+
+
+JUNIT = ".mutate.junit.xml"
+STARTUP = 15.0  # seconds: a pytest run's start (torch's import) and collection
+
+
+def test_durations(junit: Path) -> dict[str, float]:
+    """Seconds per test file (``tests/.../test_x.py``) from the unmutated run's JUnit report."""
+    import xml.etree.ElementTree as ElementTree
+
+    seconds: dict[str, float] = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        while parts and parts[-1][:1].isupper():  # a class's tests: its module
+            parts.pop()
+        name = "/".join(parts) + ".py"
+        seconds[name] = seconds.get(name, 0.0) + float(case.get("time") or 0.0)
+    return seconds
+
+
+def selection_time(durations: dict[str, float], tests: list[str]) -> float:
+    """The serial time of a selection (folders or files) by the unmutated run's durations."""
+    roots = [t.rstrip("/") for t in tests]
+    return sum(
+        seconds
+        for name, seconds in durations.items()
+        if any(name == r or name.startswith(r + "/") for r in roots)
+    )
 
 
 @dataclasses.dataclass
@@ -590,7 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="copies in parallel")
     parser.add_argument(
-        "--timeout", type=float, default=4.0, help="a mutant's limit: this x the unmutated run"
+        "--timeout",
+        type=float,
+        default=4.0,
+        help="a mutant's limit: this x its selection's time in the unmutated run",
     )
     parser.add_argument(
         "--no-coverage",
@@ -638,14 +671,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.coverage:
             covering = covering_tests(trees[0], paths, tests, args.markers)
         else:
-            status, _, output = _pytest(trees[0], ["-n", "auto", "-m", args.markers, *tests], None)
+            command = ["-n", "auto", f"--junitxml={trees[0] / JUNIT}", "-m", args.markers]
+            status, _, output = _pytest(trees[0], command + tests, None)
             if status != "passed":
                 sys.exit(f"the unmutated tests fail: {' '.join(tests)}\n{output}")
             covering = {path: {} for path in paths}
         baseline = time.monotonic() - start
-        timeout = max(60.0, args.timeout * baseline)
+        durations = test_durations(trees[0] / JUNIT)
+        limits = {
+            p: max(60.0, args.timeout * (STARTUP + selection_time(durations, selection[p])))
+            for p in paths
+        }
         how = "under coverage" if args.coverage else "without coverage"
-        print(f"unmutated run {how}: {baseline:.0f} s; limit {timeout:.0f} s", flush=True)
+        print(
+            f"unmutated run {how}: {baseline:.0f} s; a mutant's limit: "
+            f"{min(limits.values()):.0f}-{max(limits.values()):.0f} s",
+            flush=True,
+        )
 
         free = list(trees)
         outcomes: list[Outcome] = []
@@ -658,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                     tree = free.pop()
                     ids = covering[m.path].get(m.line, [])
                     future = pool.submit(
-                        run_mutant, tree, m, selection[m.path], ids, args.markers, timeout
+                        run_mutant, tree, m, selection[m.path], ids, args.markers, limits[m.path]
                     )
                     pending[future] = tree
                 done, _ = concurrent.futures.wait(

@@ -169,3 +169,24 @@ def test_since_keeps_the_changed_lines(tmp_path):
     _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
     assert mutate.changed_lines(tmp_path, "pkg/mod.py", "HEAD~1") == {8}
     assert mutate.changed_lines(tmp_path, "pkg/mod.py", "HEAD") == set()
+
+
+def test_a_mutants_limit_follows_its_selections_time(tmp_path):
+    (tmp_path / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.cli.test_a" name="t1" time="2.5"/>'
+        '<testcase classname="tests.cli.test_a.TestB" name="t2" time="1.5"/>'
+        '<testcase classname="tests.losses.test_c" name="t3" time="10"/>'
+        '<testcase classname="tests.test_top" name="t4" time="0.5"/>'
+        "</testsuite></testsuites>"
+    )
+    durations = mutate.test_durations(tmp_path / "junit.xml")
+    assert durations == {
+        "tests/cli/test_a.py": 4.0,
+        "tests/losses/test_c.py": 10.0,
+        "tests/test_top.py": 0.5,
+    }
+    assert mutate.selection_time(durations, ["tests/cli"]) == 4.0
+    assert mutate.selection_time(durations, ["tests/cli/", "tests/test_top.py"]) == 4.5
+    assert mutate.selection_time(durations, ["tests"]) == 14.5
+    assert mutate.selection_time(durations, ["tests/clix"]) == 0.0
