@@ -252,3 +252,22 @@ def test_a_decoding_without_a_parameter_record_asks_the_callers_counter(tmp_path
     systems = collect_systems([tmp_path / "old"], count_parameters=lambda p: asked.append(p) or 42)
     assert systems[0].parameters == 42 and asked == [tmp_path / "old/checkpoints/best.pt"]
     assert collect_systems([tmp_path / "old"])[0].parameters is None
+
+
+def test_a_malformed_per_utterance_line_is_named_by_its_line(tmp_path):
+    d = _decoding(tmp_path / "ctc", "test", {u: ["a", "b", "c", "d"] for u in REFS})
+    lines = (d / "per_utt.tsv").read_text().splitlines()
+    lines[2] = lines[2].split("\t")[0] + "\tnot a number"  # the file's third line
+    (d / "per_utt.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"per_utt\.tsv:3: malformed line"):
+        collect_systems([tmp_path / "ctc"])
+
+
+def test_one_utterance_with_another_reference_refuses_the_pairing(tmp_path):
+    hyps = {u: ["a", "b", "c", "d"] for u in REFS}
+    _decoding(tmp_path / "a", "test", hyps)
+    other = dict(REFS, u3=["a", "b", "c"])  # one reference of twenty differs
+    _decoding(tmp_path / "b", "test", hyps, refs=other)
+    a, b = collect_systems([tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ValueError, match="different references for the same utterances"):
+        paired_comparison(a, b, samples=10)

@@ -203,3 +203,27 @@ def test_character_decodings_also_get_a_word_error_rate(tmp_path):
     s = score_decode_dir(tmp_path, bootstrap_samples=10)
     assert s["error_rate"] == pytest.approx(20.0)  # 1 of 5 characters
     assert (s["words"]["sub"], s["words"]["ref_tokens"], s["words"]["error_rate"]) == (1, 2, 50.0)
+
+
+def test_file_digest_is_the_sha256_of_every_block(tmp_path):
+    import hashlib
+
+    from cbasr.evaluation.scoring import file_digest
+
+    data = bytes(range(256)) * 5000  # 1.2 MiB: more than one block
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "b").write_bytes(data[:-1] + b"x")  # differs in the second block only
+    assert file_digest(tmp_path / "a") == hashlib.sha256(data).hexdigest()
+    assert file_digest(tmp_path / "b") != file_digest(tmp_path / "a")
+
+
+def test_a_score_of_another_hyp_trn_is_refused(tmp_path):
+    from cbasr.evaluation.scoring import check_score_is_current
+
+    write_trn(tmp_path / "ref.trn", [("u1", ["a", "b"])])
+    write_trn(tmp_path / "hyp.trn", [("u1", ["a", "b"])])
+    score_decode_dir(tmp_path)
+    check_score_is_current(tmp_path)  # the hyp.trn it scored
+    write_trn(tmp_path / "hyp.trn", [("u1", ["a", "c"])])  # a later decoding
+    with pytest.raises(ValueError, match="computed from another hyp.trn"):
+        check_score_is_current(tmp_path)
