@@ -607,6 +607,12 @@ def _killed(status: str) -> str:
     return {"passed": "survived", "failed": "killed", "timeout": "timeout"}[status]
 
 
+def _at(mutant: Mutant, place: str) -> bool:
+    """Whether ``mutant`` is at ``place``: ``path:line`` or ``path:line:col``."""
+    where = f"{mutant.path}:{mutant.line}:{mutant.col}"
+    return where == place or where.startswith(place + ":")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -632,6 +638,12 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the run under coverage: each mutant runs the whole selection (-x); cheaper "
         "for a few mutants over large folders",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="PATH:LINE[:COL]",
+        help="run only the mutants at these places (as the report names them)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--json", type=Path, help="write every outcome to this JSON file")
     args = parser.parse_args(argv)
@@ -646,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = changed_lines(root, relative, args.since)
             found = [m for m in found if m.line in lines]
         mutants += found
+    if args.only:
+        mutants = [m for m in mutants if any(_at(m, place) for place in args.only)]
     if args.sample is not None and args.sample < len(mutants):
         mutants = sorted(
             random.Random(args.seed).sample(mutants, args.sample),

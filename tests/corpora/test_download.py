@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import os
 import tarfile
 
@@ -204,3 +205,97 @@ def test_a_file_changed_after_its_check_or_under_another_sum_is_checked_again(tm
     with pytest.raises(DownloadError, match=rf"published {sha256(DATA + b'!')}"):
         fetch(repacked, tmp_path)
     assert len(mirror.requests) == 3
+
+
+def test_what_a_download_is_checked_against_is_stamped_with_its_sum(tmp_path, mirror):
+    """A remote's check in words and the sum its stamp records: SHA-256 before MD5 before the
+    size, a gzip stream's own end, else nothing."""
+    md5 = hashlib.md5(DATA).hexdigest()
+    assert Remote("http://x/a.tar.gz", sha256="s", md5="m", size=3).check() == "SHA-256"
+    assert Remote("http://x/a.tar.gz", md5="m", size=3).check() == "MD5"
+    assert Remote("http://x/a.tar.gz", size=3).check() == "size"
+    assert Remote("http://x/a.gz").check() == "gzip stream"
+    assert Remote("http://x/a.tar").check() == "nothing"
+    mirror.files["/13/a.tar.gz"] = DATA
+    for name, remote, check, total in (
+        ("md5", Remote(f"{mirror.url}/13/a.tar.gz", md5=md5, size=len(DATA)), "MD5", md5),
+        ("size", Remote(f"{mirror.url}/13/a.tar.gz", size=len(DATA)), "size", len(DATA)),
+    ):
+        fetch(remote, tmp_path / name)
+        stamp = json.loads((tmp_path / name / ".a.tar.gz.checked").read_text())
+        assert (stamp["check"], stamp["sum"]) == (check, total)
+
+
+def test_an_empty_gzip_and_one_cut_after_its_first_block_are_refused(tmp_path, mirror):
+    mirror.files["/14/e.gz"] = b""
+    with pytest.raises(DownloadError, match="an empty file, not a gzip stream"):
+        fetch(Remote(f"{mirror.url}/14/e.gz"), tmp_path / "e")
+    # 4 MB of text: the stream's first megabyte reads, the cut shows only at its end
+    text = gzip.compress(os.urandom(2**20).hex().encode()[: 4 * 2**20])
+    mirror.files["/14/lm.gz"] = text[: len(text) * 9 // 10]
+    with pytest.raises(DownloadError, match="not a complete gzip stream"):
+        fetch(Remote(f"{mirror.url}/14/lm.gz"), tmp_path / "g")
+
+
+def test_a_download_makes_its_folders_and_backs_off_between_retries(tmp_path, mirror, monkeypatch):
+    slept = []
+    monkeypatch.setattr("cbasr.corpora.download.time.sleep", slept.append)
+    mirror.files["/15/a.tar.gz"] = DATA
+    mirror.drop["/15/a.tar.gz"] = 3
+    remote = Remote(f"{mirror.url}/15/a.tar.gz", sha256=sha256(DATA))
+    path = fetch(remote, tmp_path / "new" / "nested", backoff=1.5)
+    assert path.read_bytes() == DATA and path.parent == tmp_path / "new" / "nested"
+    assert slept == [1.5, 3.0, 6.0]  # doubling after each dropped connection
+    mirror.drop["/15/a.tar.gz"] = 10
+    with pytest.raises(DownloadError):
+        fetch(remote, tmp_path / "capped", retries=8, backoff=20.0)
+    assert slept[3:] == [20.0, 40.0, 60.0, 60.0, 60.0, 60.0, 60.0, 60.0]  # at most a minute
+
+
+def test_a_refused_connection_keeps_no_bytes_and_a_missing_file_is_not_taken_as_complete(
+    tmp_path, mirror
+):
+    closed = Mirror()
+    closed.close()  # nothing listens on its port: each attempt is refused
+    with pytest.raises(DownloadError, match=r"; 0 bytes kept in .*a\.tar\.gz\.part"):
+        fetch(Remote(f"{closed.url}/a.tar.gz"), tmp_path / "r", retries=0)
+    # bytes of an earlier run, and the file gone from the server: an HTTP error, not "complete"
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "a.tar.gz.part").write_bytes(DATA[:1000])
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(Remote(f"{mirror.url}/16/a.tar.gz"), tmp_path / "gone", retries=0)
+
+
+class _Response:
+    def __init__(self, **headers):
+        self.headers = headers
+
+
+def test_the_whole_size_comes_from_the_content_range_else_the_length_past_the_offset():
+    from cbasr.corpora.download import _total
+
+    assert _total(_Response(**{"Content-Range": "bytes 100-999/1000"}), 100) == 1000
+    assert _total(_Response(**{"Content-Range": "bytes 100-999/ 1000 "}), 100) == 1000
+    assert _total(_Response(**{"Content-Range": "bytes */*", "Content-Length": "900"}), 100) == 1000
+    assert _total(_Response(**{"Content-Length": "900"}), 100) == 1000
+    assert _total(_Response(**{"Content-Length": "chunked"}), 100) is None
+    assert _total(_Response(), 0) is None
+
+
+def test_a_one_byte_part_resumes_and_says_so_and_the_defaults_retry_five_times(
+    tmp_path, mirror, monkeypatch, caplog
+):
+    mirror.files["/17/a.tar.gz"] = DATA
+    remote = Remote(f"{mirror.url}/17/a.tar.gz", sha256=sha256(DATA))
+    (tmp_path / "a.tar.gz.part").write_bytes(DATA[:1])
+    with caplog.at_level(logging.INFO, logger="cbasr.corpora.download"):
+        assert fetch(remote, tmp_path).read_bytes() == DATA
+    assert mirror.requests == [("/17/a.tar.gz", "bytes=1-")]
+    assert "a.tar.gz: resuming after 1 bytes" in caplog.text
+    assert "starting again" not in caplog.text
+    slept = []
+    monkeypatch.setattr("cbasr.corpora.download.time.sleep", slept.append)
+    mirror.drop["/17/a.tar.gz"] = 10
+    with pytest.raises(DownloadError, match="closed early"):
+        fetch(remote, tmp_path / "defaults")
+    assert len(mirror.requests) == 1 + 6 and slept == [1.0, 2.0, 4.0, 8.0, 16.0]
