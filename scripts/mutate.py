@@ -28,7 +28,9 @@ The operators, each a bug seen in this code base's history:
   ``.strip()``, ``.lower()``...): the relative path kept;
 - ``min`` / ``max``, ``any`` / ``all``, ``break`` / ``continue``.
 
-Docstrings, annotations, log calls and lines marked ``# pragma: no mutate`` are left alone.
+Docstrings, annotations, log calls, tables of data assigned at module level (published counts
+and sums, presets: a test could only restate them) and lines marked ``# pragma: no mutate``
+are left alone.
 With ``--since REV`` only the lines changed since ``REV`` are mutated.
 
 How a mutant is judged: the folder's tests run first under coverage, which records the tests
@@ -210,6 +212,11 @@ class _Collector(ast.NodeVisitor):
         self._skip_docstring(node)
         self.function_keys.append([])
         for statement in node.body:
+            value = getattr(statement, "value", None)
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and isinstance(
+                value, ast.Dict | ast.List | ast.Tuple | ast.Set
+            ):
+                continue  # a table of data (published counts, sums, presets): facts, not logic
             self.visit(statement)
         self._swap_keys(self.function_keys.pop())
 

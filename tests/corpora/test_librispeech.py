@@ -220,3 +220,13 @@ def test_the_same_relative_corpus_dir_from_another_directory_is_prepared_again(
     for split in ("train-clean-5", "dev-clean-2"):
         audio = [Path(r["audio"]) for r in read_manifest(out / f"{split}.jsonl")]
         assert len(audio) in (6, 12) and all(a.is_relative_to(corpus_b) for a in audio)
+
+
+def test_lm_files_are_fetched_from_slr11_by_name_and_an_unknown_one_is_refused():
+    from cbasr.corpora.librispeech import lm_remote
+
+    remote = lm_remote("3-gram.pruned.1e-7.arpa.gz", "http://mirror.local/slr/")
+    assert remote.url == "http://mirror.local/slr/11/3-gram.pruned.1e-7.arpa.gz"
+    assert remote.check() == "gzip stream"  # SLR11 publishes no sums
+    with pytest.raises(ValueError, match="unknown LibriSpeech LM file '5-gram.arpa.gz'"):
+        lm_remote("5-gram.arpa.gz")

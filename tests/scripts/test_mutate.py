@@ -83,6 +83,19 @@ def test_each_mutant_is_valid_python_differing_at_its_place_only():
         mutants[0].apply(SOURCE.replace("def pick(", "def pick_one("))
 
 
+def test_module_level_tables_are_data_and_scalars_are_not():
+    source = (
+        "CHUNK = 1 << 20\n"
+        "COUNTS = {'dev': Subset(31, 1089), 'test': (12, 2620)}\n"
+        "NAMES = [1, 2]\n"
+        "def f(x):\n"
+        "    table = {'a': 3}\n"
+        "    return x[table['a']] + 1\n"
+    )
+    lines = {m.line for m in mutate.mutants_of("m.py", source)}
+    assert lines == {1, 5, 6}
+
+
 def test_negated_condition_and_while():
     source = "def f(x, flag):\n    while flag:\n        x -= 1\n    if x.ok():\n        return 1\n"
     lines = _mutated_lines(source, "negated condition")
