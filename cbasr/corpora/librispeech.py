@@ -222,6 +222,7 @@ def _read_subset(
             transcript = chapter_dir / f"{prefix}.trans.txt"
             audio = {p.stem: p for p in chapter_dir.glob("*.flac")}
             texts: dict[str, str] = {}
+            empty: set[str] = set()  # ids whose line has no words (skipped once, as that)
             if transcript.is_file():
                 for lineno, line in enumerate(
                     transcript.read_text(encoding="utf-8").splitlines(), start=1
@@ -235,9 +236,10 @@ def _read_subset(
                         )
                     elif not words.strip():
                         skipped.append((subset, utt, f"{transcript}:{lineno}: empty transcript"))
+                        empty.add(utt)
                     else:
                         texts[utt] = " ".join(words.split())
-            for utt in sorted(set(audio) - set(texts)):
+            for utt in sorted(set(audio) - set(texts) - empty):
                 skipped.append((subset, utt, f"no line in {transcript}"))
             for utt, words in texts.items():
                 path = audio.get(utt)
