@@ -8,7 +8,6 @@ A decoding is up to date (:func:`is_decoded`) only for the same checkpoint, sett
 """
 
 import dataclasses
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import tokens_of
 from cbasr.evaluation.decode_info import DecodeInfo
-from cbasr.evaluation.scoring import decode_dir_name, write_trn
+from cbasr.evaluation.scoring import decode_dir_name, file_digest, write_trn
 from cbasr.inference.experiment import Experiment, frame_shift_seconds
 from cbasr.progress import progress_bar
 from cbasr.search import (
@@ -70,14 +69,6 @@ def decode_settings(
     }
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def data_stamp(manifest: str | Path, feature_dir: str | Path) -> dict:
     """What a decoding reads, as ``decode.json`` records it: the manifest's resolved path and
     the SHA-256 of its content, and the feature directory's resolved path with the SHA-256 and
@@ -94,10 +85,10 @@ def data_stamp(manifest: str | Path, feature_dir: str | Path) -> dict:
     done = feature_dir / ".done"
     return {
         "manifest": str(manifest.resolve()),
-        "manifest_sha256": _file_sha256(manifest),
+        "manifest_sha256": file_digest(manifest),
         "features": str(feature_dir.resolve()),
         "features_done": (
-            f"{_file_sha256(done)}@{done.stat().st_mtime_ns}" if done.is_file() else None
+            f"{file_digest(done)}@{done.stat().st_mtime_ns}" if done.is_file() else None
         ),
     }
 

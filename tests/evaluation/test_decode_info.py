@@ -120,3 +120,11 @@ def test_a_score_copies_each_field_of_the_decode_record(tmp_path):
         "epoch": 9,
     }
     assert score["settings"] == {"search": "beam", "beam": 2} and score["error_rate"] == 100 / 3
+
+
+def test_a_record_without_the_counts_reads_them_as_zero():
+    """decode.json of older decodings lacks the problem counts: none of each, as a fresh
+    record has."""
+    info = DecodeInfo.from_json({"checkpoint": "best", "settings": {"search": "greedy"}})
+    assert (info.skipped, info.failed, info.empty_refs, info.oov_ref_utts) == (0, 0, 0, 0)
+    assert info == DecodeInfo()

@@ -182,3 +182,17 @@ def test_the_data_stamp_resolves_paths_and_follows_the_features_record(tmp_path,
     done.write_text('{"params": {}}\n')  # extracted again: the same record, a later time
     os.utime(done, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
     assert data_stamp("corpus/dev.jsonl", "fbank/dev")["features_done"] != first
+
+
+def test_a_word_lm_is_recorded_in_the_settings_only_when_used(tone_data, tmp_path):
+    exp = Experiment(make_experiment(tmp_path / "exp", tone_data, "pointwise", "ctc"))
+    beam = BeamSearchOptions(beam=2)
+    assert decode_settings(exp, beam, "lm.arpa", lm_words=True)["lm_words"] is True
+    assert "lm_words" not in decode_settings(exp, beam, "lm.arpa")
+
+
+def test_the_data_stamp_of_a_missing_manifest_names_it(tmp_path):
+    from cbasr.inference.decode import data_stamp
+
+    with pytest.raises(FileNotFoundError, match=r"dev\.jsonl: no such manifest"):
+        data_stamp(tmp_path / "dev.jsonl", tmp_path / "fbank")
