@@ -196,3 +196,13 @@ def test_the_data_stamp_of_a_missing_manifest_names_it(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=r"dev\.jsonl: no such manifest"):
         data_stamp(tmp_path / "dev.jsonl", tmp_path / "fbank")
+
+
+def test_an_experiment_without_its_directory_or_checkpoint_is_named(tone_data, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope: no such experiment directory"):
+        Experiment(tmp_path / "nope")
+    exp_dir = make_experiment(tmp_path / "exp", tone_data, "pointwise", "ctc")
+    with pytest.raises(FileNotFoundError, match=r"checkpoints/last\.pt not found: has .* been"):
+        Experiment(exp_dir, "last")
+    with pytest.raises(FileNotFoundError, match=r"other\.pt not found"):
+        Experiment(exp_dir, str(tmp_path / "other.pt"))
