@@ -204,3 +204,28 @@ def test_onset_errors_and_the_frame_period():
             return ((n - 1) // 2 - 1) // 2
 
     assert subsampling_stride(Stride3()) == 3 and subsampling_stride(Conv4()) == 4
+
+
+def test_the_stride_is_at_least_one_frame_and_an_encoder_with_no_output_is_not_a_crash():
+    class Upsampling:
+        def output_frames(self, n):
+            return 4 * n
+
+    class Silent:
+        def output_frames(self, n):
+            return 0
+
+    assert subsampling_stride(Upsampling()) == 1
+    assert subsampling_stride(Silent()) == 3000
+
+
+def test_the_frame_shift_is_the_feature_records_else_10_ms(tmp_path):
+    import json
+
+    from cbasr.inference.experiment import frame_shift_seconds
+
+    assert frame_shift_seconds(tmp_path) == 0.01  # no .done record
+    (tmp_path / ".done").write_text(json.dumps({"params": {"frame_shift_ms": 25.0}}))
+    assert frame_shift_seconds(tmp_path) == pytest.approx(0.025)
+    (tmp_path / ".done").write_text(json.dumps({"params": {"num_mel_bins": 80}}))
+    assert frame_shift_seconds(tmp_path) == pytest.approx(0.01)
