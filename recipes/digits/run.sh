@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The synthetic connected-digits recipe: corpus (2-7 digit words per utterance in noise and
 # reverberation) -> features -> word vocabulary -> training (BLSTM-CTC by default, any pinned
-# system with --config) -> greedy and beam decoding of dev and test -> scoring (word error rate)
-# and results table. Every stage skips itself when its outputs are complete; deleting data/ or
-# exp/ and rerunning regenerates them.
+# system with --config) -> greedy and beam decoding of dev, test and the repeated-digit stress
+# split `repeats` -> scoring (word error rate) and results table. Every stage skips itself
+# when its outputs are complete; deleting data/ or exp/ and rerunning regenerates them.
 #
 #   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--config NAME] [--exp DIR] [--beam N] [hydra overrides...]
 #
@@ -51,14 +51,15 @@ fi
 
 if stage_on 1; then
   log "stage 1: 80-dim log-mel filterbanks -> data/fbank"
-  cbasr-features --manifest-dir data/digits --out data/fbank --splits train dev test \
+  cbasr-features --manifest-dir data/digits --out data/fbank --splits train dev test repeats \
     --num-mel-bins 80 --workers "$workers"
 fi
 
 if stage_on 2; then
   log "stage 2: word vocabulary -> data/lang/words.txt"
   cbasr-vocab --manifest data/digits/train.jsonl --units words --inventory data/digits/words.txt \
-    --out data/lang/words.txt --check data/digits/dev.jsonl data/digits/test.jsonl
+    --out data/lang/words.txt --check data/digits/dev.jsonl data/digits/test.jsonl \
+    data/digits/repeats.jsonl
 fi
 
 if stage_on 3; then
@@ -67,17 +68,17 @@ if stage_on 3; then
 fi
 
 if stage_on 4; then
-  log "stage 4: greedy and beam-$beam decoding of dev and test with $exp/checkpoints/best.pt"
+  log "stage 4: greedy and beam-$beam decoding of dev, test and repeats with $exp/checkpoints/best.pt"
   for search in 0 "$beam"; do
-    decode_splits dev test -- --exp-dir "$exp" --manifest-dir data/digits --feature-dir data/fbank \
+    decode_splits dev test repeats -- --exp-dir "$exp" --manifest-dir data/digits --feature-dir data/fbank \
       --beam "$search"
   done
 fi
 
 if stage_on 5; then
   log "stage 5: scoring"
-  cbasr-score --exp-dir "$exp" --splits dev test
-  cbasr-score --exp-dir "$exp" --splits dev test --tag "beam$beam"
+  cbasr-score --exp-dir "$exp" --splits dev test repeats
+  cbasr-score --exp-dir "$exp" --splits dev test repeats --tag "beam$beam"
   echo
   cbasr-results "$exp"
   echo

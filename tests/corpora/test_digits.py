@@ -5,6 +5,7 @@ import dataclasses
 import json
 import logging
 import random
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from cbasr.corpora.synth.digits import (
     digit_words,
     make_digits_corpus,
     plan_digits,
+    repeated_digit_words,
 )
 from cbasr.corpora.synth.directory import MARKER
 
@@ -146,9 +148,11 @@ def test_words_are_uniform_and_repeat_about_one_in_ten():
 
 
 def test_default_plan_repeats_and_shares():
-    jobs = plan_digits(DIGITS_SIZES["default"], "/nonexistent")
+    every = plan_digits(DIGITS_SIZES["default"], "/nonexistent")
+    jobs = [job for job in every if job.split != "repeats"]
     plans = [plan for job in jobs for plan in job.utterances]
     assert len(plans) == 3600
+    assert sum(len(job.utterances) for job in every if job.split == "repeats") == 300
     pairs = [(a.word, b.word) for p in plans for a, b in zip(p.words, p.words[1:])]
     repeats = sum(a == b for a, b in pairs) / len(pairs)  # about 12,600 pairs: sd 0.0026
     assert abs(repeats - 0.095) < 0.013
@@ -158,7 +162,7 @@ def test_default_plan_repeats_and_shares():
     for job in jobs:  # per-word prosody jitter around the speaker's
         rates = {w.rate for p in job.utterances for w in p.words}
         assert len(rates) > 5 and all(abs(r / job.speaker.rate - 1) <= 0.16 for r in rates)
-    held_out = [job.speaker for job in jobs if job.speaker.split != "train"]
+    held_out = [job.speaker for job in jobs if job.split != "train"]
     assert len(held_out) == 40  # 20 dev and 20 test speakers, each with a variant of its own
     assert len({speaker.variant for speaker in held_out}) == 40
 
@@ -201,7 +205,8 @@ def test_rerun_is_a_no_op_and_damage_regenerates(tmp_path, caplog):
 @pytest.mark.parametrize(
     "change",
     [{"min_words": 0}, {"min_words": 5, "max_words": 4}, {"min_gap_ms": 400}, {"max_snr_db": 0.0}]
-    + [{"reverb_share": 1.5}, {"train_speakers": -1}],
+    + [{"reverb_share": 1.5}, {"train_speakers": -1}, {"min_repeat_gap_ms": 301}]
+    + [{"repeat_prosody": "fresh"}, {"min_words": 1, "max_words": 1}],
 )
 def test_bad_config_is_refused(change):
     with pytest.raises(ValueError):
@@ -220,3 +225,96 @@ def test_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         synth_main(["--out", str(tmp_path / "sentences"), "--snr-db", "0", "10"])
     assert error.value.code == 2 and "--profile digits" in capsys.readouterr().err
+
+
+# The repeats split: a stress test of repeated digits.
+
+
+def test_repeats_split_contract(tiny):
+    """The test speakers again, each utterance with a repeat, ids and audio of its own."""
+    test = _manifest(tiny, "test")
+    repeats = _manifest(tiny, "repeats")
+    assert len(repeats) == TINY.test_speakers * TINY.repeats_utts_per_speaker
+    assert {e["speaker"] for e in repeats} == {e["speaker"] for e in test}
+    assert not {e["id"] for e in repeats} & {e["id"] for e in _entries(tiny)}
+    speakers = json.loads((tiny / "speakers.json").read_text())
+    assert sorted(s["split"] for s in speakers) == sorted(
+        ["train"] * TINY.train_speakers
+        + ["dev"] * TINY.dev_speakers
+        + ["test"] * TINY.test_speakers
+    )
+    for e in repeats:
+        assert list(e) == KEYS and e["audio"] == f"wav/repeats/{e['id']}.wav"
+        assert e["id"].startswith(e["speaker"] + "-r")
+        words = e["words"].split()
+        assert any(a == b for a, b in zip(words, words[1:])), e["words"]
+        assert soundfile.info(tiny / e["audio"]).frames / 16000 == e["duration"]
+
+
+def test_adding_the_repeats_split_leaves_the_others_as_they_were():
+    """It is drawn last: the corpora of earlier results keep their train, dev and test."""
+    without = plan_digits(dataclasses.replace(TINY, repeats_utts_per_speaker=0), "/x")
+    with_repeats = plan_digits(TINY, "/x")
+    assert [job for job in with_repeats if job.split != "repeats"] == [
+        job for job in without if job.split != "repeats"
+    ]
+    assert [len(job.utterances) for job in with_repeats if job.split == "repeats"] == [2]
+    assert [len(job.utterances) for job in without if job.split == "repeats"] == [0]
+
+
+def test_repeated_digit_words_force_one_uniform_repeat():
+    rng = random.Random(0)
+    config = DIGITS_SIZES["default"]
+    strings = [repeated_digit_words(rng, config) for _ in range(20000)]
+    assert all(any(a == b for a, b in zip(s, s[1:])) for s in strings)
+    lengths = Counter(len(s) for s in strings)
+    assert set(lengths) == set(range(2, 8))
+    # one forced repeat per string, and 0.095 of the other pairs repeat by chance:
+    # E[repeats] = 1 + 0.095 * E[len - 2] = 1 + 0.095 * 2.5 = 1.2375 (sd of the mean 0.004)
+    repeats = [sum(a == b for a, b in zip(s, s[1:])) for s in strings]
+    assert abs(statistics.mean(repeats) - 1.2375) < 0.02
+    # the forced position is uniform: in two-word strings the repeat is the whole string
+    assert all(s[0] == s[1] for s in strings if len(s) == 2)
+    first = sum(s[1] == s[0] for s in strings if len(s) == 7) / lengths[7]
+    assert abs(first - (1 / 6 + 5 / 6 * 0.095)) < 0.03  # 3333 strings: sd 0.0066
+
+
+def _word_audio(corpus: Path, entry: dict) -> list[np.ndarray]:
+    audio, _ = soundfile.read(corpus / entry["audio"], dtype="int16")
+    return [
+        audio[round(s * 16000) : round(t * 16000)]
+        for s, t in zip(entry["word_starts"], entry["word_ends"])
+    ]
+
+
+@pytest.fixture(scope="module")
+def clean_repeats(tmp_path_factory) -> dict[str, Path]:
+    """Dry repeats splits (no noise, no room, one peak level) said the same or anew."""
+    corpora = {}
+    for prosody in ("same", "drawn"):
+        out = tmp_path_factory.mktemp("digits") / prosody
+        config = dataclasses.replace(
+            TINY, noise_share=0.0, reverb_share=0.0, repeats_utts_per_speaker=4,
+            repeat_prosody=prosody, min_repeat_gap_ms=50, max_repeat_gap_ms=60,
+            train_speakers=1, train_utts_per_speaker=1,
+        )  # fmt: skip
+        make_digits_corpus(out, config)
+        corpora[prosody] = out
+    return corpora
+
+
+def test_a_repeat_is_its_predecessor_said_again(clean_repeats):
+    """What makes the split's repeats hard: the same samples as the word before, after a
+    gap of the repeat's range; with repeat_prosody="drawn" the two takes differ."""
+    pairs = {}
+    for prosody, corpus in clean_repeats.items():
+        pairs[prosody] = []
+        for e in _manifest(corpus, "repeats"):
+            words, audio, gaps = e["words"].split(), _word_audio(corpus, e), _gaps(e)
+            for i in range(1, len(words)):
+                if words[i] == words[i - 1]:
+                    assert 0.05 - EPS < gaps[i] < 0.06 + EPS, (e["id"], gaps[i])
+                    pairs[prosody].append((audio[i - 1], audio[i]))
+    assert len(pairs["same"]) >= 4 and len(pairs["drawn"]) >= 4
+    assert all(np.array_equal(a, b) for a, b in pairs["same"])
+    assert not any(len(a) == len(b) and np.array_equal(a, b) for a, b in pairs["drawn"])

@@ -46,6 +46,8 @@ def test_data_stages_build_a_word_vocabulary(tmp_path):
     assert (recipe / "data/lang/words.txt").read_text().split()[1:] == words
     train = (recipe / "data/digits/train.jsonl").read_text().splitlines()
     assert (recipe / "data/fbank/train").is_dir() and len(train) == 12
+    repeats = (recipe / "data/digits/repeats.jsonl").read_text().splitlines()
+    assert (recipe / "data/fbank/repeats").is_dir() and len(repeats) == 2
 
 
 @pytest.mark.slow
@@ -58,7 +60,7 @@ def test_tiny_recipe_end_to_end_then_rerun_skips_every_stage(tmp_path):
     exp = recipe / "exp" / "blstm_ctc"
     config = json.loads((exp / "config.json").read_text())
     assert config["data"]["units"] == "words"
-    for split in ("dev", "test"):
+    for split in ("dev", "test", "repeats"):
         manifest = (recipe / "data/digits" / f"{split}.jsonl").read_text().splitlines()
         words = sum(len(json.loads(line)["words"].split()) for line in manifest)
         for name in (f"{split}_beam8", split):

@@ -53,13 +53,19 @@ _TRIM_DB = 40.0
 
 @dataclass(frozen=True)
 class WordPlan:
-    """One word and the prosody it is spoken with (eSpeak's scales: words per minute, 0..99)."""
+    """One word and the prosody it is spoken with (eSpeak's scales: words per minute, 0..99).
+
+    ``again``: the word is the one before it said once more, the same dry samples (the same
+    prosody and eSpeak noise), as a person repeats a digit; the other fields then equal the
+    previous word's.
+    """
 
     word: str
     rate: int
     pitch: int
     pitch_range: int
     gain_db: float
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,12 +109,13 @@ class DigitsPlan:
 
 @dataclass(frozen=True)
 class DigitsJob:
-    """One speaker's utterances; WAV files go to ``corpus_dir / audio_dir``."""
+    """One speaker's utterances of ``split``; WAV files go to ``corpus_dir / audio_dir``."""
 
     speaker: Speaker
     utterances: tuple[DigitsPlan, ...]
     corpus_dir: str
     audio_dir: str
+    split: str
 
 
 @dataclass(frozen=True)
@@ -166,18 +173,25 @@ def render_digits(engine: EspeakEngine, speaker: Speaker, plan: DigitsPlan) -> R
 
     Raises:
         UnusableUtterance: a word gave no audio (the message says which).
+        ValueError: the first word is planned as said ``again``.
     """
+    if plan.words and plan.words[0].again:
+        raise ValueError(f"{plan.id}: the first word cannot repeat a word before it")
     engine.set_voice(speaker.voice, speaker.variant)
     pieces, starts, ends, position = [np.zeros(plan.gaps[0])], [], [], plan.gaps[0]
     for i, (word, gap) in enumerate(zip(plan.words, plan.gaps[1:])):
-        engine.set_prosody(word.rate, word.pitch, word.pitch_range)
-        audio = _speak(engine, word.word, plan.seed + i)
-        start, end = trim_word(audio)
-        if end <= start:
-            raise UnusableUtterance(f"eSpeak returned silence for {word.word!r}")
-        pieces += [audio[start:end] * 10 ** (word.gain_db / 20), np.zeros(gap)]
+        if word.again:  # the previous word's samples once more
+            said = pieces[-2]
+        else:
+            engine.set_prosody(word.rate, word.pitch, word.pitch_range)
+            audio = _speak(engine, word.word, plan.seed + i)
+            start, end = trim_word(audio)
+            if end <= start:
+                raise UnusableUtterance(f"eSpeak returned silence for {word.word!r}")
+            said = audio[start:end] * 10 ** (word.gain_db / 20)
+        pieces += [said, np.zeros(gap)]
         starts.append(position)
-        ends.append(position + end - start)
+        ends.append(position + len(said))
         position = ends[-1] + gap
     dry = np.concatenate(pieces)  # (N,)
     active = np.zeros(len(dry), dtype=bool)

@@ -17,10 +17,19 @@ recorded. Then, per utterance:
   an SNR uniform in ``[min_snr_db, max_snr_db]`` measured over the words;
 - a peak level from -12 to -1 dBFS.
 
+The ``repeats`` split is a stress test of repeated digits, the words transducers delete on
+real connected-digit recordings: the test speakers again (held out from training), each
+utterance drawn as the others but with one word after the first, chosen uniformly, made to
+repeat the word before it (others may repeat by chance), and every repeated word said
+exactly as its predecessor, the same dry samples (``repeat_prosody="same"``), as a person
+says a digit twice. The other splits draw every word's prosody anew, so their repeats differ
+from their predecessors as much as any two takes of a word do; see :class:`DigitsConfig` for
+the options that ablate the split's choices.
+
 Layout of ``out_dir`` after :func:`make_digits_corpus`::
 
     wav/<split>/<utt_id>.wav     16 kHz 16-bit PCM mono
-    <split>.jsonl                one utterance per line, for split in train, dev, test
+    <split>.jsonl                one utterance per line, for split in train, dev, test, repeats
     speakers.json                each speaker's split, voice, variant, rate, pitch, pitch range
     words.txt                    the 11 words, one per line
     .done                        the generation parameters and utterance counts, written last
@@ -70,17 +79,21 @@ from cbasr.corpora.synth.speakers import RATE_WPM, SPLITS, VARIANTS, VOICES, Spe
 from cbasr.corpora.synth.text import SentenceGenerator
 
 __all__ = [
+    "DIGIT_SPLITS",
     "DIGITS_SIZES",
     "DIGIT_WORDS",
     "FORMAT_VERSION",
     "NOISES",
     "DigitsConfig",
     "digit_words",
+    "repeated_digit_words",
     "make_digits_corpus",
     "plan_digits",
 ]
 
 FORMAT_VERSION = 1
+DIGIT_SPLITS = ("train", "dev", "test", "repeats")
+REPEAT_PROSODIES = ("same", "drawn")
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "oh")
 NOISES = ("white", "pink", "babble")
 _FILES = ("speakers.json", "words.txt")
@@ -106,6 +119,13 @@ class DigitsConfig:
         min_gap_ms, max_gap_ms: silence or noise between words and at both ends.
         min_snr_db, max_snr_db: the SNR of the additive noise, drawn uniformly.
         noise_share, reverb_share: the shares of utterances with noise and with reverberation.
+        repeats_utts_per_speaker: utterances of the ``repeats`` split per test speaker, each
+            with at least one word that repeats the one before it.
+        repeat_prosody: in the ``repeats`` split, ``"same"``: a repeated word is said exactly
+            as its predecessor (:attr:`WordPlan.again`); ``"drawn"``: with prosody of its own,
+            as in the other splits.
+        min_repeat_gap_ms, max_repeat_gap_ms: in the ``repeats`` split, the gap before a
+            repeated word.
     """
 
     train_speakers: int = 250
@@ -123,6 +143,10 @@ class DigitsConfig:
     max_snr_db: float = 30.0
     noise_share: float = 1.0
     reverb_share: float = 0.5
+    repeats_utts_per_speaker: int = 15
+    repeat_prosody: str = "same"
+    min_repeat_gap_ms: int = 50
+    max_repeat_gap_ms: int = 300
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -136,6 +160,17 @@ class DigitsConfig:
             )
         if not self.min_gap_ms <= self.max_gap_ms:
             raise ValueError(f"min_gap_ms {self.min_gap_ms} exceeds max_gap_ms {self.max_gap_ms}")
+        if not self.min_repeat_gap_ms <= self.max_repeat_gap_ms:
+            raise ValueError(
+                f"min_repeat_gap_ms {self.min_repeat_gap_ms} exceeds max_repeat_gap_ms "
+                f"{self.max_repeat_gap_ms}"
+            )
+        if self.repeat_prosody not in REPEAT_PROSODIES:
+            raise ValueError(
+                f"repeat_prosody must be one of {REPEAT_PROSODIES}, not {self.repeat_prosody!r}"
+            )
+        if self.repeats_utts_per_speaker and self.max_words < 2:
+            raise ValueError("the repeats split needs max_words >= 2")
         if not self.min_snr_db <= self.max_snr_db:
             raise ValueError(f"min_snr_db {self.min_snr_db} exceeds max_snr_db {self.max_snr_db}")
         for name in ("noise_share", "reverb_share"):
@@ -143,7 +178,7 @@ class DigitsConfig:
                 raise ValueError(f"{name} must lie in [0, 1], not {getattr(self, name)!r}")
 
     def speakers(self, split: str) -> int:
-        return getattr(self, f"{split}_speakers")
+        return getattr(self, f"{'test' if split == 'repeats' else split}_speakers")
 
     def utts_per_speaker(self, split: str) -> int:
         return getattr(self, f"{split}_utts_per_speaker")
@@ -160,29 +195,36 @@ DIGITS_SIZES: dict[str, DigitsConfig] = {
     "tiny": DigitsConfig(
         train_speakers=4, dev_speakers=1, test_speakers=1,
         train_utts_per_speaker=3, dev_utts_per_speaker=2, test_utts_per_speaker=2,
+        repeats_utts_per_speaker=2,
     ),
 }  # fmt: skip
 
 
 def plan_digits(config: DigitsConfig, corpus_dir: str | Path) -> list[DigitsJob]:
-    """Speakers and their utterances, one job per speaker, in speaker order.
+    """Speakers and their utterances, one job per speaker and split, in speaker order, the
+    ``repeats`` split's jobs (the test speakers again) last.
 
     One ``random.Random(seed)`` draws every utterance in turn (digits, prosody, gaps, noise,
-    room, level); each utterance gets its own seed for eSpeak and the noise samples.
+    room, level); each utterance gets its own seed for eSpeak and the noise samples. The
+    ``repeats`` split is drawn after the others, so it leaves them as they were without it.
     """
     rng = random.Random(config.seed)
     sentences = SentenceGenerator(config.seed)
     counts = {split: config.speakers(split) for split in SPLITS}
     jobs, index = [], 0
-    for speaker in draw_speakers(counts, config.seed, held_out_first=True):
+    speakers = draw_speakers(counts, config.seed, held_out_first=True)
+    test_speakers = [speaker for speaker in speakers if speaker.split == "test"]
+    for split, speaker in [(s.split, s) for s in speakers] + [
+        ("repeats", s) for s in test_speakers
+    ]:
         plans = []
-        for k in range(config.utts_per_speaker(speaker.split)):
+        for k in range(config.utts_per_speaker(split)):
             utt_seed = (config.seed * 1_000_003 + index) % 2**31
-            plans.append(
-                _plan_utterance(rng, sentences, config, speaker, f"{speaker.id}-{k:05d}", utt_seed)
-            )
+            utt_id = f"{speaker.id}-{'r' if split == 'repeats' else ''}{k:05d}"
+            plan = _plan_utterance(rng, sentences, config, speaker, utt_id, utt_seed, split)
+            plans.append(plan)
             index += 1
-        jobs.append(DigitsJob(speaker, tuple(plans), str(corpus_dir), f"wav/{speaker.split}"))
+        jobs.append(DigitsJob(speaker, tuple(plans), str(corpus_dir), f"wav/{split}", split))
     return jobs
 
 
@@ -195,6 +237,17 @@ def digit_words(rng: random.Random, config: DigitsConfig) -> list[str]:
     return words
 
 
+def repeated_digit_words(rng: random.Random, config: DigitsConfig) -> list[str]:
+    """A digit string (:func:`digit_words`, at least two words) in which one word, chosen
+    uniformly after the first, is made to repeat the word before it; the others may repeat
+    by chance."""
+    while len(words := digit_words(rng, config)) < 2:
+        pass
+    i = rng.randrange(1, len(words))
+    words[i] = words[i - 1]
+    return words
+
+
 def _plan_utterance(
     rng: random.Random,
     sentences: SentenceGenerator,
@@ -202,22 +255,32 @@ def _plan_utterance(
     speaker: Speaker,
     utt_id: str,
     seed: int,
+    split: str,
 ) -> DigitsPlan:
-    words = tuple(
-        WordPlan(
-            word,
-            rate=round(speaker.rate * rng.uniform(1 - _RATE_JITTER, 1 + _RATE_JITTER)),
-            pitch=min(99, max(0, speaker.pitch + rng.randint(-_PITCH_JITTER, _PITCH_JITTER))),
-            pitch_range=min(
-                99, max(0, speaker.pitch_range + rng.randint(-_RANGE_JITTER, _RANGE_JITTER))
-            ),
-            gain_db=round(rng.uniform(-_GAIN_DB, _GAIN_DB), 2),
+    stress = split == "repeats"
+    texts = repeated_digit_words(rng, config) if stress else digit_words(rng, config)
+    words: list[WordPlan] = []
+    for i, word in enumerate(texts):
+        if stress and i and word == texts[i - 1] and config.repeat_prosody == "same":
+            words.append(dataclasses.replace(words[-1], again=True))
+            continue
+        words.append(
+            WordPlan(
+                word,
+                rate=round(speaker.rate * rng.uniform(1 - _RATE_JITTER, 1 + _RATE_JITTER)),
+                pitch=min(99, max(0, speaker.pitch + rng.randint(-_PITCH_JITTER, _PITCH_JITTER))),
+                pitch_range=min(
+                    99, max(0, speaker.pitch_range + rng.randint(-_RANGE_JITTER, _RANGE_JITTER))
+                ),
+                gain_db=round(rng.uniform(-_GAIN_DB, _GAIN_DB), 2),
+            )
         )
-        for word in digit_words(rng, config)
-    )
     # gaps in samples at 16 kHz: before each word and after the last
     gaps = tuple(
-        rng.randint(config.min_gap_ms * 16, config.max_gap_ms * 16) for _ in range(len(words) + 1)
+        rng.randint(config.min_repeat_gap_ms * 16, config.max_repeat_gap_ms * 16)
+        if stress and 0 < i < len(texts) and texts[i] == texts[i - 1]
+        else rng.randint(config.min_gap_ms * 16, config.max_gap_ms * 16)
+        for i in range(len(texts) + 1)
     )
     noise, snr_db, talkers = "none", None, ()
     if rng.random() < config.noise_share:
@@ -238,7 +301,9 @@ def _plan_utterance(
         rt60 = round(rng.uniform(*_RT60), 3)
         drr_db = round(rng.uniform(*_DRR_DB), 2)
     peak_dbfs = round(rng.uniform(*_PEAK_DBFS), 2)
-    return DigitsPlan(utt_id, words, gaps, noise, snr_db, talkers, rt60, drr_db, peak_dbfs, seed)
+    return DigitsPlan(
+        utt_id, tuple(words), gaps, noise, snr_db, talkers, rt60, drr_db, peak_dbfs, seed
+    )
 
 
 def make_digits_corpus(
@@ -259,7 +324,7 @@ def make_digits_corpus(
         "espeakng_loader": importlib.metadata.version("espeakng-loader"),
         **dataclasses.asdict(config),
     }
-    summary = find_complete(out_dir, params, _FILES)
+    summary = find_complete(out_dir, params, _FILES, DIGIT_SPLITS)
     if summary is not None:
         _LOG.info(
             "digits corpus in %s is complete for these parameters, nothing to do: %s",
@@ -268,10 +333,10 @@ def make_digits_corpus(
         )
         return summary
     start = time.monotonic()
-    clear(out_dir, _FILES)
+    clear(out_dir, _FILES, DIGIT_SPLITS)
     jobs = plan_digits(config, out_dir.resolve())
-    entries, skipped = run_jobs(jobs, synthesize_digits_speaker, workers)
-    speakers = [dataclasses.asdict(job.speaker) for job in jobs]
+    entries, skipped = run_jobs(jobs, synthesize_digits_speaker, workers, DIGIT_SPLITS)
+    speakers = [dataclasses.asdict(job.speaker) for job in jobs if job.split != "repeats"]
     files = {
         "speakers.json": json.dumps(speakers, indent=1) + "\n",
         "words.txt": "".join(word + "\n" for word in DIGIT_WORDS),

@@ -54,15 +54,18 @@ class CorpusSummary:
     generated: bool
 
 
-def find_complete(out_dir: Path, params: dict, files: Sequence[str]) -> CorpusSummary | None:
+def find_complete(
+    out_dir: Path, params: dict, files: Sequence[str], splits: Sequence[str] = SPLITS
+) -> CorpusSummary | None:
     """The recorded summary if ``out_dir`` is complete for ``params``, else None.
 
-    Complete: the marker records ``params``, every manifest has its recorded number of lines,
-    every audio file they name exists, and so does each of ``files``.
+    Complete: the marker records ``params``, the manifest of each of ``splits`` has its
+    recorded number of lines, every audio file they name exists, and so does each of ``files``.
     """
     try:
         marker = json.loads((out_dir / MARKER).read_text())
-        if marker["params"] != params or not _files_complete(out_dir, marker["utterances"], files):
+        complete = _files_complete(out_dir, marker["utterances"], files, splits)
+        if marker["params"] != params or not complete:
             return None
         return CorpusSummary(
             marker["utterances"], marker["hours"], marker["skipped"], 0.0, generated=False
@@ -71,8 +74,10 @@ def find_complete(out_dir: Path, params: dict, files: Sequence[str]) -> CorpusSu
         return None
 
 
-def _files_complete(out_dir: Path, utterances: dict[str, int], files: Sequence[str]) -> bool:
-    for split in SPLITS:
+def _files_complete(
+    out_dir: Path, utterances: dict[str, int], files: Sequence[str], splits: Sequence[str]
+) -> bool:
+    for split in splits:
         lines = (out_dir / f"{split}.jsonl").read_text().splitlines()
         if len(lines) != utterances[split]:
             return False
@@ -81,11 +86,12 @@ def _files_complete(out_dir: Path, utterances: dict[str, int], files: Sequence[s
     return all((out_dir / name).is_file() for name in files)
 
 
-def clear(out_dir: Path, files: Sequence[str]) -> None:
-    """Remove the marker first, then the manifests, ``files``, partial files and ``wav/``."""
+def clear(out_dir: Path, files: Sequence[str], splits: Sequence[str] = SPLITS) -> None:
+    """Remove the marker first, then the manifests of ``splits``, ``files``, partial files and
+    ``wav/``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER).unlink(missing_ok=True)
-    for name in [f"{split}.jsonl" for split in SPLITS] + list(files):
+    for name in [f"{split}.jsonl" for split in splits] + list(files):
         (out_dir / name).unlink(missing_ok=True)
     for partial in out_dir.glob("*.partial"):
         partial.unlink()
@@ -93,25 +99,29 @@ def clear(out_dir: Path, files: Sequence[str]) -> None:
 
 
 def run_jobs(
-    jobs: Sequence[Any], work: Callable[[Any], JobResult], workers: int
+    jobs: Sequence[Any],
+    work: Callable[[Any], JobResult],
+    workers: int,
+    splits: Sequence[str] = SPLITS,
 ) -> tuple[dict[str, list[dict]], list[SkippedUtterance]]:
     """Run ``work`` on every job in order, logging progress about every tenth of the corpus.
 
     Args:
-        jobs: one per speaker, each with ``speaker.split`` and ``utterances``.
+        jobs: one per speaker and split, each with ``split`` (one of ``splits``) and
+            ``utterances``.
         work: a module-level function (it is pickled for the worker processes).
         workers: processes; 1 or fewer runs the jobs in this process.
 
     Returns:
         The manifest entries of each split in job order, and the skipped utterances.
     """
-    entries: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    entries: dict[str, list[dict]] = {split: [] for split in splits}
     skipped: list[SkippedUtterance] = []
     total = sum(len(job.utterances) for job in jobs)
     done, start, next_report = 0, time.monotonic(), 0.1
     results = progress_bar(_results(jobs, work, workers), "synthesizing", len(jobs), "speaker")
     for job, (job_entries, job_skipped) in zip(jobs, results):
-        entries[job.speaker.split] += job_entries
+        entries[job.split] += job_entries
         skipped += job_skipped
         done += len(job.utterances)
         if done >= next_report * total or done == total:
@@ -141,19 +151,20 @@ def finish(
     files: dict[str, str],
     start: float,
 ) -> CorpusSummary:
-    """Write the manifests, ``files`` (name -> text) and, last, the marker; summarise.
+    """Write the manifest of each split of ``entries``, ``files`` (name -> text) and, last, the
+    marker; summarise.
 
     ``start`` is the ``time.monotonic()`` at which generation began.
     """
-    for split in SPLITS:
+    for split in entries:
         lines = "".join(json.dumps(entry, ensure_ascii=False) + "\n" for entry in entries[split])
         write_atomic(out_dir / f"{split}.jsonl", lines)
     for name, text in files.items():
         write_atomic(out_dir / name, text)
     summary = CorpusSummary(
-        utterances={split: len(entries[split]) for split in SPLITS},
+        utterances={split: len(entries[split]) for split in entries},
         hours={
-            split: round(sum(e["duration"] for e in entries[split]) / 3600, 4) for split in SPLITS
+            split: round(sum(e["duration"] for e in entries[split]) / 3600, 4) for split in entries
         },
         skipped=len(skipped),
         seconds=round(time.monotonic() - start, 2),
@@ -178,7 +189,7 @@ def describe(summary: CorpusSummary) -> str:
     """``train 12 utterances (0.01 h), ...; 0.02 h of audio in 1.2 s; 0 skipped``."""
     splits = ", ".join(
         f"{split} {summary.utterances[split]} utterances ({summary.hours[split]:.2f} h)"
-        for split in SPLITS
+        for split in summary.utterances
     )
     hours = f"{sum(summary.hours.values()):.2f} h of audio"
     if summary.generated:

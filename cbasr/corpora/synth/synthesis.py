@@ -65,6 +65,10 @@ class SpeakerJob:
     corpus_dir: str
     audio_dir: str
 
+    @property
+    def split(self) -> str:
+        return self.speaker.split
+
 
 @dataclass(frozen=True)
 class RenderedUtterance:
