@@ -69,6 +69,7 @@ LOSSES = {
     "forced_suffix": (CBModel, {"criterion": "forced_suffix"}),
     "rnnt": (TransducerModel, {"criterion": "rnnt"}),
     "hat": (TransducerModel, {"criterion": "hat"}),
+    "tdt": (TransducerModel, {"criterion": "tdt"}),
 }
 
 
@@ -90,6 +91,7 @@ SCHEMAS = {
         "forced_suffix": ForcedSuffixLossConfig,
         "rnnt": TransducerLossConfig,
         "hat": TransducerLossConfig,
+        "tdt": TransducerLossConfig,
     },
 }
 

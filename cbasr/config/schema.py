@@ -14,6 +14,7 @@ from omegaconf import MISSING
 
 __all__ = [
     "choice",
+    "TDT_DURATIONS",
     "RNNEncoderConfig",
     "ConformerEncoderConfig",
     "PointwiseDecoderConfig",
@@ -54,7 +55,7 @@ def choice(name: str, *values: str) -> type[Enum]:
 RnnType = choice("RnnType", "lstm", "gru")
 Subsampling = choice("Subsampling", "none", "stack", "conv", "embed")
 Emission = choice("Emission", "encoder", "decoder")
-Joint = choice("Joint", "rnnt", "hat")
+Joint = choice("Joint", "rnnt", "hat", "tdt")
 BlankJoint = choice("BlankJoint", "tanh", "linear")
 Topology = choice("Topology", "standard", "monotonic")
 GreedyRule = choice("GreedyRule", "label", "emission")
@@ -154,6 +155,9 @@ class AutoregressiveDecoderConfig:
     dropout: float = 0.1
 
 
+TDT_DURATIONS = (0, 1, 2, 3, 4)  # as NeMo's Parakeet-TDT models
+
+
 @dataclass
 class TransducerDecoderConfig:
     """:class:`cbasr.modules.decoders.TransducerDecoder` (RNN-T or HAT joint)."""
@@ -171,6 +175,8 @@ class TransducerDecoderConfig:
     # training: each label the prediction network reads is replaced by a uniformly drawn label
     # with this probability, so that the joint cannot delete a repeated word by its history
     history_noise: float = 0.0
+    # TDT: the durations (frames) a token may cover, predicted beside it (Xu et al. 2023)
+    durations: list[int] = field(default_factory=lambda: list(TDT_DURATIONS))
 
 
 @dataclass
@@ -218,7 +224,7 @@ class ForcedSuffixLossConfig:
 class TransducerLossConfig:
     """RNN-T (torchaudio) or HAT (eq. 4); the decoder's joint must match."""
 
-    name: str = "rnnt"  # rnnt | hat
+    name: str = "rnnt"  # rnnt | hat | tdt
     # standard: the RNN-T lattice, any number of labels per frame; monotonic: one label per
     # frame, a label edge advancing the frame too (Tripathi et al. 2019), so that a repeated
     # label is not confused with staying on the first one
@@ -232,6 +238,8 @@ class TransducerLossConfig:
     # on S label positions per frame chosen by a trivial joint; validation stays exact
     prune_range: int = 0
     simple_loss_scale: float = 0.5  # the trivial joint's loss weight when pruning
+    # TDT: the logit under-normalisation sigma of Xu et al. 2023 (eqs. 15-16), in training only
+    sigma: float = 0.0
 
 
 @dataclass

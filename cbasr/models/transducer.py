@@ -1,6 +1,7 @@
 """Transducer models: RNN-T (torchaudio's loss) and HAT (HAT paper eq. 4), on the whole
 lattice or, in training, on the windows of a pruned loss (:mod:`cbasr.losses.pruned`), in the
-standard topology or the one-label-per-frame one (:mod:`cbasr.losses.transducer`)."""
+standard topology or the one-label-per-frame one (:mod:`cbasr.losses.transducer`); and TDT,
+the token-and-duration transducer on its own lattice (:mod:`cbasr.losses.tdt`)."""
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from cbasr.losses import (
     rnnt_nll,
     simple_transducer_nll,
 )
+from cbasr.losses.tdt import tdt_nll
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.modules.decoders import TransducerDecoder
 
@@ -26,8 +28,9 @@ class TransducerModel(AsrModel):
     Args:
         encoder, decoder: the modules; ``decoder`` a :class:`TransducerDecoder` whose joint
             matches ``criterion``.
-        criterion: ``"rnnt"`` or ``"hat"``.
-        max_symbols: most labels greedy search emits on one frame.
+        criterion: ``"rnnt"``, ``"hat"`` or ``"tdt"`` (the decoder's joint names it).
+        max_symbols: most labels greedy search emits on one frame (TDT: most labels of
+            duration 0 in a row on one frame; then it moves on a frame).
         prune_range: 0 trains on the whole lattice; ``S >= 2`` trains with the pruned loss
             (Kuang et al. 2022, arXiv:2206.13236; :mod:`cbasr.losses.pruned`): the joint on
             ``S`` label positions per frame, chosen by a trivial joint ``W_a f_t + W_l g_u``
@@ -46,6 +49,8 @@ class TransducerModel(AsrModel):
             (as ESPnet, icefall and NeMo's hybrid RNNT-CTC models train), added with this
             weight in training; 0 (the default) has no such layer. Validation reports the
             transducer's loss alone.
+        sigma: TDT only: the logit under-normalisation of Xu et al. 2023 (eqs. 15-16),
+            subtracted from every token log-probability in training.
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class TransducerModel(AsrModel):
         topology: str = "standard",
         greedy: str = "label",
         ctc_weight: float = 0.0,
+        sigma: float = 0.0,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -76,6 +82,13 @@ class TransducerModel(AsrModel):
             raise ValueError(f"greedy must be label or emission, got {greedy!r}")
         if ctc_weight < 0:
             raise ValueError(f"ctc_weight must be >= 0, got {ctc_weight}")
+        if sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        if criterion == "tdt" and topology != "standard":
+            raise ValueError(
+                "topology applies to the rnnt and hat losses; TDT's lattice has its own durations"
+            )
+        self.sigma = sigma
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.ctc_weight = ctc_weight
         if ctc_weight:  # the encoder's own frame posteriors over the V units, blank 0
@@ -101,6 +114,8 @@ class TransducerModel(AsrModel):
             )
         if prune_range and getattr(decoder.joint, "linear_blank", False):
             return "the pruned loss (prune_range > 0) needs blank_joint=tanh"
+        if prune_range and criterion == "tdt":
+            return "the pruned loss (prune_range > 0) has no TDT form"
         return None
 
     @property
@@ -114,6 +129,12 @@ class TransducerModel(AsrModel):
         frames = self.output_frames(num_frames)
         if frames < 1:
             return f"{num_frames} frames leave no frame after subsampling"
+        if self.criterion == "tdt" and 0 not in self.decoder.joint.durations:
+            if len(targets) >= frames:
+                return (
+                    f"{len(targets)} labels in {frames} frames: without duration 0 each label "
+                    "and the final blank take a frame of their own"
+                )
         if self.monotonic and len(targets) > frames:
             return (
                 f"{len(targets)} labels in {frames} frames: the one-label-per-frame topology "
@@ -165,6 +186,12 @@ class TransducerModel(AsrModel):
             else:  # lattice, several times faster than torchaudio's CPU code, half its memory
                 nll = rnnt_lattice_nll(logits, targets, lens, target_lens)
             return LossOutput(nll, nll.detach(), {})
+        if self.criterion == "tdt":
+            tokens, durations = self.decoder(h, lens, targets)
+            sigma = self.sigma if self.training else 0.0
+            joint = self.decoder.joint
+            nll = tdt_nll(tokens, durations, targets, lens, target_lens, joint.durations, sigma)
+            return LossOutput(nll, nll.detach(), {})
         blank_logits, units = self.decoder.hat_scores(h, targets)
         nll = hat_nll_from_logits(
             blank_logits, units, (targets - 1).clamp(min=0), lens, target_lens, self.monotonic
@@ -199,6 +226,8 @@ class TransducerModel(AsrModel):
         return self._greedy(*self.encoder(feats, feat_lens))
 
     def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+        if self.criterion == "tdt":
+            return self._tdt_greedy(h, lens)
         state = self.decoder.begin(h, lens)
         hyps: list[list[int]] = [[] for _ in range(h.shape[0])]
         for t in range(int(lens.max()) if lens.numel() else 0):
@@ -214,4 +243,41 @@ class TransducerModel(AsrModel):
                 for b in emitted.nonzero().flatten().tolist():
                     hyps[b].append(int(index[b]) + 1)
                 active = emitted
+        return hyps
+
+    def _tdt_greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+        """TDT's greedy search (Xu et al. 2023, Algorithm 2), every utterance on a frame of its
+        own: the best token and the best duration; a label is emitted; the search moves on by
+        the duration, a blank by its best duration of at least one frame (a blank of duration
+        0 is no edge), and after ``max_symbols`` labels of duration 0 on one frame by one."""
+        decoder, joint = self.decoder, self.decoder.joint
+        state = decoder.begin(h, lens)
+        B, T = h.shape[:2]
+        durations = torch.tensor(joint.durations, device=h.device)
+        stays = durations == 0
+        rows = torch.arange(B, device=h.device)
+        t = torch.zeros(B, dtype=torch.long, device=h.device)
+        symbols = torch.zeros_like(t)
+        lens = lens.to(h.device)
+        hyps: list[list[int]] = [[] for _ in range(B)]
+        while bool((active := t < lens).any()):
+            frame = state["enc"][rows, t.clamp(max=max(T - 1, 0))]
+            tokens, durs = joint.frame_tokens_durations(
+                joint.out(frame + joint.label_proj(state["g"]))
+            )
+            token = tokens.argmax(dim=-1)
+            blank = token == 0
+            step = torch.where(
+                blank, durs.masked_fill(stays, float("-inf")).argmax(dim=-1), durs.argmax(dim=-1)
+            )
+            d = durations[step]
+            emitted = active & ~blank
+            state = decoder.commit(state, emitted, token)
+            for b in emitted.nonzero().flatten().tolist():
+                hyps[b].append(int(token[b]))
+            symbols = torch.where(emitted & (d == 0), symbols + 1, 0)
+            moved_on = symbols >= self.max_symbols
+            d = torch.where(moved_on, 1, d)
+            symbols = torch.where(moved_on, 0, symbols)
+            t = torch.where(active, t + d, t)
         return hyps

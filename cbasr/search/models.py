@@ -11,6 +11,7 @@ from cbasr.search.ctc import ctc_prefix_beam_search
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
 from cbasr.search.label_synchronous import cb_label_beam_search
+from cbasr.search.tdt import tdt_beam_search
 from cbasr.search.transducer import transducer_beam_search
 
 __all__ = ["beam_search", "check_options", "search_family", "cb_search_kind"]
@@ -56,6 +57,8 @@ def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> 
         )
     if options.lm_weight != 0 and lm is None:
         raise ValueError("--lm-weight is set but no language model is given (--lm)")
+    if family == "transducer" and model.criterion == "tdt" and lm is not None:
+        raise ValueError("--lm: the TDT beam search has no language-model fusion")
 
 
 @torch.no_grad()
@@ -91,4 +94,6 @@ def beam_search(
         return cb_beam_search(model.decoder, h, lens, options, lm)
     if options.max_symbols is None:
         options = dataclasses.replace(options, max_symbols=model.max_symbols)
+    if model.criterion == "tdt":
+        return tdt_beam_search(model.decoder, h, lens, options, options.max_symbols)
     return transducer_beam_search(model.decoder, h, lens, options, lm, monotonic=model.monotonic)

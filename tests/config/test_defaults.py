@@ -30,7 +30,11 @@ def disagreements(config: type, cls: type) -> list[str]:
             found.append(f"{f.name}: not a parameter of {cls.__name__}")
             continue
         want = f.default.value if isinstance(f.default, enum.Enum) else f.default
+        if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            want = f.default_factory()
         have = parameters[f.name].default
+        if isinstance(want, list) and isinstance(have, tuple):
+            have = list(have)
         if have is not inspect.Parameter.empty and have != want:
             found.append(f"{f.name}: {cls.__name__} {have!r}, {config.__name__} {want!r}")
     return found

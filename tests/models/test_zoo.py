@@ -63,6 +63,7 @@ DECODERS = {
     },
 }
 DECODERS["autoregressive_luo"] = {**DECODERS["autoregressive"], "emission": "decoder"}
+DECODERS["tdt"] = {**DECODERS["transducer"], "joint": "tdt", "durations": [0, 1, 2]}
 # No dropout: the tests compare a model with itself and with enumeration, in training mode.
 DECODERS = {name: {"dropout": 0.0, **options} for name, options in DECODERS.items()}
 LOSSES = {
@@ -76,6 +77,7 @@ LOSSES = {
     "hat": {"name": "hat"},
     "rnnt_pruned": {"name": "rnnt", "prune_range": 3},
     "hat_pruned": {"name": "hat", "prune_range": 2},
+    "tdt": {"name": "tdt", "sigma": 0.05},
 }
 SAMPLED = {"cb_reinforce", "cb_reinforce_mbb", "cb_mc", "forced_suffix"}
 # The specification (issue 6; CB paper sections 2.2, 2.4 and 5.2): which loss trains which decoder.
@@ -90,6 +92,7 @@ ALLOWED = {
     "hat": {"hat", "hat_pruned"},
     "hat_context1": {"hat", "hat_pruned"},
     "hat_linear": {"hat"},  # the pruned loss reads the blank logit off the joint's units
+    "tdt": {"tdt"},
 }
 PAIRS = [(d, l) for d in DECODERS for l in LOSSES]
 

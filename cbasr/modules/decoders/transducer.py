@@ -1,4 +1,4 @@
-"""Transducer decoders: prediction network + joint, for RNN-T and for HAT.
+"""Transducer decoders: prediction network + joint, for RNN-T, HAT and TDT.
 
 The prediction network is a :class:`~cbasr.modules.label_context.LabelContext` (an LSTM, or a
 finite label context as an embedding lookup: HAT paper Table 2), giving ``g_{0:U}``. With
@@ -24,6 +24,12 @@ loss, one frame for the search):
     projections ``f1``, ``g1``: a frame term plus a label-context term with no interaction,
     so ``b_{t,u}`` cannot tell whether this frame has already produced label ``u``. Kept for
     ablation; on the synthetic corpus it trains far worse (``recipes/synth/RESULTS.md``).
+
+- ``joint="tdt"`` (:class:`TdtJoint`; Xu et al. 2023, "Efficient Sequence Transduction by
+  Jointly Predicting Tokens and Durations", arXiv:2304.06795): the RNN-T joint with ``|D|``
+  more output units, a distribution over how many frames the token covers (``durations``,
+  e.g. 0-4), normalised apart from the tokens (eq. 5); trained with
+  :func:`cbasr.losses.tdt.tdt_nll`.
 """
 
 import abc
@@ -31,12 +37,21 @@ import abc
 import torch
 from torch import nn
 
-from cbasr.config.schema import TransducerDecoderConfig
+from cbasr.config.schema import TDT_DURATIONS, TransducerDecoderConfig
+from cbasr.losses.tdt import check_durations
 from cbasr.modules.decoders.base import reorder_state
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
 
-__all__ = ["TransducerDecoder", "Joint", "RnntJoint", "HatJoint", "JOINTS", "BLANK_JOINTS"]
+__all__ = [
+    "TransducerDecoder",
+    "Joint",
+    "RnntJoint",
+    "HatJoint",
+    "TdtJoint",
+    "JOINTS",
+    "BLANK_JOINTS",
+]
 
 BLANK_JOINTS = ("tanh", "linear")
 
@@ -170,7 +185,42 @@ class HatJoint(Joint):
         return self._split(self.out(self.label_proj(g)))[1].log_softmax(dim=-1)
 
 
-JOINTS = {"rnnt": RnntJoint, "hat": HatJoint}
+class TdtJoint(Joint):
+    """TDT (Xu et al. 2023, arXiv:2304.06795, eq. 5): the joint's ``V + |D|`` output units are
+    token logits (blank at 0) and duration logits over ``durations``, normalised apart."""
+
+    name = "tdt"
+
+    def __init__(
+        self,
+        input_dim: int,
+        hidden: int,
+        vocab_size: int,
+        joint_dim: int,
+        dropout: float,
+        durations: tuple[int, ...] = TDT_DURATIONS,
+    ):
+        self.durations = check_durations(durations)
+        self.vocab_size = vocab_size
+        super().__init__(input_dim, hidden, joint_dim, vocab_size + len(self.durations), dropout)
+
+    def lattice(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log P_T (B, T, U + 1, V), log P_D (B, T, U + 1, |D|))``."""
+        units = self.scores(h, g)
+        V = self.vocab_size
+        return units[..., :V].log_softmax(dim=-1), units[..., V:].log_softmax(dim=-1)
+
+    def frame_tokens_durations(self, units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Output units ``(..., V + |D|)`` -> ``(log P_T (..., V), log P_D (..., |D|))``."""
+        V = self.vocab_size
+        return units[..., :V].log_softmax(dim=-1), units[..., V:].log_softmax(dim=-1)
+
+    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, _ = self.frame_tokens_durations(self.frame_units(state, t, g))
+        return tokens[:, 0], tokens[:, 1:]
+
+
+JOINTS = {"rnnt": RnntJoint, "hat": HatJoint, "tdt": TdtJoint}
 # Parameters that lived on the decoder before the joints were classes of their own: a
 # checkpoint written then loads into ``joint.<name>``.
 _JOINT_PARAMETERS = ("encoder_proj.", "label_proj.", "out.", "blank_encoder.", "blank_label.")
@@ -188,13 +238,15 @@ class TransducerDecoder(nn.Module):
     Args:
         input_dim: encoder width D.
         vocab_size: V, blank included (id 0, also the start symbol ``<S>``).
-        joint: ``"rnnt"`` (:class:`RnntJoint`) or ``"hat"`` (:class:`HatJoint`).
+        joint: ``"rnnt"`` (:class:`RnntJoint`), ``"hat"`` (:class:`HatJoint`) or ``"tdt"``
+            (:class:`TdtJoint`).
         embed_dim, hidden, num_layers, context: the prediction network (``context = -1``: an
             LSTM over the whole history; 0, 1, 2, 4, ...: that many previous labels).
         joint_dim: width of ``f2 + g2`` (and of ``f + g`` for RNN-T).
         dropout: on the label embeddings and inside the joint.
         blank_joint: HAT only: ``"tanh"`` (the blank logit is an output unit of the joint) or
             ``"linear"`` (eq. 5 read literally); see the module docstring.
+        durations: TDT only: the duration set ``D`` (:class:`TdtJoint`).
         history_noise: in training only, the probability that each label of the prediction
             network's input is replaced by one drawn uniformly from the ``V - 1`` labels
             (:meth:`history`). The joint then cannot learn "the last label is the word I hear,
@@ -215,6 +267,7 @@ class TransducerDecoder(nn.Module):
         dropout: float = TransducerDecoderConfig.dropout,
         blank_joint: str = TransducerDecoderConfig.blank_joint.value,
         history_noise: float = TransducerDecoderConfig.history_noise,
+        durations: tuple[int, ...] = TDT_DURATIONS,
     ):
         super().__init__()
         if not 0.0 <= history_noise < 1.0:
@@ -225,7 +278,8 @@ class TransducerDecoder(nn.Module):
         if blank_joint not in BLANK_JOINTS:
             raise ValueError(f"blank_joint must be one of {BLANK_JOINTS}, got {blank_joint!r}")
         self.prediction = LabelContext(vocab_size, embed_dim, hidden, num_layers, context, dropout)
-        options = {"blank_joint": blank_joint} if joint == "hat" else {}
+        options = {"hat": {"blank_joint": blank_joint}, "tdt": {"durations": durations}}
+        options = options.get(joint, {})
         self.joint = JOINTS[joint](input_dim, hidden, vocab_size, joint_dim, dropout, **options)
         self.register_load_state_dict_pre_hook(_upgrade_joint_keys)
 
@@ -238,6 +292,7 @@ class TransducerDecoder(nn.Module):
         Returns:
             RNN-T: logits ``(B, T, U + 1, V)``.
             HAT: ``(blank_logits (B, T, U + 1), label_log_probs (B, T, U + 1, V - 1))``.
+            TDT: ``(token_log_probs (B, T, U + 1, V), duration_log_probs (B, T, U + 1, |D|))``.
         """
         return self.joint.lattice(h, self.history(targets))
 

@@ -1,0 +1,145 @@
+"""TDT searches: the exhaustive beam search is the loss's lattice exactly; greedy search follows
+the predicted durations, one frame of its own per utterance."""
+
+import itertools
+
+import pytest
+import torch
+
+from cbasr import builder
+from cbasr.losses.tdt import tdt_nll
+from cbasr.search.hypotheses import BeamSearchOptions
+from cbasr.search.models import beam_search
+from cbasr.search.tdt import tdt_beam_search
+
+ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 1, "stride": 1, "dropout": 0.0}
+
+
+def _model(durations=(0, 1, 2), vocab_size: int = 3, seed: int = 0, max_symbols: int = 2):
+    torch.manual_seed(seed)
+    decoder = {
+        "name": "transducer",
+        "joint": "tdt",
+        "durations": list(durations),
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+        "dropout": 0.0,
+    }
+    loss = {"name": "tdt", "max_symbols": max_symbols}
+    return builder.build_model(ENCODER, decoder, loss, 5, vocab_size).eval()
+
+
+def _exact(model, h, lens, tokens) -> float:
+    y = torch.tensor([tokens], dtype=torch.long).reshape(1, len(tokens))
+    log_t, log_d = model.decoder(h, lens, y)
+    nll = tdt_nll(log_t, log_d, y, lens, torch.tensor([len(tokens)]), model.decoder.joint.durations)
+    return -nll.item()
+
+
+@pytest.mark.parametrize("durations", [(0, 1, 2), (1, 3), (0, 1, 2, 3, 4)])
+def test_exhaustive_search_is_the_tdt_lattice_exactly(durations):
+    model = _model(durations, seed=len(durations))
+    h, lens = torch.randn(1, 4, model.encoder.output_dim), torch.tensor([4])
+    cap = 2
+    hyps = tdt_beam_search(model.decoder, h, lens, BeamSearchOptions(beam=None, nbest=None), cap)[0]
+    found = {tuple(hyp.tokens): hyp.am_score for hyp in hyps}
+    shortest = [()] + [(a,) for a in (1, 2)] + list(itertools.product((1, 2), repeat=2))
+    for tokens in shortest:  # at most ``cap`` labels: the cap takes no path away
+        assert found[tokens] == pytest.approx(_exact(model, h, lens, list(tokens)), abs=1e-5)
+    for tokens, score in found.items():  # longer ones: the capped search sums fewer paths
+        assert score <= _exact(model, h, lens, list(tokens)) + 1e-5
+
+
+def test_a_pruned_beam_keeps_part_of_each_hypothesis_mass():
+    model = _model(seed=3)
+    h, lens = torch.randn(1, 6, model.encoder.output_dim), torch.tensor([6])
+    options = BeamSearchOptions(beam=2, nbest=None)
+    hyps = tdt_beam_search(model.decoder, h, lens, options, 2)[0]
+    assert hyps and [hyp.score for hyp in hyps] == sorted((hyp.score for hyp in hyps), reverse=True)
+    for hyp in hyps:
+        assert hyp.am_score <= _exact(model, h, lens, hyp.tokens) + 1e-5
+
+
+def test_beam_search_dispatches_tdt_and_refuses_a_language_model():
+    model = _model()
+    feats, lens = torch.randn(2, 5, 5), torch.tensor([5, 3])
+    hyps = beam_search(model, feats, lens, BeamSearchOptions(beam=3))
+    assert len(hyps) == 2 and all(len(nbest) == 1 for nbest in hyps)
+    with pytest.raises(ValueError, match="TDT"):
+        beam_search(model, feats, lens, BeamSearchOptions(beam=3, lm_weight=0.5), lm=object())
+
+
+def _steer(model, token: int, duration: int) -> None:
+    """Make the joint's best token ``token`` and best duration ``duration`` everywhere."""
+    joint = model.decoder.joint
+    last = joint.out[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.zero_()
+        last.bias[token] = 10.0
+        last.bias[joint.vocab_size + joint.durations.index(duration)] = 10.0
+
+
+def _count_joint_calls(model) -> list:
+    calls = []
+    model.decoder.joint.out.register_forward_hook(lambda *args: calls.append(1))
+    return calls
+
+
+def test_greedy_skips_the_frames_a_blank_covers():
+    model = _model((0, 1, 2, 3, 4))
+    _steer(model, token=0, duration=4)
+    calls = _count_joint_calls(model)
+    feats, lens = torch.randn(1, 10, 5), torch.tensor([10])
+    assert model.greedy_decode(feats, lens) == [[]]
+    assert len(calls) == 3  # frames 0, 4 and 8
+
+
+def test_greedy_blank_of_duration_zero_moves_on_by_its_best_positive_duration():
+    model = _model((0, 1, 2))
+    _steer(model, token=0, duration=0)  # blank is best, and duration 0: not an edge for blank
+    joint = model.decoder.joint
+    with torch.no_grad():
+        joint.out[-1].bias[joint.vocab_size + 2] = 5.0  # then 2 beats 1
+    calls = _count_joint_calls(model)
+    assert model.greedy_decode(torch.randn(1, 6, 5), torch.tensor([6])) == [[]]
+    assert len(calls) == 3  # frames 0, 2, 4
+
+
+def test_greedy_emits_at_most_max_symbols_labels_of_duration_zero_per_frame():
+    model = _model((0, 1, 2), max_symbols=3)
+    _steer(model, token=2, duration=0)
+    assert model.greedy_decode(torch.randn(1, 4, 5), torch.tensor([4])) == [[2] * 12]
+
+
+def test_greedy_batch_equals_each_utterance_alone():
+    model = _model((0, 1, 2, 3), seed=7)
+    with torch.no_grad():  # emit now and then
+        model.decoder.joint.out[-1].bias[0] -= 1.0
+    feats, lens = torch.randn(3, 9, 5), torch.tensor([9, 4, 7])
+    together = model.greedy_decode(feats, lens)
+    alone = [
+        model.greedy_decode(feats[b : b + 1, : int(lens[b])], lens[b : b + 1])[0] for b in range(3)
+    ]
+    assert together == alone and any(together)
+
+
+def test_an_utterance_needs_a_frame_per_label_without_duration_zero():
+    model = _model((1, 2))
+    assert model.check_utterance(4, [1, 2, 1, 2]) is not None
+    assert model.check_utterance(5, [1, 2, 1, 2]) is None
+    assert _model((0, 1)).check_utterance(2, [1, 2, 1, 2]) is None
+
+
+@pytest.mark.parametrize(
+    "loss,message",
+    [
+        ({"name": "tdt", "topology": "monotonic"}, "topology"),
+        ({"name": "tdt", "prune_range": 2}, "pruned"),
+    ],
+)
+def test_options_that_do_not_apply_to_tdt_are_refused(loss, message):
+    decoder = {"name": "transducer", "joint": "tdt"}
+    with pytest.raises(ValueError, match=message):
+        builder.build_model(ENCODER, decoder, loss, 5, 3)
