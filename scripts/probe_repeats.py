@@ -12,7 +12,8 @@ well below the swapped ones at the repeats it deletes.
     python scripts/probe_repeats.py --exp-dir exp/hat --manifest-dir data/digits \\
         --feature-dir data/fbank --split test
 
-RNN-T: ``log_softmax`` of the joint's unit ``y``; HAT: ``log(1 - b) + log P(y)``.
+RNN-T: ``log_softmax`` of the joint's unit ``y``; HAT: ``log(1 - b) + log P(y)``; TDT: the
+token distribution's ``log P_T(y)`` (whatever the duration).
 """
 
 import argparse
@@ -30,7 +31,9 @@ from cbasr.inference.experiment import Experiment, frame_shift_seconds, subsampl
 def _best_emission(model, h, lens, ids: list[int], position: int, frames: slice) -> float:
     """max over ``frames`` of ``log P(emit ids[position])`` at label position ``position``."""
     out = model.decoder(h, lens, torch.tensor([ids]))
-    if isinstance(out, tuple):  # HAT: blank logits, label log probabilities
+    if model.criterion == "tdt":  # token and duration log probabilities: the token's
+        emit = out[0][0, :, position, ids[position]]
+    elif model.criterion == "hat":  # blank logits, label log probabilities
         blank, labels = out
         emit = F.logsigmoid(-blank[0, :, position]) + labels[0, :, position, ids[position] - 1]
     else:  # RNN-T: one softmax, blank is unit 0

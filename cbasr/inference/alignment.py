@@ -145,6 +145,8 @@ def transducer_alignment(
     model: TransducerModel, feats: torch.Tensor, feat_lens: torch.Tensor, targets: list[list[int]]
 ) -> list[Alignment]:
     """Best lattice path of each reference: the frame on which each label is emitted."""
+    if model.criterion == "tdt":
+        raise ValueError("forced alignment of a TDT model (token and duration paths) is not built")
     h, lens = model.encoder(feats, feat_lens)
     y, y_lens = _pad_targets(targets, feats.device)
     blank, label = _lattice_weights(model, h, lens, y, y_lens)

@@ -229,3 +229,14 @@ def test_the_frame_shift_is_the_feature_records_else_10_ms(tmp_path):
     assert frame_shift_seconds(tmp_path) == pytest.approx(0.025)
     (tmp_path / ".done").write_text(json.dumps({"params": {"num_mel_bins": 80}}))
     assert frame_shift_seconds(tmp_path) == pytest.approx(0.01)
+
+
+def test_a_tdt_model_is_refused_by_name():
+    from cbasr import builder
+
+    encoder = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 1, "stride": 1}
+    model = builder.build_model(
+        encoder, {"name": "transducer", "joint": "tdt"}, {"name": "tdt"}, 5, 3
+    )
+    with pytest.raises(ValueError, match="TDT"):
+        transducer_alignment(model.eval(), torch.randn(1, 4, 5), torch.tensor([4]), [[1]])
