@@ -17,7 +17,9 @@ are expanded as
         C_{s+1} = the ``beam`` best labels of duration 0 of C_s (they stay on frame t)
 
 A hypothesis thus takes at most ``max_symbols`` labels of duration 0 in a row on one frame.
-Without pruning (``beam=None``) and with ``max_symbols`` at least the number of labels, every
+Every label extension is a new prefix within a step, so each step keeps only its ``beam`` best
+label extensions per duration (a pruned beam could keep no others on frame ``t``). Without
+pruning (``beam=None``) and with ``max_symbols`` at least the number of labels, every
 finished prefix's ``am_score`` is exactly ``log P(y | x) = -tdt_nll`` (tested against the
 loss); with pruning it is the mass of the paths the beam kept. Skipping frames is where TDT
 saves work: a frame no hypothesis lands on is never evaluated.
@@ -56,6 +58,24 @@ def _best(entries: dict, beam: int | None, options: BeamSearchOptions) -> list:
     return ranked if beam is None else ranked[:beam]
 
 
+def _cat_states(states: list):
+    """One batched prediction-network state of single-prefix states (LSTM ``(h, c)`` tuples
+    along dim 1, label windows along dim 0, or None for a state-free network)."""
+    if states[0] is None:
+        return None
+    if isinstance(states[0], tuple):
+        return tuple(torch.cat(parts, dim=1) for parts in zip(*states))
+    return torch.cat(states, dim=0)
+
+
+def _split_states(state, n: int) -> list:
+    if state is None:
+        return [None] * n
+    if isinstance(state, tuple):
+        return [tuple(part[:, i : i + 1] for part in state) for i in range(n)]
+    return [state[i : i + 1] for i in range(n)]
+
+
 @torch.no_grad()
 def tdt_beam_search(
     decoder: TransducerDecoder,
@@ -86,13 +106,16 @@ def _search_one(decoder, h, options: BeamSearchOptions, max_symbols: int) -> lis
     begin = decoder.begin(h, torch.tensor([T]))
     contexts = {(): (begin["g"], begin["context"])}  # prefix -> prediction network output, state
 
-    def context(prefix: tuple) -> torch.Tensor:
-        if prefix not in contexts:
-            context(prefix[:-1])  # the parent's first
-            state = contexts[prefix[:-1]][1]
-            label = torch.tensor([prefix[-1]], device=h.device)
-            contexts[prefix] = decoder.prediction.step(label, state)
-        return contexts[prefix][0]
+    def read(prefixes: list[tuple]) -> torch.Tensor:
+        """``g (N, H)`` of ``prefixes``, the new ones (their parents read) in one batched step."""
+        new = [prefix for prefix in dict.fromkeys(prefixes) if prefix not in contexts]
+        if new:
+            labels = torch.tensor([prefix[-1] for prefix in new], device=h.device)
+            parents = _cat_states([contexts[prefix[:-1]][1] for prefix in new])
+            g, states = decoder.prediction.step(labels, parents)
+            for i, (prefix, state) in enumerate(zip(new, _split_states(states, len(new)))):
+                contexts[prefix] = (g[i : i + 1], state)
+        return torch.cat([contexts[prefix][0] for prefix in prefixes])
 
     waiting: dict[int, dict[tuple, float]] = defaultdict(dict)
     waiting[0][()] = 0.0
@@ -105,27 +128,35 @@ def _search_one(decoder, h, options: BeamSearchOptions, max_symbols: int) -> lis
             if not current:
                 break
             prefixes = [prefix for prefix, _ in current]
-            g = torch.cat([context(prefix) for prefix in prefixes])  # (N, H)
+            g = read(prefixes)  # (N, H)
             units = joint.out(enc[t][None] + joint.label_proj(g))
             tokens, durs = joint.frame_tokens_durations(units)
-            tokens, durs = tokens.double().tolist(), durs.double().tolist()
+            masses = torch.tensor([mass for _, mass in current], dtype=torch.float64)
+            tokens, durs = tokens.double(), durs.double()
             stay: dict[tuple, float] = {}
-            for (prefix, mass), token, dur in zip(current, tokens, durs):
-                for k, d in enumerate(durations):
-                    if d > 0:  # blank
-                        score = mass + token[0] + dur[k]
-                        target = finished if t + d == T else waiting[t + d] if t + d < T else None
-                        if target is not None:
-                            target[prefix] = _log_add(target.get(prefix, -math.inf), score)
-                    for label in range(1, len(token)):
-                        score = mass + token[label] + dur[k]
-                        extended = prefix + (label,)
-                        if d == 0:
-                            if s < max_symbols:
-                                stay[extended] = _log_add(stay.get(extended, -math.inf), score)
-                        elif t + d < T:
-                            later = waiting[t + d]
-                            later[extended] = _log_add(later.get(extended, -math.inf), score)
+            for k, d in enumerate(durations):
+                if d > 0 and t + d <= T:  # blanks: one per hypothesis
+                    target = finished if t + d == T else waiting[t + d]
+                    blanks = (masses + tokens[:, 0] + durs[:, k]).tolist()
+                    for prefix, score in zip(prefixes, blanks):
+                        target[prefix] = _log_add(target.get(prefix, -math.inf), score)
+                if (d == 0 and s == max_symbols) or t + d >= T:
+                    continue  # labels: past the cap, or landing off the frames (a dead end)
+                labels = masses[:, None] + tokens[:, 1:] + durs[:, k, None]  # (N, V - 1)
+                flat = labels.flatten()
+                if options.beam is not None and flat.numel() > options.beam:
+                    # each extension is a new prefix here: the beam best of them are the
+                    # only ones a pruned beam can keep on frame t (d = 0), and the ones kept
+                    # of this step for frame t + d
+                    picked = flat.topk(options.beam)
+                    values, index = picked.values.tolist(), picked.indices.tolist()
+                else:
+                    values, index = flat.tolist(), range(flat.numel())
+                target = stay if d == 0 else waiting[t + d]
+                for score, i in zip(values, index):
+                    n, label = divmod(i, labels.shape[1])
+                    extended = prefixes[n] + (label + 1,)
+                    target[extended] = _log_add(target.get(extended, -math.inf), score)
             current = _best(stay, options.beam, options)
     hypotheses = []
     for prefix, am in finished.items():

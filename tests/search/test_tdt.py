@@ -15,11 +15,12 @@ from cbasr.search.tdt import tdt_beam_search
 ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 1, "stride": 1, "dropout": 0.0}
 
 
-def _model(durations=(0, 1, 2), vocab_size: int = 3, seed: int = 0, max_symbols: int = 2):
+def _model(durations=(0, 1, 2), vocab_size=3, seed=0, max_symbols=2, context=-1):
     torch.manual_seed(seed)
     decoder = {
         "name": "transducer",
         "joint": "tdt",
+        "context": context,
         "durations": list(durations),
         "embed_dim": 4,
         "hidden": 8,
@@ -37,9 +38,12 @@ def _exact(model, h, lens, tokens) -> float:
     return -nll.item()
 
 
-@pytest.mark.parametrize("durations", [(0, 1, 2), (1, 3), (0, 1, 2, 3, 4)])
-def test_exhaustive_search_is_the_tdt_lattice_exactly(durations):
-    model = _model(durations, seed=len(durations))
+@pytest.mark.parametrize(
+    "durations,context", [((0, 1, 2), -1), ((1, 3), -1), ((0, 1, 2, 3, 4), -1), ((0, 1, 2), 2)]
+)
+def test_exhaustive_search_is_the_tdt_lattice_exactly(durations, context):
+    """Every prefix's summed mass, the prediction network an LSTM or the last two labels."""
+    model = _model(durations, seed=len(durations), context=context)
     h, lens = torch.randn(1, 4, model.encoder.output_dim), torch.tensor([4])
     cap = 2
     hyps = tdt_beam_search(model.decoder, h, lens, BeamSearchOptions(beam=None, nbest=None), cap)[0]
