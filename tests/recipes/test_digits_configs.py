@@ -26,16 +26,36 @@ SYSTEMS = [
     "hat_tanh",
     "rnnt",
     "rnnt_standard",
+    "rnnt_v1",
+    "tdt",
 ]
 # What the digits recipe sets apart from the synth system it starts from (RESULTS.md).
 CHANGES = {
     "hat": {("loss", "topology"): "monotonic", ("decoder", "blank_joint"): "linear"},
     "hat_tanh": {("loss", "topology"): "monotonic"},
     "demo_hat": {("loss", "topology"): "monotonic"},
-    "rnnt": {("loss", "topology"): "monotonic", ("loss", "ctc_weight"): 0.3},
+    "rnnt": {
+        ("loss", "topology"): "monotonic",
+        ("loss", "ctc_weight"): 0.3,
+        ("decoder", "history_noise"): 0.2,
+    },
+    "rnnt_v1": {("loss", "topology"): "monotonic", ("loss", "ctc_weight"): 0.3},
+    # no synth system: the RNN-T's, with the TDT joint and loss
+    "tdt": {
+        ("decoder", "joint"): "tdt",
+        ("loss", "name"): "tdt",
+        ("loss", "sigma"): 0.05,
+        ("loss", "ctc_weight"): 0.3,
+    },
     "cb_monotonic_variable": {("trainer", "max_long_gap_share"): 1.0},
 }
-SYNTH_NAME = {"hat_standard": "hat", "hat_tanh": "hat", "rnnt_standard": "rnnt"}
+SYNTH_NAME = {
+    "hat_standard": "hat",
+    "hat_tanh": "hat",
+    "rnnt_standard": "rnnt",
+    "rnnt_v1": "rnnt",
+    "tdt": "rnnt",
+}
 
 
 def _compose(recipe: str, name: str) -> dict:
