@@ -110,3 +110,24 @@ def test_bad_shapes_and_labels_are_named():
         tdt_nll(tokens, durs, torch.tensor([[1, 3]]), *lengths, (0, 1))
     with pytest.raises(ValueError, match="logit_lengths"):
         tdt_nll(tokens, durs, targets, torch.tensor([5]), lengths[1], (0, 1))
+    with pytest.raises(ValueError, match="logit_lengths"):
+        tdt_nll(tokens, durs, targets, torch.tensor([0]), lengths[1], (0, 1))
+    with pytest.raises(ValueError, match="target_lengths"):
+        tdt_nll(tokens, durs, targets, lengths[0], torch.tensor([3]), (0, 1))
+    with pytest.raises(ValueError, match="token_log_probs must have shape"):
+        tdt_nll(tokens[0], durs, targets, *lengths, (0, 1))
+    with pytest.raises(ValueError, match="targets must have shape"):
+        tdt_nll(tokens, durs, targets[:, :1], *lengths, (0, 1))
+    with pytest.raises(ValueError, match="token_log_probs must be a floating"):
+        tdt_nll(tokens.long(), durs, targets, *lengths, (0, 1))
+
+
+@pytest.mark.parametrize("pad", [-1, 0, 3, 99])
+def test_padding_labels_of_any_value_are_ignored(pad):
+    tokens, durs, targets = _random(1, 4, 2, 3, 2, seed=2)
+    lengths = (torch.tensor([4]), torch.tensor([1]))
+    padded = torch.tensor([[int(targets[0, 0]), pad]])
+    torch.testing.assert_close(
+        tdt_nll(tokens, durs, padded, *lengths, (0, 1)),
+        tdt_nll(tokens[:, :, :2], durs[:, :, :2], targets[:, :1], *lengths, (0, 1)),
+    )
