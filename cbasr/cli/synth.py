@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.corpora.synth.corpus import SIZES, make_corpus
-from cbasr.corpora.synth.digits import DIGITS_SIZES, make_digits_corpus
+from cbasr.corpora.synth.digits import DIGITS_SIZES, REPEAT_PROSODIES, make_digits_corpus
 
 __all__ = ["main"]
 
@@ -79,6 +79,25 @@ def _parser() -> argparse.ArgumentParser:
         help="digits: the share of utterances with reverberation (default 0.5)",
     )
     parser.add_argument(
+        "--repeats-utts-per-speaker",
+        type=int,
+        metavar="N",
+        help="digits: utterances of the repeats split per test speaker (default 15; 0: none)",
+    )
+    parser.add_argument(
+        "--repeat-prosody",
+        choices=REPEAT_PROSODIES,
+        help="digits, repeats split: a repeated word said exactly as its predecessor (same, "
+        "the default) or with prosody of its own (drawn)",
+    )
+    parser.add_argument(
+        "--repeat-gap-ms",
+        type=int,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="digits, repeats split: the range of the gap before a repeated word (default 50 300)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -107,13 +126,26 @@ def main(argv: list[str] | None = None) -> None:
             )
     if args.seed is not None:
         overrides["seed"] = args.seed
+    digits_only = {
+        "--snr-db": args.snr_db,
+        "--reverb-share": args.reverb_share,
+        "--repeats-utts-per-speaker": args.repeats_utts_per_speaker,
+        "--repeat-prosody": args.repeat_prosody,
+        "--repeat-gap-ms": args.repeat_gap_ms,
+    }
     if args.profile == "digits":
         if args.snr_db is not None:
             overrides["min_snr_db"], overrides["max_snr_db"] = args.snr_db
         if args.reverb_share is not None:
             overrides["reverb_share"] = args.reverb_share
-    elif args.snr_db is not None or args.reverb_share is not None:
-        parser.error("--snr-db and --reverb-share need --profile digits")
+        if args.repeats_utts_per_speaker is not None:
+            overrides["repeats_utts_per_speaker"] = args.repeats_utts_per_speaker
+        if args.repeat_prosody is not None:
+            overrides["repeat_prosody"] = args.repeat_prosody
+        if args.repeat_gap_ms is not None:
+            overrides["min_repeat_gap_ms"], overrides["max_repeat_gap_ms"] = args.repeat_gap_ms
+    elif given := [flag for flag, value in digits_only.items() if value is not None]:
+        parser.error(f"{' and '.join(given)} need --profile digits")
     sizes, make = _PROFILES[args.profile]
     try:
         config = dataclasses.replace(sizes[args.size], **overrides)

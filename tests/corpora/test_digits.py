@@ -225,6 +225,31 @@ def test_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         synth_main(["--out", str(tmp_path / "sentences"), "--snr-db", "0", "10"])
     assert error.value.code == 2 and "--profile digits" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as error:
+        synth_main(["--out", str(tmp_path / "sentences"), "--repeat-prosody", "drawn"])
+    assert (
+        error.value.code == 2
+        and "--repeat-prosody need --profile digits" in capsys.readouterr().err
+    )
+
+
+def test_command_line_repeats_split_options(tmp_path):
+    out = tmp_path / "cli"
+    synth_main(
+        ["--profile", "digits", "--out", str(out), "--size", "tiny", "--workers", "1"]
+        + ["--train-speakers", "1", "--repeats-utts-per-speaker", "3"]
+        + ["--repeat-prosody", "drawn", "--repeat-gap-ms", "60", "70"]
+    )
+    params = json.loads((out / MARKER).read_text())["params"]
+    assert params["repeat_prosody"] == "drawn"
+    assert (params["min_repeat_gap_ms"], params["max_repeat_gap_ms"]) == (60, 70)
+    repeats = _manifest(out, "repeats")
+    assert len(repeats) == 3
+    for e in repeats:
+        words, gaps = e["words"].split(), _gaps(e)
+        for i in range(1, len(words)):
+            if words[i] == words[i - 1]:
+                assert 0.06 - EPS < gaps[i] < 0.07 + EPS
 
 
 # The repeats split: a stress test of repeated digits.

@@ -84,6 +84,7 @@ __all__ = [
     "DIGIT_WORDS",
     "FORMAT_VERSION",
     "NOISES",
+    "REPEAT_PROSODIES",
     "DigitsConfig",
     "digit_words",
     "repeated_digit_words",
