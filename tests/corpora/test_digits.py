@@ -162,6 +162,12 @@ def test_default_plan_repeats_and_shares():
     for job in jobs:  # per-word prosody jitter around the speaker's
         rates = {w.rate for p in job.utterances for w in p.words}
         assert len(rates) > 5 and all(abs(r / job.speaker.rate - 1) <= 0.16 for r in rates)
+        pitches = {w.pitch for p in job.utterances for w in p.words}
+        ranges = {w.pitch_range for p in job.utterances for w in p.words}
+        assert len(pitches) > 5 and all(abs(x - job.speaker.pitch) <= 8 for x in pitches)
+        assert len(ranges) > 5 and all(abs(x - job.speaker.pitch_range) <= 10 for x in ranges)
+    gaps = [gap for p in plans for gap in p.gaps]  # samples at 16 kHz, uniform in 50-300 ms
+    assert 50 * 16 <= min(gaps) < 51 * 16 and 299 * 16 < max(gaps) <= 300 * 16
     held_out = [job.speaker for job in jobs if job.split != "train"]
     assert len(held_out) == 40  # 20 dev and 20 test speakers, each with a variant of its own
     assert len({speaker.variant for speaker in held_out}) == 40
@@ -331,7 +337,7 @@ def clean_repeats(tmp_path_factory) -> dict[str, Path]:
 def test_a_repeat_is_its_predecessor_said_again(clean_repeats):
     """What makes the split's repeats hard: the same samples as the word before, after a
     gap of the repeat's range; with repeat_prosody="drawn" the two takes differ."""
-    pairs = {}
+    pairs, others = {}, []
     for prosody, corpus in clean_repeats.items():
         pairs[prosody] = []
         for e in _manifest(corpus, "repeats"):
@@ -340,6 +346,9 @@ def test_a_repeat_is_its_predecessor_said_again(clean_repeats):
                 if words[i] == words[i - 1]:
                     assert 0.05 - EPS < gaps[i] < 0.06 + EPS, (e["id"], gaps[i])
                     pairs[prosody].append((audio[i - 1], audio[i]))
+                else:
+                    others.append(gaps[i])
     assert len(pairs["same"]) >= 4 and len(pairs["drawn"]) >= 4
+    assert max(others) > 0.06  # the other gaps keep the 50-300 ms range
     assert all(np.array_equal(a, b) for a, b in pairs["same"])
     assert not any(len(a) == len(b) and np.array_equal(a, b) for a, b in pairs["drawn"])
