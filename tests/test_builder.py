@@ -73,7 +73,7 @@ def test_unknown_names_and_incompatible_pairs_fail_with_the_choices():
         builder.build_model(
             {"name": "rnn", "hiden": 3}, {"name": "pointwise"}, {"name": "ctc"}, 8, 7
         )
-    with pytest.raises(ValueError, match=r"decoder\.joint: .*'hta'.*\[rnnt, hat\]"):
+    with pytest.raises(ValueError, match=r"decoder\.joint: .*'hta'.*\[rnnt, hat, tdt\]"):
         builder.build_model(
             {"name": "rnn"}, {"name": "transducer", "joint": "hta"}, {"name": "hat"}, 8, 7
         )
