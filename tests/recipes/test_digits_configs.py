@@ -37,7 +37,7 @@ CHANGES = {
     "rnnt": {
         ("loss", "topology"): "monotonic",
         ("loss", "ctc_weight"): 0.3,
-        ("decoder", "history_noise"): 0.2,
+        ("decoder", "history_noise"): 0.4,
     },
     "rnnt_v1": {("loss", "topology"): "monotonic", ("loss", "ctc_weight"): 0.3},
     # no synth system: the RNN-T's, with the TDT joint and loss
