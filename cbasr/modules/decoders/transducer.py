@@ -206,12 +206,11 @@ class TdtJoint(Joint):
 
     def lattice(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log P_T (B, T, U + 1, V), log P_D (B, T, U + 1, |D|))``."""
-        units = self.scores(h, g)
-        V = self.vocab_size
-        return units[..., :V].log_softmax(dim=-1), units[..., V:].log_softmax(dim=-1)
+        return self.frame_tokens_durations(self.scores(h, g))
 
     def frame_tokens_durations(self, units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Output units ``(..., V + |D|)`` -> ``(log P_T (..., V), log P_D (..., |D|))``."""
+        """Output units ``(..., V + |D|)`` -> ``(log P_T (..., V), log P_D (..., |D|))``, each
+        normalised apart (eq. 5)."""
         V = self.vocab_size
         return units[..., :V].log_softmax(dim=-1), units[..., V:].log_softmax(dim=-1)
 
