@@ -17,6 +17,11 @@ from cbasr.losses import (
 )
 from cbasr.losses.tdt import tdt_nll
 from cbasr.models.base import AsrModel, LossOutput
+from cbasr.models.transducer_greedy import (
+    frame_looping_greedy,
+    label_looping_greedy,
+    tdt_greedy,
+)
 from cbasr.modules.decoders import TransducerDecoder
 
 __all__ = ["TransducerModel"]
@@ -51,6 +56,10 @@ class TransducerModel(AsrModel):
             transducer's loss alone.
         sigma: TDT only: the logit under-normalisation of Xu et al. 2023 (eqs. 15-16),
             subtracted from every token log-probability in training.
+
+    Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping,
+    the default) or ``"frame"`` (:mod:`cbasr.models.transducer_greedy`); the hypotheses are
+    the same, the cost on a GPU is not.
     """
 
     def __init__(
@@ -90,6 +99,7 @@ class TransducerModel(AsrModel):
             )
         self.sigma = sigma
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
+        self.greedy_loop = "label"
         self.ctc_weight = ctc_weight
         if ctc_weight:  # the encoder's own frame posteriors over the V units, blank 0
             vocab = decoder.prediction.embedding.num_embeddings
@@ -222,62 +232,12 @@ class TransducerModel(AsrModel):
     @torch.no_grad()
     def greedy_decode(self, feats, feat_lens):
         """Per frame, emit the best label while it beats the blank (``greedy="label"``) or while
-        the labels' summed probability does (``"emission"``), at most ``max_symbols`` times."""
+        the labels' summed probability does (``"emission"``), at most ``max_symbols`` times
+        (TDT: its own greedy search); :mod:`cbasr.models.transducer_greedy`."""
         return self._greedy(*self.encoder(feats, feat_lens))
 
     def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         if self.criterion == "tdt":
-            return self._tdt_greedy(h, lens)
-        state = self.decoder.begin(h, lens)
-        hyps: list[list[int]] = [[] for _ in range(h.shape[0])]
-        for t in range(int(lens.max()) if lens.numel() else 0):
-            active = t < lens
-            for _ in range(self.max_symbols):
-                blank, labels = self.decoder.frame_scores(state, t)  # (B,), (B, V - 1)
-                best, index = labels.max(dim=-1)
-                emit = labels.logsumexp(dim=-1) if self.greedy == "emission" else best
-                emitted = active & (emit > blank)
-                if not bool(emitted.any()):
-                    break
-                state = self.decoder.commit(state, emitted, index + 1)
-                for b in emitted.nonzero().flatten().tolist():
-                    hyps[b].append(int(index[b]) + 1)
-                active = emitted
-        return hyps
-
-    def _tdt_greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
-        """TDT's greedy search (Xu et al. 2023, Algorithm 2), every utterance on a frame of its
-        own: the best token and the best duration; a label is emitted; the search moves on by
-        the duration, a blank by its best duration of at least one frame (a blank of duration
-        0 is no edge), and after ``max_symbols`` labels of duration 0 on one frame by one."""
-        decoder, joint = self.decoder, self.decoder.joint
-        state = decoder.begin(h, lens)
-        B, T = h.shape[:2]
-        durations = torch.tensor(joint.durations, device=h.device)
-        stays = durations == 0
-        rows = torch.arange(B, device=h.device)
-        t = torch.zeros(B, dtype=torch.long, device=h.device)
-        symbols = torch.zeros_like(t)
-        lens = lens.to(h.device)
-        hyps: list[list[int]] = [[] for _ in range(B)]
-        while bool((active := t < lens).any()):
-            frame = state["enc"][rows, t.clamp(max=max(T - 1, 0))]
-            tokens, durs = joint.frame_tokens_durations(
-                joint.out(frame + joint.label_proj(state["g"]))
-            )
-            token = tokens.argmax(dim=-1)
-            blank = token == 0
-            step = torch.where(
-                blank, durs.masked_fill(stays, float("-inf")).argmax(dim=-1), durs.argmax(dim=-1)
-            )
-            d = durations[step]
-            emitted = active & ~blank
-            state = decoder.commit(state, emitted, token)
-            for b in emitted.nonzero().flatten().tolist():
-                hyps[b].append(int(token[b]))
-            symbols = torch.where(emitted & (d == 0), symbols + 1, 0)
-            moved_on = symbols >= self.max_symbols
-            d = torch.where(moved_on, 1, d)
-            symbols = torch.where(moved_on, 0, symbols)
-            t = torch.where(active, t + d, t)
-        return hyps
+            return tdt_greedy(self.decoder, h, lens, self.max_symbols)
+        search = label_looping_greedy if self.greedy_loop == "label" else frame_looping_greedy
+        return search(self.decoder, h, lens, self.max_symbols, self.greedy)

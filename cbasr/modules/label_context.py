@@ -100,6 +100,25 @@ class LabelContext(nn.Module):
         window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
         return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window
 
+    def step_masked(self, labels: torch.Tensor, state, mask: torch.Tensor):
+        """:meth:`step` for the rows where ``mask (B,)`` holds, the others keeping their state,
+        with every row computed: ``(g (B, D), new state)``, ``g`` of the unmasked rows
+        meaningless. Unlike :meth:`step_rows` it reads nothing on the host (no ``nonzero``),
+        for a search whose loop stays on the device."""
+        if self.context == 0:
+            return self.constant.expand(labels.shape[0], -1), state
+        if self.context == -1:
+            if state is None:  # the LSTM's zero state, made explicit for the rows left out
+                zeros = self.embedding.weight.new_zeros(
+                    self.rnn.num_layers, labels.shape[0], self.rnn.hidden_size
+                )
+                state = (zeros, zeros)
+            g, new = self.step(labels, state)
+            keep = mask.view(1, -1, 1)
+            return g, tuple(torch.where(keep, n, s) for s, n in zip(state, new))
+        g, new = self.step(labels, state)
+        return g, torch.where(mask.unsqueeze(1), new, state)
+
     def step_rows(self, labels: torch.Tensor, state, rows: torch.Tensor):
         """:meth:`step` for rows ``rows (K,)`` of the batch only, the others left as they are:
         ``labels (B,)`` -> ``(g (K, D) of those rows, the whole new state)``.

@@ -274,30 +274,3 @@ def test_monotonic_beam_one_is_the_monotonic_greedy_search(name):
     assert beam == greedy
     assert any(len(y) > 2 for y in greedy)
     assert all(len(y) <= model.output_frames(int(n)) for y, n in zip(greedy, lens))
-
-
-@pytest.mark.parametrize("name", ["transducer", "hat"])
-def test_the_emission_greedy_rule_finds_a_word_whose_label_is_not_sure(name):
-    """Frames 1-3 of 6 hold a word: P(blank) = 0.4 there, and the label mass 0.6 is shared by
-    the labels (the best has 0.3). The "label" rule never emits it (0.3 < 0.4); the
-    "emission" rule emits the best label once (0.6 > 0.4), after which the blank is sure."""
-    label_share = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()  # V - 1 = 4 labels
-
-    def frame_scores(state, t):
-        emitted = state["count"]  # (B,)
-        word = (1 <= t <= 3) & (emitted == 0)
-        blank = torch.where(word, 0.4, 0.95).log()
-        labels = torch.where(word, 0.6, 0.05).log()[:, None] + label_share
-        return blank, labels
-
-    def commit(state, emitted, labels):
-        return {"count": state["count"] + emitted.long()}
-
-    hyps = {}
-    for rule in ("label", "emission"):
-        model = tiny.build(name, seed=1, loss_options={"greedy": rule})
-        model.decoder.begin = lambda h, lens: {"count": torch.zeros(h.shape[0], dtype=torch.long)}
-        model.decoder.frame_scores, model.decoder.commit = frame_scores, commit
-        hyps[rule] = model._greedy(torch.zeros(2, 6, 1), torch.tensor([6, 2]))
-    assert hyps["label"] == [[], []]
-    assert hyps["emission"] == [[1], [1]]

@@ -51,9 +51,20 @@ __all__ = [
     "TdtJoint",
     "JOINTS",
     "BLANK_JOINTS",
+    "at_frames",
 ]
 
 BLANK_JOINTS = ("tanh", "linear")
+
+
+def at_frames(x: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
+    """Frame ``t`` of every row of ``x (B, T, ...)``: ``x[:, t]`` for an int, ``x[b, t[b]]``
+    for ``t (B,)`` (a search whose rows are on frames of their own); frames past ``T - 1``
+    read frame ``T - 1`` (a finished row's value is then never used)."""
+    if isinstance(t, int):
+        return x[:, t]
+    rows = torch.arange(x.shape[0], device=x.device)
+    return x[rows, t.clamp(max=max(x.shape[1] - 1, 0))]
 
 
 class Joint(nn.Module, metaclass=abc.ABCMeta):
@@ -92,17 +103,21 @@ class Joint(nn.Module, metaclass=abc.ABCMeta):
         """The encoder side of the search state, computed once per utterance."""
         return {"enc": self.encoder_proj(h)}
 
-    def frame_units(self, state: dict, t: int, g: torch.Tensor) -> torch.Tensor:
-        """The output units at frame ``t`` for prefixes with prediction outputs ``g (B, H)``."""
-        return self.out(state["enc"][:, t] + self.label_proj(g))
+    def frame_units(self, state: dict, t: int | torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The output units at frame ``t`` (one for the batch, or ``(B,)``: one per row) for
+        prefixes with prediction outputs ``g (B, H)``."""
+        return self.out(at_frames(state["enc"], t) + self.label_proj(g))
 
     @abc.abstractmethod
     def lattice(self, h: torch.Tensor, g: torch.Tensor):
         """What the loss reads over the whole lattice (see :meth:`TransducerDecoder.forward`)."""
 
     @abc.abstractmethod
-    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t``."""
+    def frame(
+        self, state: dict, t: int | torch.Tensor, g: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t`` (an int,
+        or ``(B,)`` frames, one per row: :func:`at_frames`)."""
 
 
 class RnntJoint(Joint):
@@ -118,7 +133,7 @@ class RnntJoint(Joint):
     def lattice(self, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return self.scores(h, g)  # (B, T, U + 1, V) logits
 
-    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = self.frame_units(state, t, g).log_softmax(dim=-1)
         return log_probs[:, 0], log_probs[:, 1:]
 
@@ -172,10 +187,10 @@ class HatJoint(Joint):
             state["blank_enc"] = self.blank_encoder(h).squeeze(-1)  # (B, T)
         return state
 
-    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         blank, labels = self._split(self.frame_units(state, t, g))
         if self.linear_blank:
-            blank = state["blank_enc"][:, t] + self.blank_label(g).squeeze(-1)  # (B,)
+            blank = at_frames(state["blank_enc"], t) + self.blank_label(g).squeeze(-1)  # (B,)
         labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + labels.log_softmax(dim=-1)
         return nn.functional.logsigmoid(blank), labels  # eq. (4)
 
@@ -214,7 +229,7 @@ class TdtJoint(Joint):
         V = self.vocab_size
         return units[..., :V].log_softmax(dim=-1), units[..., V:].log_softmax(dim=-1)
 
-    def frame(self, state: dict, t: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, _ = self.frame_tokens_durations(self.frame_units(state, t, g))
         return tokens[:, 0], tokens[:, 1:]
 
@@ -331,8 +346,9 @@ class TransducerDecoder(nn.Module):
         )
         return {"g": g, "context": state, **self.joint.prepare(h)}
 
-    def frame_scores(self, state: dict, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t``, current prefix."""
+    def frame_scores(self, state: dict, t: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t`` (an int,
+        or ``(B,)``: each row's own frame), current prefix."""
         return self.joint.frame(state, t, state["g"])
 
     def commit(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
@@ -341,6 +357,14 @@ class TransducerDecoder(nn.Module):
         if rows.numel():
             g, state["context"] = self.prediction.step_rows(labels, state["context"], rows)
             state["g"] = state["g"].index_copy(0, rows, g)
+        return state
+
+    def commit_masked(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
+        """:meth:`commit` with no read of ``emitted`` on the host: every row is stepped and
+        the rows not emitted keep their state (:meth:`LabelContext.step_masked`), so a loop
+        on the device never waits for the host to learn which rows emitted."""
+        g, state["context"] = self.prediction.step_masked(labels, state["context"], emitted)
+        state["g"] = torch.where(emitted.unsqueeze(1), g, state["g"])
         return state
 
     def reorder(self, state: dict, index: torch.Tensor) -> dict:

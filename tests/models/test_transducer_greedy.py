@@ -1,0 +1,136 @@
+"""The transducers' greedy searches: label-looping gives frame-looping's hypotheses, with one
+prediction-network step per emitted label position and no host read of which rows emitted."""
+
+import pytest
+import torch
+
+from cbasr.models.transducer_greedy import frame_looping_greedy, label_looping_greedy
+from tests.search import tiny
+
+
+def _searches(model, feats, lens):
+    h, h_lens = model.encoder(feats, lens)
+    rule, cap = model.greedy, model.max_symbols
+    with torch.no_grad():
+        frame = frame_looping_greedy(model.decoder, h, h_lens, cap, rule)
+        label = label_looping_greedy(model.decoder, h, h_lens, cap, rule)
+    return frame, label
+
+
+def _blank_bias(model) -> torch.Tensor:
+    joint = model.decoder.joint
+    if getattr(joint, "linear_blank", False):
+        return joint.blank_encoder.bias
+    return joint.out[-1].bias[:1]  # unit 0: the blank (RNN-T) or the blank logit (HAT)
+
+
+def _emitting(name: str, options: dict, share: float):
+    """A tiny random model whose blank bias is moved (by bisection) until its greedy search
+    emits about ``share`` of the most it can (``max_symbols`` per frame): random transducers
+    otherwise emit on every frame or on none, and neither tests how rows move apart."""
+    model = tiny.build(name, seed=3, loss_options=options, dtype=torch.float64)
+    feats, lens = tiny.batch(seed=4, lengths=(23, 17, 9, 4, 12))
+    h, h_lens = model.encoder(feats, lens)
+    most = model.max_symbols * int(h_lens.sum())
+    bias, low, high = _blank_bias(model), -30.0, 30.0
+    base = bias.detach().clone()
+    for _ in range(40):
+        middle = (low + high) / 2
+        with torch.no_grad():
+            bias.copy_(base + middle)
+        hyps = frame_looping_greedy(model.decoder, h, h_lens, model.max_symbols, model.greedy)
+        emitted = sum(map(len, hyps)) / most
+        if abs(emitted - share) < 0.05:
+            break
+        low, high = (middle, high) if emitted > share else (low, middle)
+    return model, feats, lens
+
+
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+@pytest.mark.parametrize("rule", ["label", "emission"])
+@pytest.mark.parametrize("max_symbols", [1, 3])
+@pytest.mark.parametrize("share", [0.15, 0.5])
+def test_label_looping_gives_the_frame_looping_hypotheses(name, rule, max_symbols, share):
+    options = {"greedy": rule, "max_symbols": max_symbols}
+    model, feats, lens = _emitting(name, options, share)
+    frame, label = _searches(model, feats, lens)
+    assert label == frame
+    most = [max_symbols * model.output_frames(int(n)) for n in lens]
+    assert 0 < sum(map(len, frame)) < sum(most)  # neither every label nor none
+    assert any(0 < len(y) < m for y, m in zip(frame, most))  # a row emits and moves on
+
+
+@pytest.mark.parametrize("name", ["transducer", "hat"])
+def test_label_looping_on_the_monotonic_topology(name):
+    model = tiny.build(name, seed=1, shift=2.0, loss_options={"topology": "monotonic"})
+    feats, lens = tiny.batch(seed=2)
+    frame, label = _searches(model, feats, lens)
+    assert label == frame and any(len(y) > 2 for y in label)
+    assert model.greedy_decode(feats, lens) == label  # the model's default is label-looping
+
+
+@pytest.mark.parametrize("max_symbols", [1, 2, 4])
+def test_a_joint_that_always_emits_stops_at_max_symbols_per_frame(max_symbols):
+    model = tiny.build("transducer", seed=0, loss_options={"max_symbols": max_symbols})
+    with torch.no_grad():
+        model.decoder.joint.out[-1].bias[0] = -100.0  # the blank never wins
+    width = model.decoder.joint.encoder_proj.in_features
+    h, lens = torch.randn(3, 5, width), torch.tensor([5, 2, 0])
+    hyps = label_looping_greedy(model.decoder, h, lens, max_symbols, "label")
+    assert [len(y) for y in hyps] == [5 * max_symbols, 2 * max_symbols, 0]
+    assert hyps == frame_looping_greedy(model.decoder, h, lens, max_symbols, "label")
+
+
+def test_one_prediction_step_per_label_position_and_no_read_of_the_emitting_rows():
+    """The prediction network steps once per outer iteration, for the whole batch (the start
+    symbol, then one step per label position: the longest hypothesis's length, plus a last
+    step where every row ran out of frames); frame-looping steps on every frame where a row
+    emits. Label-looping never calls ``commit``, whose ``nonzero`` reads the device."""
+    model = tiny.build("hat", seed=3, shift=1.5)
+    feats, lens = tiny.batch(seed=4, lengths=(23, 17, 9, 4, 12))
+    h, h_lens = model.encoder(feats, lens)
+    steps = []
+    step = model.decoder.prediction.step
+    model.decoder.prediction.step = lambda *a: steps.append(1) or step(*a)
+    frame = frame_looping_greedy(model.decoder, h, h_lens, 4, "label")
+    frame_steps, steps[:] = len(steps), []
+
+    def refuse(*args):
+        raise AssertionError("label-looping read the emitting rows on the host (commit)")
+
+    model.decoder.commit = refuse
+    label = label_looping_greedy(model.decoder, h, h_lens, 4, "label")
+    assert label == frame
+    longest = max(len(y) for y in label)
+    assert longest >= 4 and len(steps) in (1 + longest, 2 + longest)
+    assert len(steps) < frame_steps
+
+
+@pytest.mark.parametrize("loop", ["label", "frame"])
+@pytest.mark.parametrize("name", ["transducer", "hat"])
+def test_the_emission_greedy_rule_finds_a_word_whose_label_is_not_sure(name, loop):
+    """Frames 1-3 of 6 hold a word: P(blank) = 0.4 there, and the label mass 0.6 is shared by
+    the labels (the best has 0.3). The "label" rule never emits it (0.3 < 0.4); the
+    "emission" rule emits the best label once (0.6 > 0.4), after which the blank is sure."""
+    label_share = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()  # V - 1 = 4 labels
+
+    def frame_scores(state, t):  # t: an int (frame-looping) or (B,) frames (label-looping)
+        emitted = state["count"]  # (B,)
+        word = (t >= 1) & (t <= 3) & (emitted == 0)
+        blank = torch.where(word, 0.4, 0.95).log()
+        labels = torch.where(word, 0.6, 0.05).log()[:, None] + label_share
+        return blank, labels
+
+    def commit(state, emitted, labels):
+        return {"count": state["count"] + emitted.long()}
+
+    hyps = {}
+    for rule in ("label", "emission"):
+        model = tiny.build(name, seed=1, loss_options={"greedy": rule})
+        model.greedy_loop = loop
+        model.decoder.begin = lambda h, lens: {"count": torch.zeros(h.shape[0], dtype=torch.long)}
+        model.decoder.frame_scores = frame_scores
+        model.decoder.commit = model.decoder.commit_masked = commit
+        hyps[rule] = model._greedy(torch.zeros(2, 6, 1), torch.tensor([6, 2]))
+    assert hyps["label"] == [[], []]
+    assert hyps["emission"] == [[1], [1]]
