@@ -16,6 +16,11 @@ the other): ``--threads 1`` (the default) is the fair setting there; the load av
     .venv/bin/python scripts/bench_search.py --utts 20 --models ctc cb_pointwise --beams 1 4
     .venv/bin/python scripts/bench_search.py --exp-dir recipes/synth/exp/blstm_ctc   # a trained model
     .venv/bin/python scripts/bench_search.py --models cb_autoregressive --cb-search label
+    .venv/bin/python scripts/bench_search.py --data recipes/digits/data --manifest digits/test.jsonl \
+        --exp-dir recipes/digits/exp/hat --beams 4          # a digits model on its test set
+
+Transducers' greedy search is timed twice, label-looping (the models' default) and
+frame-looping (``cbasr.models.transducer_greedy``); their hypotheses are checked equal.
 """
 
 import argparse
@@ -56,10 +61,11 @@ def _bias(model) -> torch.Tensor | None:
         return d.emission.net[-1].bias, 1.0
     if hasattr(d, "emission_out"):
         return d.emission_out.bias, 1.0
-    if hasattr(d, "blank_encoder"):
-        return d.blank_encoder.bias, -1.0
-    if hasattr(d, "prediction"):
-        return d.out[-1].bias[:1], -1.0
+    joint = getattr(d, "joint", None)
+    if getattr(joint, "linear_blank", False):
+        return joint.blank_encoder.bias, -1.0
+    if joint is not None:  # unit 0: the blank (RNN-T) or the blank logit (HAT)
+        return joint.out[-1].bias[:1], -1.0
     if type(model).__name__ == "CBModel":
         return d.net[-1].bias[:1], 1.0
     return None, 0.0
@@ -103,7 +109,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=ROOT / "recipes/synth/data")
-    parser.add_argument("--utts", type=int, default=60, help="dev utterances decoded per setting")
+    parser.add_argument(
+        "--manifest", default="synth/dev.jsonl", help="under --data; features in fbank/<its stem>"
+    )
+    parser.add_argument("--utts", type=int, default=60, help="utterances decoded per setting")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument(
@@ -122,15 +131,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    vocab = Vocabulary.load(args.data / "lang/phones.txt")
+    vocab = None if args.exp_dir else Vocabulary.load(args.data / "lang/phones.txt")
     mean, std = load_cmvn(args.data / "fbank/cmvn.json")
-    store = FeatureStore(args.data / "fbank/dev")
-    records = [r for r in read_manifest(args.data / "synth/dev.jsonl") if r["id"] in store][
-        : args.utts
-    ]
+    manifest = args.data / args.manifest
+    store = FeatureStore(args.data / "fbank" / Path(args.manifest).stem)
+    records = [r for r in read_manifest(manifest) if r["id"] in store][: args.utts]
     feats = [(store[r["id"]] - mean) / std for r in records]
     audio = sum(f.shape[0] for f in feats) * 0.01
-    ref_labels = sum(len(r["phones"]) for r in records)
+    ref_labels = sum(len(r["phones"] if "phones" in r else r["words"].split()) for r in records)
     batches = BucketBatchSampler(
         [f.shape[0] for f in feats], args.max_frames, shuffle=False
     ).batches()
@@ -142,7 +150,7 @@ def main() -> None:
         for b in batches
     ]
     print(
-        f"{len(records)} dev utterances, {audio:.1f} s of audio, {ref_labels} reference labels; "
+        f"{len(records)} utterances of {manifest}, {audio:.1f} s of audio, {ref_labels} reference labels; "
         f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}"
     )
     print(
@@ -150,8 +158,16 @@ def main() -> None:
     )
     for name, model in _models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)):
         params = sum(p.numel() for p in model.parameters())
-        for beam in [0] + args.beams:
-            start, emitted = time.perf_counter(), 0
+        transducer = type(model).__name__ == "TransducerModel" and model.criterion != "tdt"
+        greedy = [("greedy (label-looping)", 0), ("greedy (frame-looping)", 0)]
+        settings = (greedy if transducer else [("greedy", 0)]) + [
+            (f"beam {beam}", beam) for beam in args.beams
+        ]
+        hypotheses = {}
+        for search, beam in settings:
+            if transducer and beam == 0:
+                model.greedy_loop = search.split("(")[1].split("-")[0]
+            start, emitted, hyps = time.perf_counter(), 0, []
             options = BeamSearchOptions(
                 beam=max(beam, 1),
                 cb_search=args.cb_search if type(model).__name__ == "CBModel" else "auto",
@@ -159,13 +175,13 @@ def main() -> None:
             with torch.no_grad():
                 for x, lens in padded:
                     if beam == 0:
-                        emitted += sum(len(y) for y in model.greedy_decode(x, lens))
+                        hyps += model.greedy_decode(x, lens)
                     else:
-                        emitted += sum(
-                            len(n[0].tokens) for n in beam_search(model, x, lens, options)
-                        )
+                        hyps += [n[0].tokens for n in beam_search(model, x, lens, options)]
             seconds = time.perf_counter() - start
-            search = "greedy" if beam == 0 else f"beam {beam}"
+            emitted = sum(map(len, hyps))
+            if beam == 0:
+                hypotheses[search] = hyps
             if beam and type(model).__name__ == "CBModel":
                 search += f" ({cb_search_kind(model, options)})"
             print(
@@ -173,6 +189,8 @@ def main() -> None:
                 f"{emitted / ref_labels:.2f} |",
                 flush=True,
             )
+        if len(hypotheses) == 2 and len(set(map(str, hypotheses.values()))) != 1:
+            raise SystemExit(f"{name}: label-looping and frame-looping greedy searches differ")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -2,6 +2,7 @@
 
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --losses ctc,cb,rnnt,hat_fused,hat_pruned
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --presets blstm_ctc,cb_pointwise,demo_hat
+    .venv/bin/python scripts/count_launches.py --greedy rnnt,hat
 
 On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
 in eager PyTorch, whatever the kernel's size) and what every read of a device value costs: the
@@ -22,7 +23,9 @@ distribution's ``log_prob`` with its backward and its samplers' ``sample`` (B = 
 k = 5), with argument checks, as ``scripts/bench_distributions.py`` times them. ``--presets``:
 one training step of a preset of ``scripts/bench_train.py`` on random features
 (``--synthetic``), the optimizer's update left out (on CUDA it is a handful of ``foreach``
-kernels for all the parameters, on the CPU a loop over them). One JSON object per line with
+kernels for all the parameters, on the CPU a loop over them). ``--greedy``: a transducer's
+greedy search over a batch of 16 random utterances, label-looping and frame-looping
+(:mod:`cbasr.models.transducer_greedy`), the encoder left out. One JSON object per line with
 ``--json``.
 
 What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
@@ -236,6 +239,49 @@ def count_step(preset: str, max_frames: int) -> dict:
         return {"preset": preset, "utts": len(second.ids), **counter.result()}
 
 
+def count_greedy(name: str, batch: int = 16) -> list[dict]:
+    """The greedy search of ``bench_search.py``'s random ``name`` model (``rnnt``, ``hat``) on a
+    batch of random features (200-800 input frames), its blank bias set so that it emits about
+    one label per 8 input frames (the synthetic corpus's phone rate); one row per loop."""
+    import bench_search
+
+    from cbasr import builder
+    from cbasr.cli.models import compose_model_config
+
+    torch.manual_seed(0)
+    cfg = compose_model_config(bench_search.ENCODER + bench_search.MODELS[name])
+    model = builder.build_model(*cfg.values(), 80, 50).eval()
+    g = torch.Generator().manual_seed(0)
+    lens = torch.randint(200, 801, (batch,), generator=g)
+    feats = torch.randn(batch, int(lens.max()), 80, generator=g)
+    rows = []
+    with torch.no_grad():
+        h, h_lens = model.encoder(feats, lens)
+        bias, sign = bench_search._bias(model)
+        base, low, high = bias.clone(), -12.0, 12.0
+        for _ in range(12):  # bisection on the blank bias: about one label per 8 input frames
+            middle = (low + high) / 2
+            bias.copy_(base + sign * middle)
+            emitted = sum(map(len, model._greedy(h, h_lens)))
+            low, high = (middle, high) if emitted < int(lens.sum()) // 8 else (low, middle)
+        for loop in ("label", "frame"):
+            model.greedy_loop = loop
+            hyps: list = []
+            result = count(lambda found=hyps: found.extend(model._greedy(h, h_lens)))
+            rows.append(
+                {
+                    "greedy": f"{name} {loop}-looping",
+                    "utts": batch,
+                    "frames": int(h_lens.sum()),
+                    "max_frames": int(h_lens.max()),
+                    "labels": sum(map(len, hyps)),
+                    "max_labels": max(map(len, hyps)),
+                    **result,
+                }
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--losses", default="", help="comma-separated bench_losses.py names")
@@ -245,20 +291,26 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--presets", default="", help="comma-separated bench_train.py presets")
     parser.add_argument("--max-frames", type=int, default=600, help="frames per batch (--presets)")
+    parser.add_argument(
+        "--greedy", default="", help="comma-separated transducers (rnnt, hat): greedy search"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
-    if not (args.losses or args.distributions or args.presets):
-        parser.error("give --losses, --distributions or --presets")
+    if not (args.losses or args.distributions or args.presets or args.greedy):
+        parser.error("give --losses, --distributions, --presets or --greedy")
     sizes = tuple(int(v) for v in args.sizes.split(","))
     rows = [count_loss(name, sizes) for name in filter(None, args.losses.split(","))]
     if args.distributions:
         rows += [count_distribution(op) for op in ("log_prob", "id_checking", "bounded", "draft")]
     rows += [count_step(name, args.max_frames) for name in filter(None, args.presets.split(","))]
+    for name in filter(None, args.greedy.split(",")):
+        rows += count_greedy(name)
     for row in rows:
         if args.json:
             print(json.dumps(row), flush=True)
         else:
             what = row.get("loss") or row.get("distribution") or row.get("preset")
+            what = what or row["greedy"]
             print(
                 f"{what:>14}: {row['kernels']:4d} kernels {row['triton']:2d} triton {row['reads']:3d} reads"
             )

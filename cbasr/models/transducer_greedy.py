@@ -11,14 +11,18 @@ max_symbols``, else move on a frame. They differ in how a batch walks through th
 - :func:`label_looping_greedy` (Bataev et al. 2024, "Label-Looping: Highly Efficient Decoding
   for Transducers", arXiv:2406.06220, Algorithm 1): every utterance on a frame of its own. An
   outer loop emits one label per utterance; inside it, the utterances whose blank wins move on
-  a frame, and only they, until each has found a label or run out of frames. The prediction
-  network then runs once per outer step, for the batch, and the joint once per inner step.
+  frames, and only they, until each has found a label or run out of frames. The prediction
+  network then runs once per outer step, for the batch. As the prefix does not change while
+  the blank wins, the joint looks at several frames per inner step (4, then 8, 16...: a
+  batched call), so an inner loop is usually one step; Bataev et al. step one frame at a time
+  and replay the loops from CUDA graphs instead.
   Nothing is read on the host but the two loops' conditions: the emitted labels are written
   into a device buffer, and the prediction network steps every row under a mask
   (:meth:`TransducerDecoder.commit_masked`).
 
-On a GPU the second's cost is the number of loop steps, not of frames times emissions: about
-``U + T / B``-many host round trips in place of ``T + U`` (``scripts/count_launches.py
+On a GPU a search's cost is the host's: the kernels it queues and the times it waits for the
+device. Frame-looping waits about ``T + U`` times per batch (``T`` frames, ``U`` labels of the
+longest hypothesis), label-looping about ``U``, with fewer kernels (``scripts/count_launches.py
 --greedy`` counts both). Their hypotheses are the same (``tests/models/test_transducer_greedy.py``).
 """
 
@@ -59,8 +63,15 @@ def _collect(out: torch.Tensor, count: torch.Tensor) -> list[list[int]]:
     return [row[:n] for row, n in zip(out.tolist(), count.tolist())]
 
 
-def label_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[list[int]]:
-    """The label-looping greedy search (see the module docstring)."""
+def label_looping_greedy(
+    decoder, h, lens, max_symbols: int, rule: str, window: int = 4
+) -> list[list[int]]:
+    """The label-looping greedy search (see the module docstring): each outer step finds every
+    utterance's next label, looking at ``window`` frames at once from its current frame (the
+    prefix does not change while the blank wins, so the joint of those frames is one batched
+    call), then ``2 window``, ``4 window``... past them while some utterance has found none."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 frame, got {window}")
     B, T = h.shape[:2]
     device = h.device
     state = decoder.begin(h, lens)
@@ -69,21 +80,30 @@ def label_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[
     symbols = torch.zeros_like(t)  # labels emitted on the current frame
     out = torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=device)
     count = torch.zeros_like(t)
-    active = t < lens
-    while bool(active.any()):
-        blank, labels = decoder.frame_scores(state, t)
-        emit, index = _best(labels, rule)
-        found = active & (emit > blank)
-        moving = active & ~found
-        while bool(moving.any()):  # the blank won: those rows, and only they, move on a frame
-            t = t + moving
-            symbols = symbols.masked_fill(moving, 0)
-            blank, labels = decoder.frame_scores(state, t)
-            emit, moved_index = _best(labels, rule)
-            moving = moving & (t < lens)
-            now = moving & (emit > blank)
-            index = torch.where(now, moved_index, index)
-            found, moving = found | now, moving & ~now
+    steps = torch.arange(max(T, 1), device=device)
+    ends = lens.unsqueeze(1)
+    while True:
+        looking = t < lens
+        found = torch.zeros_like(looking)
+        index = torch.zeros_like(t)
+        width, searched = window, False
+        while bool(looking.any()):  # the rows still without a label look at the next frames
+            searched = True
+            frames = t.unsqueeze(1) + steps[:width]  # (B, width)
+            blank, labels = decoder.frame_scores(state, frames)
+            emit, best = _best(labels, rule)
+            hit = looking.unsqueeze(1) & (emit > blank) & (frames < ends)
+            hit_any = hit.any(dim=1)
+            first = hit.int().argmax(dim=1)  # the first frame whose label beats the blank
+            index = torch.where(hit_any, best.gather(1, first.unsqueeze(1)).squeeze(1), index)
+            # a row that moves on (its label on a later frame, or none here) starts it afresh
+            symbols = torch.where(looking & ((first > 0) | ~hit_any), 0, symbols)
+            t = torch.where(hit_any, t + first, torch.where(looking, t + width, t))
+            found = found | hit_any
+            looking = looking & ~hit_any & (t < lens)
+            width = min(2 * width, max(T, 1))
+        if not searched:  # every row has run out of frames
+            break
         # every row found a label or ran out of frames: emit, one prediction step for all
         out.scatter_(1, count.unsqueeze(1), (index + 1).unsqueeze(1))
         count = count + found
@@ -91,7 +111,6 @@ def label_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[
         symbols = symbols + found
         full = symbols >= max_symbols
         t, symbols = t + full, symbols.masked_fill(full, 0)
-        active = t < lens
     return _collect(out, count)
 
 

@@ -5,15 +5,16 @@ import pytest
 import torch
 
 from cbasr.models.transducer_greedy import frame_looping_greedy, label_looping_greedy
+from cbasr.modules.decoders.transducer import per_row
 from tests.search import tiny
 
 
-def _searches(model, feats, lens):
+def _searches(model, feats, lens, window: int = 4):
     h, h_lens = model.encoder(feats, lens)
     rule, cap = model.greedy, model.max_symbols
     with torch.no_grad():
         frame = frame_looping_greedy(model.decoder, h, h_lens, cap, rule)
-        label = label_looping_greedy(model.decoder, h, h_lens, cap, rule)
+        label = label_looping_greedy(model.decoder, h, h_lens, cap, rule, window)
     return frame, label
 
 
@@ -49,11 +50,13 @@ def _emitting(name: str, options: dict, share: float):
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
 @pytest.mark.parametrize("rule", ["label", "emission"])
 @pytest.mark.parametrize("max_symbols", [1, 3])
-@pytest.mark.parametrize("share", [0.15, 0.5])
-def test_label_looping_gives_the_frame_looping_hypotheses(name, rule, max_symbols, share):
+@pytest.mark.parametrize("share,window", [(0.15, 1), (0.15, 4), (0.5, 3)])
+def test_label_looping_gives_the_frame_looping_hypotheses(name, rule, max_symbols, share, window):
+    """Every frame window (1: one frame per inner step, as Bataev et al.; 3, 4: several, and
+    twice as many again while a row finds no label) takes frame-looping's decisions."""
     options = {"greedy": rule, "max_symbols": max_symbols}
     model, feats, lens = _emitting(name, options, share)
-    frame, label = _searches(model, feats, lens)
+    frame, label = _searches(model, feats, lens, window)
     assert label == frame
     most = [max_symbols * model.output_frames(int(n)) for n in lens]
     assert 0 < sum(map(len, frame)) < sum(most)  # neither every label nor none
@@ -79,6 +82,25 @@ def test_a_joint_that_always_emits_stops_at_max_symbols_per_frame(max_symbols):
     hyps = label_looping_greedy(model.decoder, h, lens, max_symbols, "label")
     assert [len(y) for y in hyps] == [5 * max_symbols, 2 * max_symbols, 0]
     assert hyps == frame_looping_greedy(model.decoder, h, lens, max_symbols, "label")
+
+
+def test_a_window_of_the_whole_utterance_calls_the_joint_once_per_label_position():
+    """With a window of every frame, each outer step is one inner step: one joint call per
+    label position of the longest hypothesis (and a last one where every row runs out), where
+    frame-looping calls it on every frame and again after every emission."""
+    model, feats, lens = _emitting("hat", {}, 0.3)
+    h, h_lens = model.encoder(feats, lens)
+    calls = []
+    model.decoder.joint.out.register_forward_hook(lambda *args: calls.append(1))
+    frame = frame_looping_greedy(model.decoder, h, h_lens, 4, "label")
+    frame_calls, calls[:] = len(calls), []
+    label = label_looping_greedy(model.decoder, h, h_lens, 4, "label", window=h.shape[1])
+    assert label == frame
+    longest = max(map(len, label))
+    assert len(calls) in (longest, longest + 1)
+    assert frame_calls >= int(h_lens.max()) + longest
+    with pytest.raises(ValueError, match="window must be >= 1 frame, got 0"):
+        label_looping_greedy(model.decoder, h, h_lens, 4, "label", window=0)
 
 
 def test_one_prediction_step_per_label_position_and_no_read_of_the_emitting_rows():
@@ -114,11 +136,11 @@ def test_the_emission_greedy_rule_finds_a_word_whose_label_is_not_sure(name, loo
     "emission" rule emits the best label once (0.6 > 0.4), after which the blank is sure."""
     label_share = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()  # V - 1 = 4 labels
 
-    def frame_scores(state, t):  # t: an int (frame-looping) or (B,) frames (label-looping)
-        emitted = state["count"]  # (B,)
+    def frame_scores(state, t):  # t: an int (frame-looping) or (B, W) frames (label-looping)
+        emitted = per_row(state["count"], t)  # (B,) or (B, 1)
         word = (t >= 1) & (t <= 3) & (emitted == 0)
         blank = torch.where(word, 0.4, 0.95).log()
-        labels = torch.where(word, 0.6, 0.05).log()[:, None] + label_share
+        labels = torch.where(word, 0.6, 0.05).log()[..., None] + label_share
         return blank, labels
 
     def commit(state, emitted, labels):

@@ -43,16 +43,22 @@ def test_finite_context_forgets_older_labels():
 
 @pytest.mark.parametrize("context", [-1, 0, 2])
 @pytest.mark.parametrize("from_start", [False, True])
-def test_step_rows_advances_the_chosen_rows_only(context, from_start):
+@pytest.mark.parametrize("method", ["step_rows", "step_masked"])
+def test_stepping_some_rows_advances_the_chosen_rows_only(context, from_start, method):
     """Rows 0 and 2 of 3 read a label: their outputs and states equal a full step's, row 1's
-    state is untouched (from the initial state too: the LSTM's implicit zero state)."""
+    state is untouched (from the initial state too: the LSTM's implicit zero state);
+    ``step_rows`` names the rows, ``step_masked`` masks them."""
     torch.manual_seed(0)
     net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=context).eval()
     state = net.initial_state(3)
     if not from_start:
         _, state = net.step(torch.full((3,), START), state)
     labels, rows = torch.tensor([3, 4, 5]), torch.tensor([0, 2])
-    g, stepped = net.step_rows(labels, state, rows)
+    if method == "step_rows":
+        g, stepped = net.step_rows(labels, state, rows)
+    else:
+        g, stepped = net.step_masked(labels, state, torch.tensor([True, False, True]))
+        g = g[rows]
     g_all, full = net.step(labels, state)
     torch.testing.assert_close(g, g_all[rows])
 

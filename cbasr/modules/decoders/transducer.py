@@ -52,19 +52,29 @@ __all__ = [
     "JOINTS",
     "BLANK_JOINTS",
     "at_frames",
+    "per_row",
 ]
 
 BLANK_JOINTS = ("tanh", "linear")
 
 
 def at_frames(x: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
-    """Frame ``t`` of every row of ``x (B, T, ...)``: ``x[:, t]`` for an int, ``x[b, t[b]]``
-    for ``t (B,)`` (a search whose rows are on frames of their own); frames past ``T - 1``
-    read frame ``T - 1`` (a finished row's value is then never used)."""
+    """Frames ``t`` of the rows of ``x (B, T, ...)``: ``x[:, t]`` for an int; for a tensor
+    ``t (B, ...)`` of frames per row (a search whose rows are on frames of their own, or look
+    at several frames at once), ``x[b, t[b, ...]]``, ``(B, ..., ...)``. Frames past ``T - 1``
+    read frame ``T - 1`` (a value the search never uses)."""
     if isinstance(t, int):
         return x[:, t]
-    rows = torch.arange(x.shape[0], device=x.device)
+    rows = torch.arange(x.shape[0], device=x.device).view(-1, *[1] * (t.dim() - 1))
     return x[rows, t.clamp(max=max(x.shape[1] - 1, 0))]
+
+
+def per_row(v: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
+    """A per-row value ``v (B, ...)`` shaped to broadcast against :func:`at_frames`'s
+    ``(B, ..., ...)`` for frames ``t``: the prefix is the same on every frame a row looks at."""
+    if isinstance(t, int) or t.dim() < 2:
+        return v
+    return v.view(v.shape[0], *[1] * (t.dim() - 1), *v.shape[1:])
 
 
 class Joint(nn.Module, metaclass=abc.ABCMeta):
@@ -104,9 +114,9 @@ class Joint(nn.Module, metaclass=abc.ABCMeta):
         return {"enc": self.encoder_proj(h)}
 
     def frame_units(self, state: dict, t: int | torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """The output units at frame ``t`` (one for the batch, or ``(B,)``: one per row) for
-        prefixes with prediction outputs ``g (B, H)``."""
-        return self.out(at_frames(state["enc"], t) + self.label_proj(g))
+        """The output units at frames ``t`` (an int for the batch, or ``(B, ...)`` frames per
+        row: :func:`at_frames`) for prefixes with prediction outputs ``g (B, H)``."""
+        return self.out(at_frames(state["enc"], t) + per_row(self.label_proj(g), t))
 
     @abc.abstractmethod
     def lattice(self, h: torch.Tensor, g: torch.Tensor):
@@ -116,8 +126,9 @@ class Joint(nn.Module, metaclass=abc.ABCMeta):
     def frame(
         self, state: dict, t: int | torch.Tensor, g: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t`` (an int,
-        or ``(B,)`` frames, one per row: :func:`at_frames`)."""
+        """``(log P(blank) (B,), log P(label, not blank) (B, V - 1))`` at frame ``t`` (an int);
+        for frames ``t (B, ...)`` per row (:func:`at_frames`), ``(B, ...)`` and ``(B, ..., V -
+        1)``."""
 
 
 class RnntJoint(Joint):
@@ -135,7 +146,7 @@ class RnntJoint(Joint):
 
     def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = self.frame_units(state, t, g).log_softmax(dim=-1)
-        return log_probs[:, 0], log_probs[:, 1:]
+        return log_probs[..., 0], log_probs[..., 1:]
 
 
 class HatJoint(Joint):
@@ -190,8 +201,8 @@ class HatJoint(Joint):
     def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         blank, labels = self._split(self.frame_units(state, t, g))
         if self.linear_blank:
-            blank = at_frames(state["blank_enc"], t) + self.blank_label(g).squeeze(-1)  # (B,)
-        labels = nn.functional.logsigmoid(-blank).unsqueeze(1) + labels.log_softmax(dim=-1)
+            blank = at_frames(state["blank_enc"], t) + per_row(self.blank_label(g).squeeze(-1), t)
+        labels = nn.functional.logsigmoid(-blank).unsqueeze(-1) + labels.log_softmax(dim=-1)
         return nn.functional.logsigmoid(blank), labels  # eq. (4)
 
     def internal_lm(self, g: torch.Tensor) -> torch.Tensor:
@@ -231,7 +242,7 @@ class TdtJoint(Joint):
 
     def frame(self, state, t, g) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, _ = self.frame_tokens_durations(self.frame_units(state, t, g))
-        return tokens[:, 0], tokens[:, 1:]
+        return tokens[..., 0], tokens[..., 1:]
 
 
 JOINTS = {"rnnt": RnntJoint, "hat": HatJoint, "tdt": TdtJoint}
