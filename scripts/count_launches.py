@@ -2,7 +2,7 @@
 
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --losses ctc,cb,rnnt,hat_fused,hat_pruned
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --presets blstm_ctc,cb_pointwise,demo_hat
-    .venv/bin/python scripts/count_launches.py --greedy rnnt,hat
+    .venv/bin/python scripts/count_launches.py --greedy rnnt,hat,recipes/digits/exp/hat
 
 On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
 in eager PyTorch, whatever the kernel's size) and what every read of a device value costs: the
@@ -24,8 +24,10 @@ k = 5), with argument checks, as ``scripts/bench_distributions.py`` times them. 
 one training step of a preset of ``scripts/bench_train.py`` on random features
 (``--synthetic``), the optimizer's update left out (on CUDA it is a handful of ``foreach``
 kernels for all the parameters, on the CPU a loop over them). ``--greedy``: a transducer's
-greedy search over a batch of 16 random utterances, label-looping and frame-looping
-(:mod:`cbasr.models.transducer_greedy`), the encoder left out. One JSON object per line with
+greedy search over a batch of 16 utterances, label-looping and frame-looping
+(:mod:`cbasr.models.transducer_greedy`), the encoder left out: a random model of the synth
+recipe's size on random features, or a trained experiment (a directory) on its recipe's test
+utterances. One JSON object per line with
 ``--json``.
 
 What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
@@ -239,10 +241,23 @@ def count_step(preset: str, max_frames: int) -> dict:
         return {"preset": preset, "utts": len(second.ids), **counter.result()}
 
 
-def count_greedy(name: str, batch: int = 16) -> list[dict]:
-    """The greedy search of ``bench_search.py``'s random ``name`` model (``rnnt``, ``hat``) on a
-    batch of random features (200-800 input frames), its blank bias set so that it emits about
-    one label per 8 input frames (the synthetic corpus's phone rate); one row per loop."""
+def _greedy_batch(name: str, batch: int):
+    """``(label, model, h, h_lens)``: a trained experiment's model on the first ``batch`` test
+    utterances of its recipe (``name`` a directory ``recipes/R/exp/E``, features in
+    ``recipes/R/data/fbank/test``), or ``bench_search.py``'s random ``name`` model (``rnnt``,
+    ``hat``) on random features of 200-800 frames, its blank bias set so that it emits about
+    one label per 8 input frames (the synthetic corpus's phone rate)."""
+    if Path(name).is_dir():
+        from cbasr.data.features import FeatureStore
+        from cbasr.inference.experiment import Experiment
+
+        exp = Experiment(Path(name))
+        store = FeatureStore(Path(name).resolve().parents[1] / "data/fbank/test")
+        feats = [exp.normalise(store[utt]) for utt in list(store.index)[:batch]]
+        lens = torch.tensor([f.shape[0] for f in feats])
+        with torch.no_grad():
+            h, h_lens = exp.model.encoder(torch.nn.utils.rnn.pad_sequence(feats, True), lens)
+        return f"{Path(name).name} (trained)", exp.model, h, h_lens
     import bench_search
 
     from cbasr import builder
@@ -254,24 +269,32 @@ def count_greedy(name: str, batch: int = 16) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     lens = torch.randint(200, 801, (batch,), generator=g)
     feats = torch.randn(batch, int(lens.max()), 80, generator=g)
-    rows = []
     with torch.no_grad():
         h, h_lens = model.encoder(feats, lens)
         bias, sign = bench_search._bias(model)
         base, low, high = bias.clone(), -12.0, 12.0
-        for _ in range(12):  # bisection on the blank bias: about one label per 8 input frames
+        for _ in range(12):  # bisection on the blank bias
             middle = (low + high) / 2
             bias.copy_(base + sign * middle)
             emitted = sum(map(len, model._greedy(h, h_lens)))
             low, high = (middle, high) if emitted < int(lens.sum()) // 8 else (low, middle)
+    return f"{name} (random)", model, h, h_lens
+
+
+def count_greedy(name: str, batch: int = 16) -> list[dict]:
+    """A transducer's greedy search over one batch (:func:`_greedy_batch`), the encoder left
+    out; one row per loop."""
+    label, model, h, h_lens = _greedy_batch(name, batch)
+    rows = []
+    with torch.no_grad():
         for loop in ("label", "frame"):
             model.greedy_loop = loop
             hyps: list = []
             result = count(lambda found=hyps: found.extend(model._greedy(h, h_lens)))
             rows.append(
                 {
-                    "greedy": f"{name} {loop}-looping",
-                    "utts": batch,
+                    "greedy": f"{label} {loop}-looping",
+                    "utts": len(hyps),
                     "frames": int(h_lens.sum()),
                     "max_frames": int(h_lens.max()),
                     "labels": sum(map(len, hyps)),
@@ -292,7 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", default="", help="comma-separated bench_train.py presets")
     parser.add_argument("--max-frames", type=int, default=600, help="frames per batch (--presets)")
     parser.add_argument(
-        "--greedy", default="", help="comma-separated transducers (rnnt, hat): greedy search"
+        "--greedy",
+        default="",
+        help="comma-separated random transducers (rnnt, hat) or experiment dirs: greedy search",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)

@@ -156,3 +156,27 @@ def test_the_emission_greedy_rule_finds_a_word_whose_label_is_not_sure(name, loo
         hyps[rule] = model._greedy(torch.zeros(2, 6, 1), torch.tensor([6, 2]))
     assert hyps["label"] == [[], []]
     assert hyps["emission"] == [[1], [1]]
+
+
+@pytest.mark.parametrize("loop", ["label", "frame"])
+def test_a_label_that_ties_with_the_blank_is_not_emitted(loop):
+    """P(blank) = P(best label) = 0.5 on every frame: nothing is emitted, as the label must
+    beat the blank; with a hair less blank, the cap of labels on every frame."""
+
+    def scores(margin: float):
+        def frame_scores(state, t):  # (B,) or (B, W) scores for frames t
+            shape = (2,) if isinstance(t, int) else tuple(t.shape)
+            labels = torch.tensor([0.5, 0.0, 0.0]).log().expand(*shape, 3)
+            return torch.full(shape, 0.5).log() - margin, labels
+
+        return frame_scores
+
+    model = tiny.build("transducer", seed=1)
+    model.greedy_loop = loop
+    model.decoder.begin = lambda h, lens: {}
+    model.decoder.commit = model.decoder.commit_masked = lambda state, emitted, labels: state
+    h, lens = torch.zeros(2, 5, 1), torch.tensor([5, 3])
+    model.decoder.frame_scores = scores(0.0)
+    assert model._greedy(h, lens) == [[], []]
+    model.decoder.frame_scores = scores(1e-6)
+    assert [len(y) for y in model._greedy(h, lens)] == [5 * 4, 3 * 4]

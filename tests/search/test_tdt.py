@@ -117,6 +117,27 @@ def test_greedy_emits_at_most_max_symbols_labels_of_duration_zero_per_frame():
     assert model.greedy_decode(torch.randn(1, 4, 5), torch.tensor([4])) == [[2] * 12]
 
 
+def test_greedy_counts_the_labels_of_duration_zero_afresh_on_each_frame():
+    """Frame 0 emits label 1 of duration 1; frame 1 label 2 of duration 0, every time: with
+    max_symbols 2, frame 1 emits it twice (its count starts at 0 there), then moves on."""
+    model = _model((0, 1), max_symbols=2)
+    joint = model.decoder.joint
+    V = joint.vocab_size
+
+    def frame_units(state, t, g):  # (B,) frames -> (B, V + |D|) units
+        units = torch.zeros(t.shape[0], V + 2)
+        first = t == 0
+        units[:, 1] = torch.where(first, 10.0, 0.0)  # label 1 on frame 0
+        units[:, 2] = torch.where(first, 0.0, 10.0)  # label 2 on frame 1
+        units[:, V] = torch.where(first, 0.0, 10.0)  # duration 0 on frame 1
+        units[:, V + 1] = torch.where(first, 10.0, 0.0)  # duration 1 on frame 0
+        return units
+
+    joint.frame_units = frame_units
+    h = torch.zeros(1, 2, joint.encoder_proj.in_features)
+    assert model._greedy(h, torch.tensor([2])) == [[1, 2, 2]]
+
+
 def test_greedy_batch_equals_each_utterance_alone():
     model = _model((0, 1, 2, 3), seed=7)
     with torch.no_grad():  # emit now and then
