@@ -240,6 +240,9 @@ class TransducerLossConfig:
     simple_loss_scale: float = 0.5  # the trivial joint's loss weight when pruning
     # TDT: the logit under-normalisation sigma of Xu et al. 2023 (eqs. 15-16), in training only
     sigma: float = 0.0
+    # RNN-T and HAT: FastEmit's lambda (Yu et al. 2021): the label edges' gradient scaled by
+    # 1 + lambda, for earlier emissions (0: off)
+    fastemit_lambda: float = 0.0
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
-from cbasr.losses.transducer import _lattice_nll, gather_logsumexp
+from cbasr.losses.transducer import _check_fastemit, _lattice_nll, gather_logsumexp
 
 __all__ = ["hat_nll", "hat_nll_from_logits", "hat_internal_lm_score"]
 
@@ -56,6 +56,7 @@ def hat_nll(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     monotonic: bool = False,
+    fastemit: float = 0.0,
 ) -> torch.Tensor:
     """HAT ``-log P(y | X)``: the sum over RNN-T lattice paths of the product of eq. (4).
 
@@ -73,11 +74,14 @@ def hat_nll(
         input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
         target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
         monotonic: the one-label-per-frame lattice (module docstring).
+        fastemit: FastEmit's ``lambda``: the label edges' gradient scaled by ``1 + lambda``
+            (:func:`~cbasr.losses.transducer.transducer_lattice_nll`).
 
     Returns:
         ``(B,)`` negative log likelihoods, differentiable once w.r.t. ``blank_logits`` and
         ``label_log_probs``.
     """
+    _check_fastemit(fastemit)
     check_floating("blank_logits", blank_logits)
     check_floating("label_log_probs", label_log_probs)
     check_shape("blank_logits", blank_logits, "(B, T, U + 1)", (None, None, None))
@@ -90,10 +94,12 @@ def hat_nll(
         check_label_ids("targets", targets, target_lengths, label_log_probs.shape[-1])
 
     labels = _gather_labels(label_log_probs, targets, target_lengths)  # (B, T, U)
-    return _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic)
+    return _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic, fastemit)
 
 
-def _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic) -> torch.Tensor:
+def _hat_lattice(
+    blank_logits, labels, input_lengths, target_lengths, monotonic, fastemit=0.0
+) -> torch.Tensor:
     """HAT eq. (4) on the lattice: ``blank_logits (B, T, U + 1)``, ``labels (B, T, U)`` the
     reference labels' ``log P_{t,u}(y_{u+1})``."""
     B, T, U1 = blank_logits.shape
@@ -106,7 +112,7 @@ def _hat_lattice(blank_logits, labels, input_lengths, target_lengths, monotonic)
     # HAT eq. (4): blank edge b_{t,u}; label edge (1 - b_{t,u}) P_{t,u}(y_{u+1}).
     blank_lp = F.logsigmoid(b)  # (B, T, U + 1)
     emit_lp = F.logsigmoid(-b[:, :, :-1]) + labels  # (B, T, U)
-    return _lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths, monotonic)
+    return _lattice_nll(blank_lp, emit_lp, input_lengths, target_lengths, monotonic, fastemit)
 
 
 def hat_nll_from_logits(
@@ -116,6 +122,7 @@ def hat_nll_from_logits(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     monotonic: bool = False,
+    fastemit: float = 0.0,
 ) -> torch.Tensor:
     """:func:`hat_nll` from unnormalised label scores, with the label softmax (eqs. 6-7) fused
     into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`): no normalised
@@ -128,8 +135,9 @@ def hat_nll_from_logits(
             tensor so that its gradient lands in the same single gradient).
         label_logits: ``(B, T, U + 1, V)`` label scores (``V + 1`` units with the blank unit
             first when ``blank_logits`` is None); contiguous.
-        targets, input_lengths, target_lengths, monotonic: as :func:`hat_nll`.
+        targets, input_lengths, target_lengths, monotonic, fastemit: as :func:`hat_nll`.
     """
+    _check_fastemit(fastemit)
     check_floating("label_logits", label_logits)
     check_shape("label_logits", label_logits, "(B, T, U + 1, V)", (None, None, None, None))
     B, T, U1, V = label_logits.shape
@@ -151,7 +159,7 @@ def hat_nll_from_logits(
     labels = (picked[..., -1] - lse)[:, :, :-1]  # (B, T, U): log P_{t,u}(y_{u+1})
     labels = torch.where(valid[:, None, :], labels, 0.0)
     blank = picked[..., 0] if blank_logits is None else blank_logits
-    return _hat_lattice(blank, labels, input_lengths, target_lengths, monotonic)
+    return _hat_lattice(blank, labels, input_lengths, target_lengths, monotonic, fastemit)
 
 
 def hat_internal_lm_score(

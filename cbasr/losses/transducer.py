@@ -283,6 +283,24 @@ _CHUNK_ELEMENTS = 1 << 18
 _BACKWARD_ELEMENTS = 1 << 20
 
 
+class _ScaleGradient(torch.autograd.Function):
+    """The identity, its gradient multiplied by ``factor``."""
+
+    @staticmethod
+    def forward(ctx, x, factor: float):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+def _check_fastemit(fastemit: float) -> None:
+    if not fastemit >= 0.0:
+        raise ValueError(f"fastemit (FastEmit's lambda) must be >= 0, got {fastemit}")
+
+
 def _exp_floor(dtype: torch.dtype) -> float:
     """The least argument given to ``exp``: a little above the log of the smallest normal
     number. ``torch.exp`` of anything lower (down to -inf) takes a slow path on CPU, 5-40x."""
@@ -437,6 +455,7 @@ def transducer_lattice_nll(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     monotonic: bool = False,
+    fastemit: float = 0.0,
 ) -> torch.Tensor:
     """``-log P(y)`` summed over the RNN-T lattice from per-node edge log-weights.
 
@@ -458,6 +477,11 @@ def transducer_lattice_nll(
         monotonic: the one-label-per-frame topology (module docstring): a label edge leaves
             ``(t, u)`` for ``(t + 1, u + 1)``; ``T`` frame-synchronous steps. An utterance
             with ``U_b > T_b`` has no path.
+        fastemit: FastEmit's ``lambda`` (Yu et al. 2021, "FastEmit: Low-latency Streaming ASR
+            with Sequence-level Emission Regularization", arXiv:2010.11148, eqs. 8-10): the
+            gradient w.r.t. every label edge's log weight is ``1 + lambda`` times the NLL's,
+            the blank edges' unchanged, so training moves probability to emitting labels
+            early rather than waiting with blanks. The value returned is the NLL.
 
     Returns:
         ``(B,)`` negative log likelihoods (``+inf`` with zero gradient where every path has
@@ -469,13 +493,18 @@ def transducer_lattice_nll(
     check_shape("blank_log_probs", blank_log_probs, "(B, T, U + 1)", (None, None, None))
     B, T, U1 = blank_log_probs.shape
     check_shape("emit_log_probs", emit_log_probs, "(B, T, U)", (B, T, U1 - 1))
+    _check_fastemit(fastemit)
     with one_read():
         check_lengths("input_lengths", input_lengths, B, T, min_len=1)
         check_lengths("target_lengths", target_lengths, B, U1 - 1)
-    return _lattice_nll(blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic)
+    return _lattice_nll(
+        blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic, fastemit
+    )
 
 
-def _lattice_nll(blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic):
+def _lattice_nll(
+    blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic, fastemit=0.0
+):
     """:func:`transducer_lattice_nll` on arguments already checked."""
     B, T, U1 = blank_log_probs.shape
     device = blank_log_probs.device
@@ -489,6 +518,8 @@ def _lattice_nll(blank_log_probs, emit_log_probs, input_lengths, target_lengths,
     blank = torch.where(pad_t, 0.0, torch.where(beyond_u, _NEG_INF, blank_log_probs.to(dtype)))
     valid_emit = ~pad_t & (u[..., :-1] < tgt_lens[:, None, None])  # (B, T, U)
     emit = torch.where(valid_emit, emit_log_probs.to(dtype), _NEG_INF)
+    if fastemit:  # FastEmit: the label edges' gradient scaled by 1 + lambda
+        emit = _ScaleGradient.apply(emit, 1.0 + fastemit)
     which = _backends.backend(blank)
     if dtype not in (torch.float32, torch.float64):
         which = "torch"
@@ -524,6 +555,7 @@ def rnnt_lattice_nll(
     target_lengths: torch.Tensor,
     blank: int = 0,
     monotonic: bool = False,
+    fastemit: float = 0.0,
 ) -> torch.Tensor:
     """RNN-T ``-log P(y | x)`` per utterance from the joint's logits, without torchaudio: the
     blank's and the next label's log-softmax at every node (:func:`gather_logsumexp`, no
@@ -535,8 +567,11 @@ def rnnt_lattice_nll(
         logits, targets, input_lengths, target_lengths, blank: as :func:`rnnt_nll`.
         monotonic: the one-label-per-frame topology (module docstring), which torchaudio's
             loss does not have.
+        fastemit: FastEmit's ``lambda`` (:func:`transducer_lattice_nll`), which torchaudio's
+            loss does not have either.
     """
     _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
+    _check_fastemit(fastemit)
     B, T, U1, V = logits.shape
     device = logits.device
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
@@ -546,9 +581,8 @@ def rnnt_lattice_nll(
     index = index[:, None].expand(B, T, U1, 2)
     picked, lse = gather_logsumexp(logits, index)
     log_probs = picked - lse.unsqueeze(-1)  # (B, T, U + 1, 2)
-    return _lattice_nll(
-        log_probs[..., 0], log_probs[:, :, :-1, 1], input_lengths, target_lengths, monotonic
-    )
+    emit = log_probs[:, :, :-1, 1]
+    return _lattice_nll(log_probs[..., 0], emit, input_lengths, target_lengths, monotonic, fastemit)
 
 
 def rnnt_nll(

@@ -56,6 +56,9 @@ class TransducerModel(AsrModel):
             transducer's loss alone.
         sigma: TDT only: the logit under-normalisation of Xu et al. 2023 (eqs. 15-16),
             subtracted from every token log-probability in training.
+        fastemit_lambda: RNN-T and HAT on the whole lattice: FastEmit (Yu et al. 2021,
+            arXiv:2010.11148), the gradient of every label edge scaled by ``1 + lambda``
+            (:func:`cbasr.losses.transducer_lattice_nll`); the loss reported is the NLL.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping,
     the default) or ``"frame"`` (:mod:`cbasr.models.transducer_greedy`); the hypotheses are
@@ -74,6 +77,7 @@ class TransducerModel(AsrModel):
         greedy: str = "label",
         ctc_weight: float = 0.0,
         sigma: float = 0.0,
+        fastemit_lambda: float = 0.0,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -93,6 +97,14 @@ class TransducerModel(AsrModel):
             raise ValueError(f"ctc_weight must be >= 0, got {ctc_weight}")
         if sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {sigma}")
+        if not fastemit_lambda >= 0:
+            raise ValueError(f"fastemit_lambda must be >= 0, got {fastemit_lambda}")
+        if fastemit_lambda and (criterion == "tdt" or prune_range):
+            raise ValueError(
+                "fastemit_lambda applies to the rnnt and hat losses on the whole lattice, not "
+                + ("to tdt" if criterion == "tdt" else "to the pruned loss (prune_range > 0)")
+            )
+        self.fastemit = fastemit_lambda
         if criterion == "tdt" and topology != "standard":
             raise ValueError(
                 "topology applies to the rnnt and hat losses; TDT's lattice has its own durations"
@@ -189,12 +201,14 @@ class TransducerModel(AsrModel):
         """The transducer's loss on the whole lattice."""
         if self.criterion == "rnnt":
             logits = self.decoder(h, lens, targets)
-            if self.monotonic:  # torchaudio's loss has only the standard topology
-                nll = rnnt_lattice_nll(logits, targets, lens, target_lens, monotonic=True)
-            elif logits.is_cuda:  # the same loss: torchaudio's CUDA kernel on a GPU; on a CPU
-                nll = rnnt_nll(logits, targets, lens, target_lens)  # the fused-gather
-            else:  # lattice, several times faster than torchaudio's CPU code, half its memory
-                nll = rnnt_lattice_nll(logits, targets, lens, target_lens)
+            if logits.is_cuda and not (self.monotonic or self.fastemit):
+                # torchaudio's CUDA kernel (the standard topology, no FastEmit); on a CPU the
+                # fused-gather lattice, several times faster than torchaudio's, half its memory
+                nll = rnnt_nll(logits, targets, lens, target_lens)
+            else:
+                nll = rnnt_lattice_nll(
+                    logits, targets, lens, target_lens, 0, self.monotonic, self.fastemit
+                )
             return LossOutput(nll, nll.detach(), {})
         if self.criterion == "tdt":
             tokens, durations = self.decoder(h, lens, targets)
@@ -204,7 +218,13 @@ class TransducerModel(AsrModel):
             return LossOutput(nll, nll.detach(), {})
         blank_logits, units = self.decoder.hat_scores(h, targets)
         nll = hat_nll_from_logits(
-            blank_logits, units, (targets - 1).clamp(min=0), lens, target_lens, self.monotonic
+            blank_logits,
+            units,
+            (targets - 1).clamp(min=0),
+            lens,
+            target_lens,
+            self.monotonic,
+            self.fastemit,
         )
         return LossOutput(nll, nll.detach(), {})
 

@@ -1,0 +1,133 @@
+"""FastEmit (Yu et al. 2021, arXiv:2010.11148): the label edges' gradient is 1 + lambda times
+the NLL's, the blank edges' unchanged, the value the NLL; against enumeration of every path."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cbasr._backends import use_backend
+from cbasr.losses import hat_nll_from_logits, rnnt_lattice_nll, transducer_lattice_nll
+from tests.backends import BACKENDS
+from tests.reference import lattice_enumeration as ref
+from tests.search import tiny
+
+F64 = torch.float64
+UTTERANCES = [(5, [1, 2, 2]), (4, [2]), (3, [])]  # (T_b, targets)
+LAMBDA = 0.7
+
+
+@pytest.fixture(autouse=True, params=BACKENDS)
+def lattice(request):
+    with use_backend(request.param):
+        yield request.param
+
+
+def _lengths():
+    frames = torch.tensor([t for t, _ in UTTERANCES])
+    labels = torch.tensor([len(y) for _, y in UTTERANCES])
+    return frames, labels
+
+
+def _enumerated_gradients(blank, emit, monotonic):
+    """``d(-log P)/d blank`` and ``d(-log P)/d emit`` of each utterance by enumeration, the
+    label edges' times ``1 + lambda``: FastEmit's gradient by its definition."""
+    grads = [torch.zeros_like(blank), torch.zeros_like(emit)]
+    for b, (T, y) in enumerate(UTTERANCES):
+        U = len(y)
+        bl = blank[b, :T, : U + 1].detach().requires_grad_()
+        em = emit[b, :T, :U].detach().requires_grad_()
+        (-ref.transducer_log_marginal(bl, em, monotonic)).backward()
+        grads[0][b, :T, : U + 1] = bl.grad
+        if U:
+            grads[1][b, :T, :U] = (1 + LAMBDA) * em.grad
+    return grads
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_the_label_edges_gradient_is_one_plus_lambda_times_the_nll_s(monotonic):
+    g = torch.Generator().manual_seed(0)
+    frames, labels = _lengths()
+    blank = F.logsigmoid(torch.randn(3, 5, 4, generator=g, dtype=F64)).requires_grad_()
+    emit = F.logsigmoid(torch.randn(3, 5, 3, generator=g, dtype=F64)).requires_grad_()
+    nll = transducer_lattice_nll(blank, emit, frames, labels, monotonic, fastemit=LAMBDA)
+    plain = transducer_lattice_nll(blank, emit, frames, labels, monotonic)
+    torch.testing.assert_close(nll, plain)  # the value is the NLL
+    nll.sum().backward()
+    want_blank, want_emit = _enumerated_gradients(blank, emit, monotonic)
+    torch.testing.assert_close(blank.grad, want_blank)
+    torch.testing.assert_close(emit.grad, want_emit)
+    assert emit.grad.abs().max() > 0.1
+
+
+def test_rnnt_logits_get_the_scaled_edges_gradient_through_the_softmax():
+    g = torch.Generator().manual_seed(1)
+    frames, labels = _lengths()
+    logits = torch.randn(3, 5, 4, 3, generator=g, dtype=F64).requires_grad_()
+    targets = torch.tensor([[1, 2, 2], [2, 0, 0], [0, 0, 0]])
+    rnnt_lattice_nll(logits, targets, frames, labels, fastemit=LAMBDA).sum().backward()
+    leaf = logits.detach().requires_grad_()
+    log_probs = leaf.log_softmax(dim=-1)
+    blank = log_probs[..., 0]
+    emit = log_probs[:, :, :-1].gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
+    want_blank, want_emit = _enumerated_gradients(blank, emit, False)
+    torch.autograd.backward([blank, emit], [want_blank, want_emit])
+    torch.testing.assert_close(logits.grad, leaf.grad)
+
+
+def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts():
+    """HAT's label edge is ``log sigmoid(-b) + log P(y)``: the blank logit gets the blank
+    edge's gradient plus 1 + lambda times the label edge's through ``log sigmoid(-b)``."""
+    g = torch.Generator().manual_seed(2)
+    frames, labels = _lengths()
+    blank_logits = torch.randn(3, 5, 4, generator=g, dtype=F64).requires_grad_()
+    units = torch.randn(3, 5, 4, 3, generator=g, dtype=F64).requires_grad_()
+    targets = torch.tensor([[1, 2, 2], [2, 0, 0], [0, 0, 0]])
+    nll = hat_nll_from_logits(blank_logits, units, targets, frames, labels, fastemit=LAMBDA)
+    nll.sum().backward()
+    b, u = blank_logits.detach().requires_grad_(), units.detach().requires_grad_()
+    label_lp = u.log_softmax(dim=-1)[:, :, :-1]
+    label_lp = label_lp.gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
+    blank = F.logsigmoid(b)
+    emit = F.logsigmoid(-b[:, :, :-1]) + label_lp
+    want_blank, want_emit = _enumerated_gradients(blank, emit, False)
+    torch.autograd.backward([blank, emit], [want_blank, want_emit])
+    valid = torch.zeros(3, 5, 4, dtype=torch.bool)
+    for i, (T, y) in enumerate(UTTERANCES):
+        valid[i, :T, : len(y) + 1] = True
+    torch.testing.assert_close(blank_logits.grad[valid], b.grad[valid])
+    torch.testing.assert_close(units.grad, u.grad)
+
+
+def test_lambda_must_not_be_negative():
+    frames, labels = _lengths()
+    blank, emit = torch.zeros(3, 5, 4), torch.zeros(3, 5, 3)
+    with pytest.raises(ValueError, match="fastemit .* must be >= 0, got -0.1"):
+        transducer_lattice_nll(blank, emit, frames, labels, fastemit=-0.1)
+
+
+@pytest.mark.parametrize("name", ["transducer", "hat"])
+def test_the_model_option_scales_the_training_gradient_of_rnnt_and_hat(name):
+    feats, lens = tiny.batch(seed=3)
+    targets = torch.tensor([[1, 2, 2], [3, 1, 0], [4, 0, 0], [2, 0, 0]])
+    target_lens = torch.tensor([3, 2, 1, 1])
+    grads = {}
+    for lam in (0.0, 0.5):
+        model = tiny.build(name, seed=2, loss_options={"fastemit_lambda": lam}).train()
+        torch.manual_seed(0)
+        out = model.loss(feats, lens, targets, target_lens)
+        out.loss.sum().backward()
+        grads[lam] = (out.nll.detach(), model.decoder.joint.out[-1].weight.grad.clone())
+    torch.testing.assert_close(grads[0.5][0], grads[0.0][0])  # the same NLL
+    assert not torch.allclose(grads[0.5][1], grads[0.0][1])  # a different gradient
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"fastemit_lambda": -1.0}, "fastemit_lambda must be >= 0"),
+        ({"fastemit_lambda": 0.1, "prune_range": 3}, "not to the pruned loss"),
+    ],
+)
+def test_the_model_refuses_what_fastemit_does_not_apply_to(options, message):
+    with pytest.raises(ValueError, match=message):
+        tiny.build("hat", loss_options=options)
