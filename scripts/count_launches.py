@@ -2,7 +2,7 @@
 
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --losses ctc,cb,rnnt,hat_fused,hat_pruned
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --presets blstm_ctc,cb_pointwise,demo_hat
-    .venv/bin/python scripts/count_launches.py --greedy rnnt,hat,recipes/digits/exp/hat
+    .venv/bin/python scripts/count_launches.py --greedy rnnt,hat,recipes/digits/exp/hat --beams 4
 
 On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
 in eager PyTorch, whatever the kernel's size) and what every read of a device value costs: the
@@ -27,7 +27,8 @@ kernels for all the parameters, on the CPU a loop over them). ``--greedy``: a tr
 greedy search over a batch of 16 utterances, label-looping and frame-looping
 (:mod:`cbasr.models.transducer_greedy`), the encoder left out: a random model of the synth
 recipe's size on random features, or a trained experiment (a directory) on its recipe's test
-utterances. One JSON object per line with
+utterances; with ``--beams``, its beam search too (the prediction network stepped under a mask,
+as on CUDA). One JSON object per line with
 ``--json``.
 
 What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
@@ -281,12 +282,22 @@ def _greedy_batch(name: str, batch: int):
     return f"{name} (random)", model, h, h_lens
 
 
-def count_greedy(name: str, batch: int = 16) -> list[dict]:
+def count_greedy(name: str, batch: int = 16, beams: tuple[int, ...] = ()) -> list[dict]:
     """A transducer's greedy search over one batch (:func:`_greedy_batch`), the encoder left
-    out; one row per loop."""
+    out, one row per loop; and its beam search at each of ``beams``."""
+    from cbasr.search import BeamSearchOptions, transducer_beam_search
+
     label, model, h, h_lens = _greedy_batch(name, batch)
     rows = []
     with torch.no_grad():
+        for beam in beams:  # the prediction network stepped as on CUDA (masked_commit)
+            options = BeamSearchOptions(beam=beam, max_symbols=model.max_symbols)
+            result = count(
+                lambda o=options: transducer_beam_search(
+                    model.decoder, h, h_lens, o, monotonic=model.monotonic, masked_commit=True
+                )
+            )
+            rows.append({"greedy": f"{label} beam {beam}", "utts": batch, **result})
         for loop in ("label", "frame"):
             model.greedy_loop = loop
             hyps: list = []
@@ -319,6 +330,9 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="comma-separated random transducers (rnnt, hat) or experiment dirs: greedy search",
     )
+    parser.add_argument(
+        "--beams", default="", help="comma-separated beam widths: --greedy's beam search too"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
     if not (args.losses or args.distributions or args.presets or args.greedy):
@@ -329,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += [count_distribution(op) for op in ("log_prob", "id_checking", "bounded", "draft")]
     rows += [count_step(name, args.max_frames) for name in filter(None, args.presets.split(","))]
     for name in filter(None, args.greedy.split(",")):
-        rows += count_greedy(name)
+        rows += count_greedy(name, beams=tuple(int(b) for b in filter(None, args.beams.split(","))))
     for row in rows:
         if args.json:
             print(json.dumps(row), flush=True)

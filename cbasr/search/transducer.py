@@ -47,7 +47,6 @@ from cbasr.search.prefix import (
     PrefixScores,
     finalize,
     fused_extensions,
-    next_prefixes,
     next_scores,
     select,
 )
@@ -63,6 +62,15 @@ def hat_internal_lm_step(decoder: TransducerDecoder, state: dict) -> torch.Tenso
     ``(N, V - 1)``: :meth:`TransducerDecoder.internal_lm_log_probs` one step at a time, from the
     prediction network output ``g`` the search state holds (tested equal)."""
     return decoder.internal_lm_step(state["g"])
+
+
+def _read(*tensors: torch.Tensor) -> list:
+    """The values of several device tensors of one shape, in one copy to the host (one wait
+    for the device where there would be one per tensor), each as ``tolist`` gives it; the
+    tensors are cast to the first one's dtype (the searches' indices and flags are exact in
+    any of theirs)."""
+    first = tensors[0]
+    return torch.stack([first, *(t.to(first.dtype) for t in tensors[1:])]).tolist()
 
 
 def _log_add(a: float, b: float) -> float:
@@ -119,8 +127,9 @@ class _Finished:
         total, keys = self.totals(options, dtype, device)
         values, index, width = select(total, options.beam)
         prefixes, columns, source = [], [], []
-        for b, (idx, vals) in enumerate(zip(index.tolist(), values.tolist())):
-            for i, v in zip(idx, vals):
+        values, index = _read(values, index)  # indices exact as floats
+        for b, (idx, vals) in enumerate(zip(index, values)):
+            for i, v in zip(map(int, idx), vals):
                 entry = self.entries[b][keys[b][i]] if v > _NEG_INF else None
                 prefixes.append(keys[b][i] if entry is not None else None)
                 columns.append(entry[:4] if entry is not None else [_NEG_INF, 0.0, 0.0, 0.0])
@@ -148,6 +157,7 @@ def transducer_beam_search(
     lm: LabelScorer | None = None,
     per_utterance: tuple[str, ...] | None = None,
     monotonic: bool = False,
+    masked_commit: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over an RNN-T or HAT decoder (module docstring).
 
@@ -158,6 +168,11 @@ def transducer_beam_search(
         lm: external LM for shallow fusion.
         per_utterance: see :class:`~cbasr.search.rows.DecoderRows` (tests only).
         monotonic: the one-label-per-frame topology (module docstring).
+        masked_commit: how the prediction network steps the extended rows: every row under a
+            mask (:meth:`TransducerDecoder.commit_masked`: no wait for the device to say which
+            rows, the default on a GPU) or the extended rows alone (their indices read, the
+            default on a CPU, where that read costs nothing and the step is several times
+            smaller). The same hypotheses either way (tested).
 
     Returns:
         Per utterance, its hypotheses best first.
@@ -185,6 +200,9 @@ def transducer_beam_search(
     device, dtype = h.device, torch.promote_types(h.dtype, torch.float32)
     lens = lens.to(device)
     rows = DecoderRows(decoder, decoder.begin(h, lens), B, 1, per_utterance, device)
+    if masked_commit is None:
+        masked_commit = h.is_cuda
+    commit = decoder.commit_masked if masked_commit else decoder.commit
     width = 1
     scores = PrefixScores(B, dtype, device)
     scores.am.zero_()
@@ -208,15 +226,9 @@ def transducer_beam_search(
                 label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
             snapshots.append(rows.dynamic)
             lm_snapshots.append(c_lm)
-            finished.add(
-                c_prefixes,
-                (c_scores.am + blank_lp).tolist(),
-                c_scores.fused.tolist(),
-                c_scores.lm.tolist(),
-                c_scores.ilm.tolist(),
-                c_width,
-                offset,
-            )
+            am_blank = c_scores.am + blank_lp
+            columns = _read(am_blank, c_scores.fused, c_scores.lm, c_scores.ilm)
+            finished.add(c_prefixes, *columns, c_width, offset)
             offset += B * c_width
             if s == options.max_symbols:
                 break
@@ -231,16 +243,19 @@ def transducer_beam_search(
             )
             values, index, new_width = select(pool, options.beam)
             alive = torch.isfinite(values)  # (B, W)
+            kept, live = _read(index, alive)  # the one read of the candidates
             finished.keep(
                 d_keys,
-                [
-                    [i for i, ok in zip(idx, live) if ok and i < M]
-                    for idx, live in zip(index.tolist(), alive.tolist())
-                ],
+                [[i for i, ok in zip(idx, ok_) if ok and i < M] for idx, ok_ in zip(kept, live)],
             )
-            is_ext = alive & (index >= M)
-            if not bool(is_ext.any()):
+            extended = [  # (parent row, label) of each kept candidate, None: not an extension
+                (b * c_width + (i - M) // V1, (i - M) % V1 + 1) if ok and i >= M else None
+                for b, (idx, ok_) in enumerate(zip(kept, live))
+                for i, ok in zip(idx, ok_)
+            ]
+            if not any(extended):
                 break
+            is_ext = alive & (index >= M)
             flat = (index - M).clamp(min=0)
             parent = ((torch.arange(B, device=device) * c_width)[:, None] + flat // V1).flatten()
             label = (flat % V1 + 1).flatten()
@@ -252,9 +267,9 @@ def transducer_beam_search(
                 .masked_fill(~emitted, _NEG_INF)
             )
             new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
-            c_prefixes = next_prefixes(c_prefixes, parent, label, emitted)
+            c_prefixes = [None if e is None else c_prefixes[e[0]] + (e[1],) for e in extended]
             rows.reorder(parent, new_width)
-            rows.update(decoder.commit(rows.state, emitted, label))
+            rows.update(commit(rows.state, emitted, label))
             if lm is not None:
                 c_lm = lm.advance(lm.reorder(c_lm, parent), emitted, label)
             c_scores, c_width = new, new_width

@@ -274,3 +274,21 @@ def test_monotonic_beam_one_is_the_monotonic_greedy_search(name):
     assert beam == greedy
     assert any(len(y) > 2 for y in greedy)
     assert all(len(y) <= model.output_frames(int(n)) for y, n in zip(greedy, lens))
+
+
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+def test_masked_prediction_steps_give_the_same_hypotheses(name):
+    """The GPU's way of stepping the prediction network (every row under a mask, no read of
+    which rows) and the CPU's (the extended rows alone) find the same n-best, same scores."""
+    model = tiny.build(name, seed=3, shift=2.5 if name == "hat_linear" else 1.5)
+    feats, lens = tiny.batch(seed=6)
+    h, h_lens = model.encoder(feats, lens)
+    options = BeamSearchOptions(beam=4, nbest=3, max_symbols=2)
+    results = [
+        transducer_beam_search(model.decoder, h, h_lens, options, masked_commit=masked)
+        for masked in (False, True)
+    ]
+    for rows, masked_rows in zip(*results):
+        assert [x.tokens for x in rows] == [x.tokens for x in masked_rows]
+        assert [x.am_score for x in rows] == pytest.approx([x.am_score for x in masked_rows])
+    assert any(len(rows[0].tokens) > 1 for rows in results[0])
