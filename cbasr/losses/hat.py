@@ -98,7 +98,7 @@ def hat_nll(
 
 
 def _hat_lattice(
-    blank_logits, labels, input_lengths, target_lengths, monotonic, fastemit=0.0
+    blank_logits, labels, input_lengths, target_lengths, monotonic, fastemit
 ) -> torch.Tensor:
     """HAT eq. (4) on the lattice: ``blank_logits (B, T, U + 1)``, ``labels (B, T, U)`` the
     reference labels' ``log P_{t,u}(y_{u+1})``."""

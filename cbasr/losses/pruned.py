@@ -288,7 +288,7 @@ def simple_transducer_nll(
     with torch.enable_grad():
         blank_d = blank_lp.detach().requires_grad_()
         emit_d = emit_lp.detach().requires_grad_()
-        nll = _lattice_nll(blank_d, emit_d, input_lengths, target_lengths, monotonic)
+        nll = _lattice_nll(blank_d, emit_d, input_lengths, target_lengths, monotonic, 0.0)
         grad_blank, grad_emit = torch.autograd.grad(nll.sum(), (blank_d, emit_d))
     # gradients of -log P: minus the posteriors of the edges leaving each node
     occupancy = -(grad_blank + F.pad(grad_emit, (0, 1)))
@@ -350,5 +350,5 @@ def pruned_transducer_nll(
     blank = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
     emit = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
     return _lattice_nll(
-        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic
+        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic, 0.0
     )

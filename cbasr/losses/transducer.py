@@ -503,7 +503,7 @@ def transducer_lattice_nll(
 
 
 def _lattice_nll(
-    blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic, fastemit=0.0
+    blank_log_probs, emit_log_probs, input_lengths, target_lengths, monotonic, fastemit
 ):
     """:func:`transducer_lattice_nll` on arguments already checked."""
     B, T, U1 = blank_log_probs.shape

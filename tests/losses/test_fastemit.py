@@ -57,6 +57,10 @@ def test_the_label_edges_gradient_is_one_plus_lambda_times_the_nll_s(monotonic):
     torch.testing.assert_close(blank.grad, want_blank)
     torch.testing.assert_close(emit.grad, want_emit)
     assert emit.grad.abs().max() > 0.1
+    blank.grad, emit.grad = None, None  # without the option: the NLL's gradient
+    plain.sum().backward()
+    torch.testing.assert_close(blank.grad, want_blank)
+    torch.testing.assert_close(emit.grad, want_emit / (1 + LAMBDA))
 
 
 def test_rnnt_logits_get_the_scaled_edges_gradient_through_the_softmax():
@@ -65,13 +69,16 @@ def test_rnnt_logits_get_the_scaled_edges_gradient_through_the_softmax():
     logits = torch.randn(3, 5, 4, 3, generator=g, dtype=F64).requires_grad_()
     targets = torch.tensor([[1, 2, 2], [2, 0, 0], [0, 0, 0]])
     rnnt_lattice_nll(logits, targets, frames, labels, fastemit=LAMBDA).sum().backward()
+    fastemit_grad, logits.grad = logits.grad, None
+    rnnt_lattice_nll(logits, targets, frames, labels).sum().backward()
+    assert not torch.allclose(logits.grad, fastemit_grad)  # the default is no FastEmit
     leaf = logits.detach().requires_grad_()
     log_probs = leaf.log_softmax(dim=-1)
     blank = log_probs[..., 0]
     emit = log_probs[:, :, :-1].gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
     want_blank, want_emit = _enumerated_gradients(blank, emit, False)
     torch.autograd.backward([blank, emit], [want_blank, want_emit])
-    torch.testing.assert_close(logits.grad, leaf.grad)
+    torch.testing.assert_close(fastemit_grad, leaf.grad)
 
 
 def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts():
@@ -82,8 +89,11 @@ def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts():
     blank_logits = torch.randn(3, 5, 4, generator=g, dtype=F64).requires_grad_()
     units = torch.randn(3, 5, 4, 3, generator=g, dtype=F64).requires_grad_()
     targets = torch.tensor([[1, 2, 2], [2, 0, 0], [0, 0, 0]])
+    hat_nll_from_logits(blank_logits, units, targets, frames, labels).sum().backward()
+    plain_grad, units.grad, blank_logits.grad = units.grad, None, None
     nll = hat_nll_from_logits(blank_logits, units, targets, frames, labels, fastemit=LAMBDA)
     nll.sum().backward()
+    assert not torch.allclose(units.grad, plain_grad)  # the default is no FastEmit
     b, u = blank_logits.detach().requires_grad_(), units.detach().requires_grad_()
     label_lp = u.log_softmax(dim=-1)[:, :, :-1]
     label_lp = label_lp.gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
@@ -119,6 +129,23 @@ def test_the_model_option_scales_the_training_gradient_of_rnnt_and_hat(name):
         grads[lam] = (out.nll.detach(), model.decoder.joint.out[-1].weight.grad.clone())
     torch.testing.assert_close(grads[0.5][0], grads[0.0][0])  # the same NLL
     assert not torch.allclose(grads[0.5][1], grads[0.0][1])  # a different gradient
+
+
+def test_on_a_cpu_the_rnnt_model_takes_the_lattice_not_torchaudio(monkeypatch):
+    """torchaudio's loss serves only CUDA's standard topology without FastEmit."""
+    import cbasr.models.transducer as module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torchaudio's rnnt_loss on a CPU")
+
+    monkeypatch.setattr(module, "rnnt_nll", refuse)
+    model = tiny.build("transducer", seed=2)
+    feats, lens = tiny.batch(seed=3)
+    targets, target_lens = (
+        torch.tensor([[1, 2], [3, 1], [4, 0], [2, 0]]),
+        torch.tensor([2, 2, 1, 1]),
+    )
+    assert torch.isfinite(model.loss(feats, lens, targets, target_lens).nll).all()
 
 
 @pytest.mark.parametrize(
