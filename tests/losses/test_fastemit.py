@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from cbasr._backends import use_backend
-from cbasr.losses import hat_nll_from_logits, rnnt_lattice_nll, transducer_lattice_nll
+from cbasr.losses import hat_nll, hat_nll_from_logits, rnnt_lattice_nll, transducer_lattice_nll
 from tests.backends import BACKENDS
 from tests.reference import lattice_enumeration as ref
 from tests.search import tiny
@@ -111,8 +111,16 @@ def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts():
 def test_lambda_must_not_be_negative():
     frames, labels = _lengths()
     blank, emit = torch.zeros(3, 5, 4), torch.zeros(3, 5, 3)
-    with pytest.raises(ValueError, match="fastemit .* must be >= 0, got -0.1"):
-        transducer_lattice_nll(blank, emit, frames, labels, fastemit=-0.1)
+    targets, logits = torch.ones(3, 3, dtype=torch.long), torch.zeros(3, 5, 4, 3)
+    calls = [
+        lambda: transducer_lattice_nll(blank, emit, frames, labels, fastemit=-0.1),
+        lambda: rnnt_lattice_nll(logits, targets, frames, labels, fastemit=-0.1),
+        lambda: hat_nll(blank, logits, targets, frames, labels, fastemit=-0.1),
+        lambda: hat_nll_from_logits(blank, logits, targets, frames, labels, fastemit=-0.1),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="fastemit .* must be >= 0, got -0.1"):
+            call()
 
 
 @pytest.mark.parametrize("name", ["transducer", "hat"])
