@@ -7,6 +7,7 @@ paired significance test between two chosen systems.
     cbasr-compare exp/a exp/b --pair a b                               # a:<d> vs b:<d> for each shared <d>
     cbasr-compare exp/a --pair a:test a:test_beam8                     # two decodings of one experiment
     cbasr-compare exp/a exp/b --repeats      # with the deletions of repeated and other tokens
+    cbasr-compare exp/rnnt exp/rnnt_s2 exp/rnnt_s3 --decodes test --seeds   # pooled over seeds
 
 A system is ``<experiment>:<decode dir>``; the table shows its error rate with a 95%
 bootstrap interval over utterances, S/D/I, parameters, epochs and decode settings (with
@@ -29,6 +30,7 @@ from cbasr.evaluation.compare import (
     markdown_table,
     merge_csv,
     paired_comparison,
+    seed_table,
 )
 from cbasr.storage.files import write_text
 
@@ -100,6 +102,12 @@ def main(argv: list[str] | None = None) -> None:
         help="two more columns: deletions of reference tokens that repeat their predecessor, "
         "and of the others (deleted / tokens)",
     )
+    parser.add_argument(
+        "--seeds",
+        action="store_true",
+        help="pool the seeds: X, X_s2, X_s3 ... of each decoding in one row (each seed's error "
+        "rate, their mean, deletions summed), with the digits recipe's repeat check",
+    )
     parser.add_argument("--bootstrap", type=int, default=1000, help="replicates for the intervals")
     parser.add_argument(
         "--paired-bootstrap", type=int, default=10000, help="replicates for the paired test"
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         if not systems:
             raise ValueError(f"no decoding found in {[str(e) for e in args.exp_dirs]}")
         rows = comparison_rows(systems, args.bootstrap, args.seed)
-        out = markdown_table(rows, repeats=args.repeats)
+        out = seed_table(rows) if args.seeds else markdown_table(rows, repeats=args.repeats)
         if args.pair:
             results = [
                 paired_comparison(a, b, args.paired_bootstrap, args.seed)

@@ -12,6 +12,7 @@ from the trn files with the error counts (none for a ``score.json`` older than t
 import csv
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +268,65 @@ def markdown_table(rows: list[dict], repeats: bool = False) -> str:
             f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
             f"{r['sub']} | {r['del']} | {r['ins']} | {repeat_cells}{r['ref_tokens']} | {r['utts']} | {params} | "
             f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+_SEED_SUFFIX = re.compile(r"^(?P<base>.+)_s(?P<seed>[0-9]+)$")
+
+
+def _base_and_seed(experiment: str) -> tuple[str, int]:
+    """``"rnnt_s2"`` -> ``("rnnt", 2)``; an experiment without the suffix is seed 1."""
+    match = _SEED_SUFFIX.match(experiment)
+    return (match["base"], int(match["seed"])) if match else (experiment, 1)
+
+
+def seed_rows(rows: list[dict]) -> list[dict]:
+    """Rows of :func:`comparison_rows` pooled over seeds: the experiments ``X``, ``X_s2``,
+    ``X_s3``... (seed 1 has no suffix) of one decoding become one row with each seed's error
+    rate, their mean, and the deletions of repeated and of other reference tokens summed over
+    the seeds. Rows without repeat counts pool to None there."""
+    groups: dict[tuple[str, str], list[tuple[int, dict]]] = {}
+    for r in rows:
+        experiment, decode = r["system"].split(":", 1)
+        base, seed = _base_and_seed(experiment)
+        groups.setdefault((base, decode), []).append((seed, r))
+    pooled = []
+    for (base, decode), members in groups.items():
+        members.sort(key=lambda m: m[0])
+        rates = [r["error_rate"] for _, r in members]
+        row = {
+            "system": f"{base}:{decode}",
+            "seeds": [seed for seed, _ in members],
+            "error_rates": rates,
+            "mean_error_rate": sum(rates) / len(rates),
+        }
+        for key in ("repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens"):
+            values = [r.get(key) for _, r in members]
+            row[key] = None if any(v is None for v in values) else sum(values)
+        pooled.append(row)
+    return pooled
+
+
+def seed_table(rows: list[dict]) -> str:
+    """:func:`seed_rows` as Markdown, with the repeat check of the digits recipe: deleted
+    repeats, pooled, at most twice the other tokens' deletion rate plus 0.5 points."""
+    lines = [
+        "| system | seeds | error rate (%) per seed (mean) | repeats deleted, pooled "
+        "| others deleted, pooled | repeats <= 2 x others + 0.5 |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for r in seed_rows(rows):
+        rates = " / ".join(f"{e:.2f}" for e in r["error_rates"])
+        check = ""
+        if r["repeat_tokens"] and r["other_tokens"]:
+            repeat = 100 * r["repeat_deletions"] / r["repeat_tokens"]
+            bound = 2 * 100 * r["other_deletions"] / r["other_tokens"] + 0.5
+            check = f"{'yes' if repeat <= bound else 'no'}: {repeat:.2f} {'<=' if repeat <= bound else '>'} {bound:.2f}"
+        lines.append(
+            f"| {r['system']} | {', '.join(map(str, r['seeds']))} | {rates} ({r['mean_error_rate']:.2f}) | "
+            f"{_deleted_of(r['repeat_deletions'], r['repeat_tokens'])} | "
+            f"{_deleted_of(r['other_deletions'], r['other_tokens'])} | {check} |"
         )
     return "\n".join(lines) + "\n"
 

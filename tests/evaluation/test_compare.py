@@ -12,6 +12,8 @@ from cbasr.evaluation.compare import (
     comparison_rows,
     describe_settings,
     paired_comparison,
+    seed_rows,
+    seed_table,
 )
 from cbasr.evaluation.scoring import score_decode_dir, write_trn
 
@@ -271,3 +273,37 @@ def test_one_utterance_with_another_reference_refuses_the_pairing(tmp_path):
     a, b = collect_systems([tmp_path / "a", tmp_path / "b"])
     with pytest.raises(ValueError, match="different references for the same utterances"):
         paired_comparison(a, b, samples=10)
+
+
+def _row(system: str, rate: float, repeats: tuple | None, others: tuple | None) -> dict:
+    row = {"system": system, "error_rate": rate}
+    row["repeat_deletions"], row["repeat_tokens"] = repeats or (None, None)
+    row["other_deletions"], row["other_tokens"] = others or (None, None)
+    return row
+
+
+def test_seeds_pool_into_one_row_per_experiment_and_decoding():
+    """X, X_s2 and X_s3 of a decoding are one row: the seeds' rates in seed order, their mean,
+    the deletions summed; the repeat check compares the pooled rates."""
+    rows = [
+        _row("rnnt_s3:test", 5.0, (3, 100), (10, 1000)),
+        _row("rnnt:test", 4.0, (1, 100), (5, 1000)),
+        _row("rnnt_s2:test", 3.0, (2, 100), (5, 1000)),
+        _row("rnnt:repeats", 2.0, (9, 100), (1, 1000)),
+        _row("cb_s12:test", 6.0, None, None),
+    ]
+    pooled = {r["system"]: r for r in seed_rows(rows)}
+    assert set(pooled) == {"rnnt:test", "rnnt:repeats", "cb:test"}
+    test = pooled["rnnt:test"]
+    assert test["seeds"] == [1, 2, 3] and test["error_rates"] == [4.0, 3.0, 5.0]
+    assert test["mean_error_rate"] == pytest.approx(4.0)
+    assert (test["repeat_deletions"], test["repeat_tokens"]) == (6, 300)
+    assert (test["other_deletions"], test["other_tokens"]) == (20, 3000)
+    assert pooled["cb:test"]["seeds"] == [12] and pooled["cb:test"]["repeat_tokens"] is None
+    table = seed_table(rows)
+    # test: 2.0% of repeats against 2 x 0.67% + 0.5 = 1.83%; repeats: 9% against 0.7%
+    assert "| rnnt:test | 1, 2, 3 | 4.00 / 3.00 / 5.00 (4.00) | 6 / 300 (2.0%) |" in table
+    assert "no: 2.00 > 1.83 |" in table and "no: 9.00 > 0.70 |" in table
+    assert "| cb:test | 12 | 6.00 (6.00) |  |  |  |" in table
+    rows[3]["repeat_deletions"] = 0
+    assert "yes: 0.00 <= 0.70 |" in seed_table(rows)
