@@ -28,9 +28,9 @@ def _lengths():
     return frames, labels
 
 
-def _enumerated_gradients(blank, emit, monotonic):
+def _enumerated_gradients(blank, emit, monotonic, lam=LAMBDA):
     """``d(-log P)/d blank`` and ``d(-log P)/d emit`` of each utterance by enumeration, the
-    label edges' times ``1 + lambda``: FastEmit's gradient by its definition."""
+    label edges' times ``1 + lam``: FastEmit's gradient by its definition."""
     grads = [torch.zeros_like(blank), torch.zeros_like(emit)]
     for b, (T, y) in enumerate(UTTERANCES):
         U = len(y)
@@ -39,7 +39,7 @@ def _enumerated_gradients(blank, emit, monotonic):
         (-ref.transducer_log_marginal(bl, em, monotonic)).backward()
         grads[0][b, :T, : U + 1] = bl.grad
         if U:
-            grads[1][b, :T, :U] = (1 + LAMBDA) * em.grad
+            grads[1][b, :T, :U] = (1 + lam) * em.grad
     return grads
 
 
@@ -71,35 +71,41 @@ def test_rnnt_logits_get_the_scaled_edges_gradient_through_the_softmax():
     rnnt_lattice_nll(logits, targets, frames, labels, fastemit=LAMBDA).sum().backward()
     fastemit_grad, logits.grad = logits.grad, None
     rnnt_lattice_nll(logits, targets, frames, labels).sum().backward()
-    assert not torch.allclose(logits.grad, fastemit_grad)  # the default is no FastEmit
-    leaf = logits.detach().requires_grad_()
-    log_probs = leaf.log_softmax(dim=-1)
-    blank = log_probs[..., 0]
-    emit = log_probs[:, :, :-1].gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
-    want_blank, want_emit = _enumerated_gradients(blank, emit, False)
-    torch.autograd.backward([blank, emit], [want_blank, want_emit])
-    torch.testing.assert_close(fastemit_grad, leaf.grad)
+    for lam, got in ((LAMBDA, fastemit_grad), (0.0, logits.grad)):  # the default: no FastEmit
+        leaf = logits.detach().requires_grad_()
+        log_probs = leaf.log_softmax(dim=-1)
+        blank = log_probs[..., 0]
+        index = targets[:, None, :, None].expand(3, 5, 3, 1)
+        emit = log_probs[:, :, :-1].gather(-1, index)[..., 0]
+        want_blank, want_emit = _enumerated_gradients(blank, emit, False, lam)
+        torch.autograd.backward([blank, emit], [want_blank, want_emit])
+        torch.testing.assert_close(got, leaf.grad)
 
 
-def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts():
+@pytest.mark.parametrize("lam", [LAMBDA, None])
+@pytest.mark.parametrize("from_logits", [True, False])
+def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts(lam, from_logits):
     """HAT's label edge is ``log sigmoid(-b) + log P(y)``: the blank logit gets the blank
-    edge's gradient plus 1 + lambda times the label edge's through ``log sigmoid(-b)``."""
+    edge's gradient plus 1 + lambda times the label edge's through ``log sigmoid(-b)``
+    (``lam`` None: the option left out, the NLL's gradient)."""
     g = torch.Generator().manual_seed(2)
     frames, labels = _lengths()
     blank_logits = torch.randn(3, 5, 4, generator=g, dtype=F64).requires_grad_()
     units = torch.randn(3, 5, 4, 3, generator=g, dtype=F64).requires_grad_()
     targets = torch.tensor([[1, 2, 2], [2, 0, 0], [0, 0, 0]])
-    hat_nll_from_logits(blank_logits, units, targets, frames, labels).sum().backward()
-    plain_grad, units.grad, blank_logits.grad = units.grad, None, None
-    nll = hat_nll_from_logits(blank_logits, units, targets, frames, labels, fastemit=LAMBDA)
+    options = {} if lam is None else {"fastemit": lam}
+    if from_logits:
+        nll = hat_nll_from_logits(blank_logits, units, targets, frames, labels, **options)
+    else:
+        log_probs = units.log_softmax(dim=-1)
+        nll = hat_nll(blank_logits, log_probs, targets, frames, labels, **options)
     nll.sum().backward()
-    assert not torch.allclose(units.grad, plain_grad)  # the default is no FastEmit
     b, u = blank_logits.detach().requires_grad_(), units.detach().requires_grad_()
     label_lp = u.log_softmax(dim=-1)[:, :, :-1]
     label_lp = label_lp.gather(-1, targets[:, None, :, None].expand(3, 5, 3, 1))[..., 0]
     blank = F.logsigmoid(b)
     emit = F.logsigmoid(-b[:, :, :-1]) + label_lp
-    want_blank, want_emit = _enumerated_gradients(blank, emit, False)
+    want_blank, want_emit = _enumerated_gradients(blank, emit, False, lam or 0.0)
     torch.autograd.backward([blank, emit], [want_blank, want_emit])
     valid = torch.zeros(3, 5, 4, dtype=torch.bool)
     for i, (T, y) in enumerate(UTTERANCES):
