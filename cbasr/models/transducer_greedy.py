@@ -28,9 +28,9 @@ longest hypothesis), label-looping about ``U``, with fewer kernels (``scripts/co
 
 import torch
 
-__all__ = ["frame_looping_greedy", "label_looping_greedy", "tdt_greedy", "GREEDY_LOOPS"]
+__all__ = ["frame_looping_greedy", "label_looping_greedy", "tdt_greedy", "MAX_WINDOW"]
 
-GREEDY_LOOPS = ("label", "frame")
+MAX_WINDOW = 64  # frames label-looping's joint looks at in one step, once the window has grown
 
 
 def _best(labels: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +69,8 @@ def label_looping_greedy(
     """The label-looping greedy search (see the module docstring): each outer step finds every
     utterance's next label, looking at ``window`` frames at once from its current frame (the
     prefix does not change while the blank wins, so the joint of those frames is one batched
-    call), then ``2 window``, ``4 window``... past them while some utterance has found none."""
+    call), then ``2 window``, ``4 window``... (at most :data:`MAX_WINDOW` frames, or ``window``
+    if larger) past them while some utterance has found none."""
     if window < 1:
         raise ValueError(f"window must be >= 1 frame, got {window}")
     B, T = h.shape[:2]
@@ -81,6 +82,7 @@ def label_looping_greedy(
     out = torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=device)
     count = torch.zeros_like(t)
     steps = torch.arange(max(T, 1), device=device)
+    widest = min(max(window, MAX_WINDOW), max(T, 1))  # the joint's memory: B x widest units
     ends = lens.unsqueeze(1)
     while True:
         looking = t < lens
@@ -101,7 +103,7 @@ def label_looping_greedy(
             t = torch.where(hit_any, t + first, torch.where(looking, t + width, t))
             found = found | hit_any
             looking = looking & ~hit_any & (t < lens)
-            width = min(2 * width, max(T, 1))
+            width = min(2 * width, widest)
         if not searched:  # every row has run out of frames
             break
         # every row found a label or ran out of frames: emit, one prediction step for all

@@ -4,7 +4,7 @@ prediction-network step per emitted label position and no host read of which row
 import pytest
 import torch
 
-from cbasr.models.transducer_greedy import frame_looping_greedy, label_looping_greedy
+from cbasr.models.transducer_greedy import MAX_WINDOW, frame_looping_greedy, label_looping_greedy
 from cbasr.modules.decoders.transducer import per_row
 from tests.search import tiny
 
@@ -180,3 +180,28 @@ def test_a_label_that_ties_with_the_blank_is_not_emitted(loop):
     assert model._greedy(h, lens) == [[], []]
     model.decoder.frame_scores = scores(1e-6)
     assert [len(y) for y in model._greedy(h, lens)] == [5 * 4, 3 * 4]
+
+
+@pytest.mark.parametrize("loop", ["label", "frame"])
+def test_a_long_blank_stretch_is_crossed_in_windows_of_at_most_max_window_frames(loop):
+    """One label, on frame 150 of 200: label-looping looks at 4, 8, ... frames, at most
+    MAX_WINDOW at once, and finds it where frame-looping does."""
+    widths = []
+
+    def frame_scores(state, t):
+        if not isinstance(t, int):
+            widths.append(t.shape[1])
+        word = (t == 150) & (per_row(state["count"], t) == 0)
+        labels = torch.where(word, 0.0, -20.0)[..., None] + torch.tensor([0.0, -5.0, -5.0])
+        return torch.where(word, -5.0, 0.0), labels
+
+    model = tiny.build("transducer", seed=1)
+    model.greedy_loop = loop
+    model.decoder.begin = lambda h, lens: {"count": torch.zeros(h.shape[0], dtype=torch.long)}
+    model.decoder.frame_scores = frame_scores
+    model.decoder.commit = model.decoder.commit_masked = lambda state, emitted, labels: {
+        "count": state["count"] + emitted.long()
+    }
+    assert model._greedy(torch.zeros(2, 200, 1), torch.tensor([200, 100])) == [[1], []]
+    if loop == "label":
+        assert max(widths) == MAX_WINDOW and widths[:3] == [4, 8, 16]
