@@ -88,6 +88,29 @@ def calibrate(model, feats, lens, ref_labels: int) -> float:
     return (low + high) / 2
 
 
+@torch.no_grad()
+def random_transducer(name: str, batch: int, device: str = "cpu", seed: int = 0):
+    """``(model, h, h_lens)``: a random ``name`` model (``rnnt``, ``hat``) of the synth
+    recipe's size in eval mode on ``device``, and its encoder's output for ``batch`` random
+    utterances of 200-800 frames, the blank bias moved (bisection) until the greedy search
+    emits about one label per 8 input frames (the synthetic corpus's phone rate)."""
+    torch.manual_seed(seed)
+    cfg = compose_model_config(ENCODER + MODELS[name])
+    model = builder.build_model(*cfg.values(), 80, 50).eval().to(device)
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(200, 801, (batch,), generator=g)
+    feats = torch.randn(batch, int(lens.max()), 80, generator=g)
+    h, h_lens = model.encoder(feats.to(device), lens.to(device))
+    bias, sign = _bias(model)
+    base, low, high = bias.clone(), -12.0, 12.0
+    for _ in range(12):
+        middle = (low + high) / 2
+        bias.copy_(base + sign * middle)
+        emitted = sum(map(len, model._greedy(h, h_lens)))
+        low, high = (middle, high) if emitted < int(lens.sum()) // 8 else (low, middle)
+    return model, h, h_lens
+
+
 def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int):
     """``(name, model)`` pairs: the trained experiment's, or random calibrated ones."""
     if args.exp_dir is not None:

@@ -261,24 +261,7 @@ def _greedy_batch(name: str, batch: int):
         return f"{Path(name).name} (trained)", exp.model, h, h_lens
     import bench_search
 
-    from cbasr import builder
-    from cbasr.cli.models import compose_model_config
-
-    torch.manual_seed(0)
-    cfg = compose_model_config(bench_search.ENCODER + bench_search.MODELS[name])
-    model = builder.build_model(*cfg.values(), 80, 50).eval()
-    g = torch.Generator().manual_seed(0)
-    lens = torch.randint(200, 801, (batch,), generator=g)
-    feats = torch.randn(batch, int(lens.max()), 80, generator=g)
-    with torch.no_grad():
-        h, h_lens = model.encoder(feats, lens)
-        bias, sign = bench_search._bias(model)
-        base, low, high = bias.clone(), -12.0, 12.0
-        for _ in range(12):  # bisection on the blank bias
-            middle = (low + high) / 2
-            bias.copy_(base + sign * middle)
-            emitted = sum(map(len, model._greedy(h, h_lens)))
-            low, high = (middle, high) if emitted < int(lens.sum()) // 8 else (low, middle)
+    model, h, h_lens = bench_search.random_transducer(name, batch)
     return f"{name} (random)", model, h, h_lens
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine, in under 10 minutes (its steps' limits: 575 s in all),
+# The GPU check: on a fresh GPU machine, in under 10 minutes (its steps' limits: 580 s in all),
 # the benchmarks whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests
 # of the kernels.
 #
@@ -16,7 +16,9 @@
 #   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
-#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json --warm-pass
+#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json --warm-pass,
+#                        then scripts/bench_greedy.py --device cuda --json: label-looping greedy
+#                        decoding against frame-looping (lines with "greedy", not "preset")
 #   profile.txt          the same presets under torch.profiler (bench_train.py --profile): each
 #                        operator's host and device time, and their totals, which say whether a
 #                        step waits on the host queueing kernels or on the device running them
@@ -65,7 +67,7 @@ annotate() {  # FILE COMMAND: add device name, commit and command to each JSON l
 } >"$summary" 2>&1
 
 cmd="scripts/bench_losses.py --device cuda --json --losses ctc,cb,cb_pytorch,rnnt,hat_fused,hat_pruned"
-step bench_losses 150 "$out/bench_losses.jsonl" "$py" $cmd
+step bench_losses 145 "$out/bench_losses.jsonl" "$py" $cmd
 annotate "$out/bench_losses.jsonl" "$cmd"
 
 cmd=(scripts/bench_distributions.py --device cuda --json)
@@ -77,7 +79,12 @@ cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --prese
 step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
 annotate "$out/bench_train.jsonl" "$cmd"
 
-step profile 80 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
+cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64"
+step bench_greedy 25 "$out/greedy.tmp" "$py" $cmd
+annotate "$out/greedy.tmp" "$cmd"
+cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
+
+step profile 70 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
   --synthetic --device cuda --warm-pass --steps 5 --warmup 2 --profile 30 \
   --presets blstm_ctc cb_pointwise demo_hat
 
@@ -85,6 +92,6 @@ step profile 80 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" script
 step tests 120 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
   -m "triton or gpu" tests/losses tests/distributions
 
-step table 15 "$out/table.md" "$py" scripts/perf_table.py "$out"
+step table 10 "$out/table.md" "$py" scripts/perf_table.py "$out"
 echo "failed steps: $failed" | tee -a "$summary"
 exit "$failed"

@@ -21,7 +21,9 @@ The ratios, each against its reference measured in the same run:
 - the CB distribution's ``log_prob`` + backward and ID-checking sampling: the author's time
   over ours (target: at least 20 on a GPU);
 - training frames per second of ``cb_pointwise`` and ``demo_hat`` over ``blstm_ctc``'s
-  (targets on a GPU: at least 1.0 and 0.8).
+  (targets on a GPU: at least 1.0 and 0.8);
+- transducer greedy decoding, label-looping's speed over frame-looping's on one batch
+  (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``; target on a GPU: at least 3).
 """
 
 import argparse
@@ -31,6 +33,7 @@ import platform
 import sys
 from pathlib import Path
 
+GREEDY_SPEED_UP = 3.0  # label-looping over frame-looping greedy decoding, on a GPU
 # (quantity, ours, reference, field, target, higher is better)
 LOSS_RATIOS = [
     ("cb / ctc time", "cb", "ctc", "ms", 1.0, False),
@@ -110,6 +113,11 @@ def ratios(folder: Path) -> list[dict]:
             mine = train.get(preset, {}).get("frames_per_s")
             theirs = train.get("blstm_ctc", {}).get("frames_per_s")
             add(f"{preset} / blstm_ctc frames/s", "", mine, theirs, target, True)
+    for r in read_lines(folder / "bench_train.jsonl"):  # scripts/bench_greedy.py's lines
+        if "greedy" in r:
+            quantity = f"{r['greedy']} greedy: label-looping speed-up"
+            mine, theirs = r["label_looping_ms"], r["frame_looping_ms"]
+            add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
     return found
 
 

@@ -76,3 +76,16 @@ def test_the_table_names_each_row_by_its_loss(count_launches, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].split(":")[0].strip() == "ctc", lines
     assert lines[0].endswith(" 0 triton   1 reads"), lines
+
+
+@pytest.mark.slow  # the synth-size model's calibration: about 30 s
+def test_label_looping_reads_the_device_once_per_step_of_its_loops(count_launches):
+    """A random HAT model's greedy search over 2 utterances: label-looping reads per label
+    position (and the windows' extra steps), frame-looping per frame and emission; the same
+    labels."""
+    label, frame = count_launches.count_greedy("hat", batch=2)
+    assert label["greedy"] == "hat (random) label-looping"
+    assert frame["greedy"] == "hat (random) frame-looping"
+    assert label["labels"] == frame["labels"] > 0
+    assert frame["reads"] >= label["max_frames"]
+    assert label["reads"] <= 3 * (label["max_labels"] + 1) < frame["reads"]

@@ -132,3 +132,21 @@ def test_every_commit_is_named_and_a_measurement_twice_is_refused(perf_table, tm
         f.write(json.dumps(_loss("cb", 1.4, 12.0)) + "\n")
     with pytest.raises(SystemExit, match=r"cb at \(8, 200, 50, 64\) is measured twice"):
         perf_table.ratios(folder)
+
+
+def test_greedy_decoding_lines_give_label_looping_s_speed_up(perf_table, tmp_path):
+    """bench_greedy.py's lines, appended to bench_train.jsonl: frame-looping's time over
+    label-looping's, per model and batch, against 3; the presets' lines still read."""
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    greedy = [
+        {"greedy": "hat", "batch": 16, "label_looping_ms": 10.0, "frame_looping_ms": 40.0},
+        {"greedy": "rnnt", "batch": 64, "label_looping_ms": 20.0, "frame_looping_ms": 30.0},
+    ]
+    _write(folder / "bench_train.jsonl", [{"preset": "blstm_ctc", "frames_per_s": 100.0}, *greedy])
+    rows = {(r["quantity"], r["shape"]): r for r in perf_table.ratios(folder)}
+    hat = rows[("hat greedy: label-looping speed-up", "batch 16")]
+    rnnt = rows[("rnnt greedy: label-looping speed-up", "batch 64")]
+    assert (hat["ratio"], hat["met"]) == (4.0, True)
+    assert (rnnt["ratio"], rnnt["met"]) == (1.5, False)
+    assert ("cb_pointwise / blstm_ctc frames/s", "") in rows

@@ -1,0 +1,93 @@
+"""Transducer greedy decoding: label-looping against frame-looping, on one device and batch.
+
+Random RNN-T and HAT models of the synthetic recipe's size (``bench_search.random_transducer``:
+a 2x160 BLSTM, 49 phones + blank, the blank bias set so that they emit about one label per 8
+input frames) decode batches of random utterances of 200-800 frames; the encoder runs once,
+outside the timing. Each setting's time is the median of ``--repeats`` runs after a warm one,
+the device synchronised around each; the hypotheses of the two loops are compared.
+
+    .venv/bin/python scripts/bench_greedy.py                              # CPU
+    python scripts/bench_greedy.py --device cuda --json --batches 16 64   # the GPU target: >= 3x
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_search  # noqa: E402
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_greedy(model, h, h_lens, loop: str, repeats: int, device: str):
+    """``(median seconds, hypotheses)`` of ``model``'s greedy search by ``loop``."""
+    model.greedy_loop = loop
+    times, hyps = [], None
+    with torch.no_grad():
+        for i in range(repeats + 1):  # the first run warms up (allocator, kernels' first calls)
+            _sync(device)
+            start = time.perf_counter()
+            hyps = model._greedy(h, h_lens)
+            _sync(device)
+            if i:
+                times.append(time.perf_counter() - start)
+    return statistics.median(times), hyps
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", nargs="+", default=["rnnt", "hat"], choices=["rnnt", "hat"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[16])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if not args.json:
+        print(
+            "| model | batch | frames | labels | label-looping ms | frame-looping ms | speed-up |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in args.models:
+        for batch in args.batches:
+            model, h, h_lens = bench_search.random_transducer(name, batch, args.device)
+            label_s, label_hyps = time_greedy(model, h, h_lens, "label", args.repeats, args.device)
+            frame_s, frame_hyps = time_greedy(model, h, h_lens, "frame", args.repeats, args.device)
+            row = {
+                "greedy": name,
+                "batch": batch,
+                "frames": int(h_lens.sum()),
+                "labels": sum(map(len, label_hyps)),
+                "label_looping_ms": 1000 * label_s,
+                "frame_looping_ms": 1000 * frame_s,
+                "speedup": frame_s / label_s,
+                "identical": label_hyps == frame_hyps,
+            }
+            if args.json:
+                print(json.dumps(row), flush=True)
+            else:
+                print(
+                    f"| {name} | {batch} | {row['frames']} | {row['labels']} | "
+                    f"{row['label_looping_ms']:.1f} | {row['frame_looping_ms']:.1f} | "
+                    f"{row['speedup']:.2f}x{'' if row['identical'] else ' (hypotheses differ)'} |",
+                    flush=True,
+                )
+            if not row["identical"]:
+                raise SystemExit(f"{name}, batch {batch}: the two loops' hypotheses differ")
+
+
+if __name__ == "__main__":
+    main()
