@@ -291,9 +291,13 @@ def test_seeds_pool_into_one_row_per_experiment_and_decoding():
         _row("rnnt_s2:test", 3.0, (2, 100), (5, 1000)),
         _row("rnnt:repeats", 2.0, (9, 100), (1, 1000)),
         _row("cb_s12:test", 6.0, None, None),
+        _row("old:test", 1.0, (1, 10), (1, 100)),  # seed 1 counted, seed 2 scored before
+        _row("old_s2:test", 1.0, None, None),
+        _row("norep:test", 2.0, (0, 0), (3, 100)),  # a split without repeats: no check
     ]
     pooled = {r["system"]: r for r in seed_rows(rows)}
-    assert set(pooled) == {"rnnt:test", "rnnt:repeats", "cb:test"}
+    assert set(pooled) == {"rnnt:test", "rnnt:repeats", "cb:test", "old:test", "norep:test"}
+    assert pooled["old:test"]["repeat_deletions"] is None  # not a sum over some seeds
     test = pooled["rnnt:test"]
     assert test["seeds"] == [1, 2, 3] and test["error_rates"] == [4.0, 3.0, 5.0]
     assert test["mean_error_rate"] == pytest.approx(4.0)
@@ -305,5 +309,6 @@ def test_seeds_pool_into_one_row_per_experiment_and_decoding():
     assert "| rnnt:test | 1, 2, 3 | 4.00 / 3.00 / 5.00 (4.00) | 6 / 300 (2.0%) |" in table
     assert "no: 2.00 > 1.83 |" in table and "no: 9.00 > 0.70 |" in table
     assert "| cb:test | 12 | 6.00 (6.00) |  |  |  |" in table
+    assert "| norep:test | 1 | 2.00 (2.00) | 0 / 0 (0.0%) | 3 / 100 (3.0%) |  |" in table
     rows[3]["repeat_deletions"] = 0
     assert "yes: 0.00 <= 0.70 |" in seed_table(rows)
