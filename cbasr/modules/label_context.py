@@ -100,6 +100,14 @@ class LabelContext(nn.Module):
         window = torch.cat([state[:, 1:], labels.unsqueeze(1)], dim=1)  # (B, c)
         return torch.tanh(self.proj(self.dropout(self.embedding(window)).flatten(1))), window
 
+    def _explicit(self, state, batch: int):
+        """The LSTM's state, its zero state (None) made explicit: the rows a partial step
+        leaves out keep it."""
+        if state is not None:
+            return state
+        zeros = self.embedding.weight.new_zeros(self.rnn.num_layers, batch, self.rnn.hidden_size)
+        return zeros, zeros
+
     def step_masked(self, labels: torch.Tensor, state, mask: torch.Tensor):
         """:meth:`step` for the rows where ``mask (B,)`` holds, the others keeping their state,
         with every row computed: ``(g (B, D), new state)``, ``g`` of the unmasked rows
@@ -108,11 +116,7 @@ class LabelContext(nn.Module):
         if self.context == 0:
             return self.constant.expand(labels.shape[0], -1), state
         if self.context == -1:
-            if state is None:  # the LSTM's zero state, made explicit for the rows left out
-                zeros = self.embedding.weight.new_zeros(
-                    self.rnn.num_layers, labels.shape[0], self.rnn.hidden_size
-                )
-                state = (zeros, zeros)
+            state = self._explicit(state, labels.shape[0])
             g, new = self.step(labels, state)
             keep = mask.view(1, -1, 1)
             return g, tuple(torch.where(keep, n, s) for s, n in zip(state, new))
@@ -128,11 +132,7 @@ class LabelContext(nn.Module):
         if self.context == 0:
             return self.constant.expand(rows.shape[0], -1), state
         if self.context == -1:
-            if state is None:  # the LSTM's zero state, made explicit for the rows left out
-                zeros = self.embedding.weight.new_zeros(
-                    self.rnn.num_layers, labels.shape[0], self.rnn.hidden_size
-                )
-                state = (zeros, zeros)
+            state = self._explicit(state, labels.shape[0])
             g, new = self.step(
                 labels.index_select(0, rows), tuple(s.index_select(1, rows) for s in state)
             )
