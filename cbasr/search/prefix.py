@@ -166,10 +166,12 @@ def next_prefixes(
     prefixes: list, parent: torch.Tensor, label: torch.Tensor, alive: torch.Tensor
 ) -> list:
     """The kept candidates' label prefixes (host side, a few hundred tuples per frame): the
-    parent's, extended by ``label`` where it is positive (0: no label); ``None`` where dead."""
+    parent's, extended by ``label`` where it is positive (0: no label); ``None`` where dead.
+    The three may be tensors or lists already read on the host."""
+    host = [x.tolist() if isinstance(x, torch.Tensor) else x for x in (parent, label, alive)]
     return [
         None if not ok else (prefixes[p] + (v,) if v > 0 else prefixes[p])
-        for p, v, ok in zip(parent.tolist(), label.tolist(), alive.tolist())
+        for p, v, ok in zip(*host)
     ]
 
 

@@ -47,6 +47,7 @@ from cbasr.search.prefix import (
     PrefixScores,
     finalize,
     fused_extensions,
+    next_prefixes,
     next_scores,
     select,
 )
@@ -267,7 +268,10 @@ def transducer_beam_search(
                 .masked_fill(~emitted, _NEG_INF)
             )
             new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
-            c_prefixes = [None if e is None else c_prefixes[e[0]] + (e[1],) for e in extended]
+            parents, labels = zip(*[e or (0, 0) for e in extended])
+            c_prefixes = next_prefixes(
+                c_prefixes, parents, labels, [e is not None for e in extended]
+            )
             rows.reorder(parent, new_width)
             rows.update(commit(rows.state, emitted, label))
             if lm is not None:
