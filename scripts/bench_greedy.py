@@ -4,7 +4,9 @@ Random RNN-T and HAT models of the synthetic recipe's size (``bench_search.rando
 a 2x160 BLSTM, 49 phones + blank, the blank bias set so that they emit about one label per 8
 input frames) decode batches of random utterances of 200-800 frames; the encoder runs once,
 outside the timing. Each setting's time is the median of ``--repeats`` runs after a warm one,
-the device synchronised around each; the hypotheses of the two loops are compared.
+the device synchronised around each; the hypotheses of the loops are compared. On CUDA also
+label-looping replayed from CUDA graphs (``greedy_loop="graphs"``): its first call, which
+captures the shape's graphs, timed apart.
 
     .venv/bin/python scripts/bench_greedy.py                              # CPU
     python scripts/bench_greedy.py --device cuda --json --batches 16 64   # the GPU target: >= 3x
@@ -44,6 +46,25 @@ def time_greedy(model, h, h_lens, loop: str, repeats: int, device: str):
     return statistics.median(times), hyps
 
 
+def time_graphs(model, h, h_lens, args, frame_s: float, frame_hyps) -> dict:
+    """The first call (which captures the shape's graphs) and the median replayed call of
+    ``greedy_loop="graphs"``; ``identical`` compares its hypotheses with frame-looping's."""
+    model.greedy_loop = "graphs"
+    _sync(args.device)
+    start = time.perf_counter()
+    with torch.no_grad():
+        model._greedy(h, h_lens)
+    _sync(args.device)
+    first_ms = 1000 * (time.perf_counter() - start)
+    graphs_s, graphs_hyps = time_greedy(model, h, h_lens, "graphs", args.repeats, args.device)
+    return {
+        "graphs_first_call_ms": first_ms,
+        "graphs_ms": 1000 * graphs_s,
+        "graphs_speedup": frame_s / graphs_s,
+        "graphs_identical": graphs_hyps == frame_hyps,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -76,16 +97,26 @@ def main(argv: list[str] | None = None) -> None:
                 "speedup": frame_s / label_s,
                 "identical": label_hyps == frame_hyps,
             }
+            if args.device.startswith("cuda"):  # label-looping replayed from CUDA graphs
+                try:
+                    row.update(time_graphs(model, h, h_lens, args, frame_s, frame_hyps))
+                except RuntimeError as error:  # the eager figures stand; say why not these
+                    row["graphs_error"] = f"{type(error).__name__}: {error}"[:500]
             if args.json:
                 print(json.dumps(row), flush=True)
             else:
                 print(
                     f"| {name} | {batch} | {row['frames']} | {row['labels']} | "
                     f"{row['label_looping_ms']:.1f} | {row['frame_looping_ms']:.1f} | "
-                    f"{row['speedup']:.2f}x{'' if row['identical'] else ' (hypotheses differ)'} |",
+                    f"{row['speedup']:.2f}x{'' if row['identical'] else ' (hypotheses differ)'} |"
+                    + (
+                        f" graphs: {row['graphs_ms']:.1f} ms, {row['graphs_speedup']:.2f}x |"
+                        if "graphs_ms" in row
+                        else ""
+                    ),
                     flush=True,
                 )
-            if not row["identical"]:
+            if not row["identical"] or not row.get("graphs_identical", True):
                 raise SystemExit(f"{name}, batch {batch}: the two loops' hypotheses differ")
 
 

@@ -28,6 +28,7 @@ which a short measurement would otherwise count as throughput):
 """
 
 import argparse
+import collections
 import contextlib
 import json
 import random
@@ -35,6 +36,8 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,12 +51,23 @@ from cbasr.data.dataset import collate
 from cbasr.data.features import FbankOptions
 from cbasr.training.asr_task import asr_trainer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conformer_floor  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/synth"
 PRESETS = {
     path.stem: (RECIPE / "conf", path.stem, []) for path in sorted((RECIPE / "conf").glob("*.yaml"))
 }
 PRESETS["conformer_ctc"] = (CONF_DIR, "train", ["encoder=conformer", "loss=ctc"])
+# The LibriSpeech recipe's Conformers (18.6 M parameters, bf16, 60000 frames per batch) on the
+# corpus's units: with --synthetic, random features of train-clean-100's lengths
+for _name in ("conformer_ctc", "conformer_cb", "conformer_hat"):
+    PRESETS[f"ls_{_name}"] = (
+        ROOT / "recipes/librispeech/conf",
+        _name,
+        ["data.units=phones", "data.train_split=train", "data.valid_split=dev"],
+    )
 
 
 def _preset_list(text: str) -> list[str]:
@@ -67,16 +81,31 @@ def _preset_list(text: str) -> list[str]:
     return names
 
 
-def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0) -> Path:
-    """A prepared corpus of random features: lengths like the synth corpus (mean 2.1 s), ~14 phones/s."""
+# Random corpora's profiles: (utterances, units, frames per label, length draw in frames)
+CORPORA = {
+    # the synth corpus: mean 2.1 s, about 14 phones per second
+    "synth": (2000, 45, 7, lambda rng, n: np.clip(rng.gamma(6.0, 35.0, n), 60, 800)),
+    # train-clean-100: mean 12.7 s, at most 24.5 s, 500 sentencepiece pieces at about 3.3 per
+    # second (one per 30 frames)
+    "librispeech": (1000, 499, 30, lambda rng, n: np.clip(rng.gamma(9.0, 141.0, n), 100, 2450)),
+}
+
+
+def synthetic_corpus(
+    root: Path, utts: int | None = None, dim: int = 80, seed: int = 0, profile: str = "synth"
+) -> Path:
+    """A prepared corpus of random features, lengths and label rate from ``CORPORA[profile]``
+    (``utts`` training utterances, else the profile's)."""
+    default_utts, units, frames_per_label, draw = CORPORA[profile]
+    utts = utts or default_utts
     rng = np.random.default_rng(seed)
-    phones = [f"p{i}" for i in range(45)]
+    phones = [f"p{i}" for i in range(units)]
     (root / "lang").mkdir(parents=True)
     (root / "lang/phones.txt").write_text("".join(f"{p}\n" for p in ["<blk>", *phones]))
     for split, count in (("train", utts), ("dev", 50)):
         out = root / "fbank" / split
         out.mkdir(parents=True)
-        lengths = np.clip(rng.gamma(6.0, 35.0, count).astype(int), 60, 800)
+        lengths = draw(rng, count).astype(int)
         feats = rng.standard_normal((int(lengths.sum()), dim)).astype(np.float16)
         feats.tofile(out / "feats.bin")
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -85,7 +114,8 @@ def synthetic_corpus(root: Path, utts: int = 2000, dim: int = 80, seed: int = 0)
             for n, (offset, frames) in enumerate(zip(offsets, lengths)):
                 utt = f"{split}-{n:05d}"
                 index.write(f"{utt}\t{offset}\t{frames}\n")
-                labels = [phones[i] for i in rng.integers(0, len(phones), max(1, int(frames) // 7))]
+                many = max(1, int(frames) // frames_per_label)
+                labels = [phones[i] for i in rng.integers(0, len(phones), many)]
                 records.append(
                     {
                         "id": utt,
@@ -144,6 +174,43 @@ def _profiler(device: torch.device) -> torch.profiler.profile:
     return torch.profiler.profile(activities=activities, record_shapes=True)
 
 
+def sync_sites(trainer, batch_ids, tokens: int, preset: str) -> str:
+    """Where one training step makes the host wait for the GPU: every synchronising CUDA
+    operation (``torch.cuda.set_sync_debug_mode``: item, nonzero, copies to the host, and those
+    inside operators, which the CPU counts of ``scripts/count_launches.py`` cannot see), by
+    the toolkit's innermost frame and the operator's, with counts. Each one is a place a CUDA
+    graph of the step cannot hold."""
+    if trainer.device.type != "cuda":
+        raise SystemExit("--sync-sites needs --device cuda: it asks CUDA which operations wait")
+    sites: collections.Counter = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if f.name != "record"]
+        ours = [f for f in frames if "/cbasr/" in f.filename or "/scripts/" in f.filename]
+        where = " < ".join(
+            f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(ours[-3:])
+        )
+        sites[f"{where} [{Path(filename).name}:{lineno}]"] += 1
+
+    batch = next(iter(trainer.loader([batch_ids]))).to(trainer.device)
+    _sync(trainer.device)
+    shown = warnings.showwarning
+    warnings.showwarning = record
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            trainer.train_step(batch, tokens)
+            _sync(trainer.device)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = shown
+    lines = [f"{preset}: {sum(sites.values())} synchronising operations in one step"]
+    lines += [f"{n:4d}  {site}" for site, n in sites.most_common()]
+    return "\n".join(lines)
+
+
 def bench(preset: str, data: Path, args, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = asr_trainer(
@@ -172,6 +239,11 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
                 step_s.append(done - ready)
             waited = time.perf_counter()
         profiler.__exit__(None, None, None)
+        if args.sync_sites:
+            try:
+                print(sync_sites(trainer, batches[-1], tokens[-1], preset), file=sys.stderr)
+            except RuntimeError as error:
+                print(f"{preset}: --sync-sites failed: {error}", file=sys.stderr)
         if args.profile:
             sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
             table = profiler.key_averages().table(
@@ -184,8 +256,21 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
             collate([trainer.task.train_set[i] for i in b]).to(dev)
             _sync(dev)
             load_s.append(time.perf_counter() - start)
+        floor = {}
+        if args.floor:  # the same batches, on the device, through the minimal loop
+            on_device = [b.to(dev) for b in trainer.loader(batches)]
+            cfg, vocab = trainer.task.cfg, len(trainer.task.vocab)
+            try:
+                floor_s = conformer_floor.floor_run(
+                    cfg, vocab, on_device, args.warmup, args.precision, dev
+                )
+            except RuntimeError as error:  # (out of memory, say) the toolkit's figures stand
+                floor["floor_error"] = f"{type(error).__name__}: {error}"[:500]
     measured = sum(frames[args.warmup :])
     wall = sum(step_s) + sum(wait_s)
+    if args.floor and "floor_error" not in floor:
+        floor["floor_frames_per_s"] = round(measured / sum(floor_s))
+        floor["floor_ratio"] = round(measured / wall / floor["floor_frames_per_s"], 3)
     return {
         "preset": preset,
         "device": str(dev),
@@ -198,6 +283,7 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
         "step_ms": round(1000 * statistics.median(step_s)),
         "wait_share": round(sum(wait_s) / wall, 3),
         "load_share": round(sum(load_s) / sum(step_s), 3),
+        **floor,
     }
 
 
@@ -250,6 +336,26 @@ def main(argv: list[str] | None = None) -> None:
         "figures, so take them from a run without it",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also train scripts/conformer_floor.py's minimal loop (torchaudio's Conformer, "
+        "ctc_loss or rnnt_loss) of the preset's sizes on the same batches: its frames/s and "
+        "the toolkit's share of them (for the Conformer presets)",
+    )
+    parser.add_argument(
+        "--corpus",
+        choices=sorted(CORPORA),
+        default=None,
+        help="the random corpus's lengths and units (--synthetic; default: librispeech for "
+        "the ls_ presets, else synth)",
+    )
+    parser.add_argument(
+        "--sync-sites",
+        action="store_true",
+        help="CUDA: after the run, one more step with each operation that makes the host wait "
+        "for the device listed to stderr by where it is called, with counts",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         nargs="+",
@@ -266,19 +372,26 @@ def main(argv: list[str] | None = None) -> None:
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     with tempfile.TemporaryDirectory() as tmp:
-        data = RECIPE / "data"
-        real = (data / "fbank/train/.done").is_file() and not args.synthetic
-        if not real:
-            data = synthetic_corpus(Path(tmp) / "data")
-        data_note = "recipes/synth/data (cached 80-dim fbank)" if real else "random 80-dim features"
+        corpora: dict[str, Path] = {}
+
+        def data_for(preset: str) -> Path:  # the prepared synth corpus, or a random one
+            real = RECIPE / "data"
+            profile = args.corpus or ("librispeech" if preset.startswith("ls_") else "synth")
+            if profile == "synth" and (real / "fbank/train/.done").is_file() and not args.synthetic:
+                return real
+            if profile not in corpora:
+                corpora[profile] = synthetic_corpus(Path(tmp) / profile, profile=profile)
+            return corpora[profile]
+
         print(
-            f"data: {data_note}; max_frames {args.max_frames}; precision {args.precision}",
+            f"data: recipes/synth/data (cached 80-dim fbank) where prepared, else random 80-dim "
+            f"features; max_frames {args.max_frames}; precision {args.precision}",
             file=sys.stderr if args.json == "-" else sys.stdout,
         )
         rows = []
         for d in devices:
             for p in args.presets:
-                rows.append(bench(p, data, args, d))
+                rows.append(bench(p, data_for(p), args, d))
                 if args.json == "-":
                     print(json.dumps(rows[-1]), flush=True)
     if args.json == "-":

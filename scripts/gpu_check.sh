@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine, in under 10 minutes (its steps' limits: 580 s in all),
-# the benchmarks whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests
-# of the kernels.
+# The GPU check: on a fresh GPU machine, in under 10 minutes (its steps' limits: 825 s in all;
+# GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
+# whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
 #
 #   scripts/gpu_wheels.sh                      # first, here, where PyPI can be reached: .whl/
 #   scripts/stage_author.sh CB_GIT PYDROBERT_GIT  # optional: the CB author's code, .author/
@@ -11,17 +11,21 @@
 # device machine sends back):
 #   summary.txt          nvidia-smi's name of the GPU, torch's and triton's versions, the commit,
 #                        then each step's exit status and time
-#   tests.log            pytest --device cuda on the Triton-marked and gpu-marked tests
-#   bench_losses.jsonl   scripts/bench_losses.py --device cuda --json
+#   tests.log            (step tests) pytest --device cuda on the Triton-marked and gpu-marked
+#                        tests: the kernels, the CUDA graphs of greedy decoding, the trainer
+#   bench_losses.jsonl   scripts/bench_losses.py --device cuda --json (LOSSES=a,b: those)
 #   bench_distributions.jsonl  scripts/bench_distributions.py --device cuda --json (with the CB
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
-#   bench_train.jsonl    scripts/bench_train.py --synthetic --device cuda --json --warm-pass,
-#                        then scripts/bench_greedy.py --device cuda --json: label-looping greedy
-#                        decoding against frame-looping (lines with "greedy", not "preset")
-#   profile.txt          the same presets under torch.profiler (bench_train.py --profile): each
-#                        operator's host and device time, and their totals, which say whether a
-#                        step waits on the host queueing kernels or on the device running them
+#   bench_train.jsonl    (bench_greedy) scripts/bench_greedy.py --device cuda --json: label-looping
+#                        greedy decoding, eager and from CUDA graphs, against frame-looping
+#                        (lines with "greedy"); (bench_train) scripts/bench_train.py --synthetic
+#                        --device cuda --json --warm-pass on the synth presets; (conformer) the
+#                        LibriSpeech Conformers against scripts/conformer_floor.py (--floor)
+#   profile.txt          (sync_sites) each synchronising operation of a step, by where it is
+#                        called (bench_train.py --sync-sites); (profile) the same presets under
+#                        torch.profiler: each operator's host and device time, and their totals,
+#                        which say whether a step waits on the host or on the device
 # Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
 # command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (README,
 # "Performance", also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
@@ -46,9 +50,12 @@ fi
 failed=0
 summary="$out/summary.txt"
 
+steps=${GPU_STEPS:-tests bench_greedy bench_losses bench_distributions bench_train conformer sync_sites table}
+
 step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, note the outcome
   local name=$1 limit=$2 file=$3
   shift 3
+  [[ " $steps " == *" $name "* ]] || return 0
   local start=$SECONDS
   timeout "$limit" "$@" >"$file" 2>>"$out/stderr.log"
   local rc=$?
@@ -56,7 +63,8 @@ step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, not
   [[ $rc -eq 0 ]] || failed=$((failed + 1))
 }
 
-annotate() {  # FILE COMMAND: add device name, commit and command to each JSON line of FILE
+annotate() {  # FILE COMMAND: add device name, commit and command to each JSON line of FILE (if any)
+  [[ -f $1 ]] || return 0
   "$py" scripts/perf_table.py --annotate "$1" "$commit" "$2"
 }
 
@@ -66,7 +74,33 @@ annotate() {  # FILE COMMAND: add device name, commit and command to each JSON l
   echo "commit $commit"
 } >"$summary" 2>&1
 
-cmd="scripts/bench_losses.py --device cuda --json --losses ctc,cb,cb_pytorch,rnnt,hat_fused,hat_pruned"
+# the CUDA tests first: a path that fails them has no figure worth taking
+step tests 120 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
+  -m "triton or gpu" tests/losses tests/distributions tests/models tests/training
+
+cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64"
+step bench_greedy 60 "$out/greedy.tmp" "$py" $cmd
+annotate "$out/greedy.tmp" "$cmd"
+[[ -f $out/greedy.tmp ]] && cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
+
+# the LibriSpeech Conformers (bf16, 60000 frames per batch) against the minimal loop
+cmd="scripts/bench_train.py --synthetic --device cuda --json --precision bf16 --max-frames 60000 --num-workers 4 --steps 8 --warmup 3 --floor --presets ls_conformer_ctc ls_conformer_cb ls_conformer_hat"
+step conformer 150 "$out/conformer.tmp" "$py" $cmd
+annotate "$out/conformer.tmp" "$cmd"
+[[ -f $out/conformer.tmp ]] && cat "$out/conformer.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/conformer.tmp"
+
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --presets blstm_ctc cb_pointwise demo_hat"
+step bench_train 120 "$out/train.tmp" "$py" $cmd
+annotate "$out/train.tmp" "$cmd"
+[[ -f $out/train.tmp ]] && cat "$out/train.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/train.tmp"
+
+# where a step waits on the host (what a CUDA graph of it cannot hold)
+step sync_sites 60 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
+  --synthetic --device cuda --steps 3 --warmup 2 --sync-sites \
+  --presets blstm_ctc cb_pointwise demo_hat
+
+# the losses, the distributions and the profiles (figures measured before come last)
+cmd="scripts/bench_losses.py --device cuda --json --losses ${LOSSES:-ctc,cb,cb_pytorch,rnnt,hat_fused,hat_pruned}"
 step bench_losses 145 "$out/bench_losses.jsonl" "$py" $cmd
 annotate "$out/bench_losses.jsonl" "$cmd"
 
@@ -75,22 +109,10 @@ cmd=(scripts/bench_distributions.py --device cuda --json)
 step bench_distributions 90 "$out/bench_distributions.jsonl" "$py" "${cmd[@]}"
 annotate "$out/bench_distributions.jsonl" "${cmd[*]}"
 
-cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --presets blstm_ctc cb_pointwise demo_hat"
-step bench_train 120 "$out/bench_train.jsonl" "$py" $cmd
-annotate "$out/bench_train.jsonl" "$cmd"
-
-cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64"
-step bench_greedy 25 "$out/greedy.tmp" "$py" $cmd
-annotate "$out/greedy.tmp" "$cmd"
-cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
-
-step profile 70 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
+step profile 70 "$out/profile.tmp" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \
   --synthetic --device cuda --warm-pass --steps 5 --warmup 2 --profile 30 \
   --presets blstm_ctc cb_pointwise demo_hat
-
-# last: the figures come first when the machine's time is short
-step tests 120 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
-  -m "triton or gpu" tests/losses tests/distributions
+[[ -f $out/profile.tmp ]] && cat "$out/profile.tmp" >>"$out/profile.txt" && rm -f "$out/profile.tmp"
 
 step table 10 "$out/table.md" "$py" scripts/perf_table.py "$out"
 echo "failed steps: $failed" | tee -a "$summary"

@@ -22,8 +22,11 @@ The ratios, each against its reference measured in the same run:
   over ours (target: at least 20 on a GPU);
 - training frames per second of ``cb_pointwise`` and ``demo_hat`` over ``blstm_ctc``'s
   (targets on a GPU: at least 1.0 and 0.8);
-- transducer greedy decoding, label-looping's speed over frame-looping's on one batch
-  (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``; target on a GPU: at least 3).
+- transducer greedy decoding, label-looping's speed over frame-looping's on one batch, eager
+  and replayed from CUDA graphs (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``;
+  target on a GPU: at least 3);
+- the LibriSpeech Conformers' training frames per second over the minimal loop's of the same
+  sizes on the same batches (``bench_train.py --floor``; target: at least 0.95).
 """
 
 import argparse
@@ -34,6 +37,7 @@ import sys
 from pathlib import Path
 
 GREEDY_SPEED_UP = 3.0  # label-looping over frame-looping greedy decoding, on a GPU
+FLOOR_RATIO = 0.95  # the LibriSpeech Conformers over scripts/conformer_floor.py's minimal loop
 # (quantity, ours, reference, field, target, higher is better)
 LOSS_RATIOS = [
     ("cb / ctc time", "cb", "ctc", "ms", 1.0, False),
@@ -118,6 +122,15 @@ def ratios(folder: Path) -> list[dict]:
             quantity = f"{r['greedy']} greedy: label-looping speed-up"
             mine, theirs = r["label_looping_ms"], r["frame_looping_ms"]
             add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
+            if "graphs_ms" in r:
+                quantity = f"{r['greedy']} greedy: label-looping from CUDA graphs, speed-up"
+                mine = r["graphs_ms"]
+                add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
+    for r in read_lines(folder / "bench_train.jsonl"):  # bench_train.py --floor's lines
+        if "floor_frames_per_s" in r:
+            quantity = f"{r['preset']} / minimal loop frames/s"
+            mine, theirs = r["frames_per_s"], r["floor_frames_per_s"]
+            add(quantity, "", mine, theirs, FLOOR_RATIO, True)
     return found
 
 

@@ -18,6 +18,7 @@ from cbasr.losses import (
 from cbasr.losses.tdt import tdt_nll
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.models.transducer_greedy import (
+    LabelLoopingGraphs,
     frame_looping_greedy,
     label_looping_greedy,
     tdt_greedy,
@@ -61,8 +62,9 @@ class TransducerModel(AsrModel):
             (:func:`cbasr.losses.transducer_lattice_nll`); the loss reported is the NLL.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping,
-    the default) or ``"frame"`` (:mod:`cbasr.models.transducer_greedy`); the hypotheses are
-    the same, the cost on a GPU is not.
+    the default), ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only) or
+    ``"frame"`` (:mod:`cbasr.models.transducer_greedy`); the hypotheses are the same, the cost
+    on a GPU is not.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class TransducerModel(AsrModel):
         self.sigma = sigma
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "label"
+        self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
         self.ctc_weight = ctc_weight
         if ctc_weight:  # the encoder's own frame posteriors over the V units, blank 0
             vocab = decoder.prediction.embedding.num_embeddings
@@ -259,5 +262,13 @@ class TransducerModel(AsrModel):
     def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         if self.criterion == "tdt":
             return tdt_greedy(self.decoder, h, lens, self.max_symbols)
+        if self.greedy_loop == "graphs":
+            if self._graphs is None:
+                self._graphs = LabelLoopingGraphs(self.decoder, self.max_symbols, self.greedy)
+            return self._graphs(h, lens)
+        if self.greedy_loop not in ("label", "frame"):
+            raise ValueError(
+                f"greedy_loop must be label, graphs or frame, got {self.greedy_loop!r}"
+            )
         search = label_looping_greedy if self.greedy_loop == "label" else frame_looping_greedy
         return search(self.decoder, h, lens, self.max_symbols, self.greedy)

@@ -26,9 +26,17 @@ longest hypothesis), label-looping about ``U``, with fewer kernels (``scripts/co
 --greedy`` counts both). Their hypotheses are the same (``tests/models/test_transducer_greedy.py``).
 """
 
+import itertools
+
 import torch
 
-__all__ = ["frame_looping_greedy", "label_looping_greedy", "tdt_greedy", "MAX_WINDOW"]
+__all__ = [
+    "frame_looping_greedy",
+    "label_looping_greedy",
+    "LabelLoopingGraphs",
+    "tdt_greedy",
+    "MAX_WINDOW",
+]
 
 MAX_WINDOW = 64  # frames label-looping's joint looks at in one step, once the window has grown
 
@@ -63,6 +71,88 @@ def _collect(out: torch.Tensor, count: torch.Tensor) -> list[list[int]]:
     return [row[:n] for row, n in zip(out.tolist(), count.tolist())]
 
 
+# Label-looping's steps, each a function of the loop's variables ``v`` (a dict of tensors, the
+# decoder's state under "state") returning them updated: run in turn by the eager loop, or
+# each captured once as a CUDA graph and replayed (:class:`LabelLoopingGraphs`).
+
+
+def _loop_begin(decoder, h: torch.Tensor, lens: torch.Tensor, max_symbols: int) -> dict:
+    B, T = h.shape[:2]
+    t = torch.zeros(B, dtype=torch.long, device=h.device)
+    return {
+        "state": decoder.begin(h, lens),
+        "lens": lens.to(h.device),
+        "t": t,
+        "symbols": torch.zeros_like(t),  # labels emitted on the current frame
+        "out": torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=h.device),
+        "count": torch.zeros_like(t),
+    }
+
+
+def _loop_start(v: dict) -> dict:
+    """An outer step begins: the rows with frames left look for their next label."""
+    looking = v["t"] < v["lens"]
+    return {
+        **v,
+        "looking": looking,
+        "found": torch.zeros_like(looking),
+        "index": torch.zeros_like(v["t"]),
+        "more": looking.any(),
+    }
+
+
+def _loop_look(decoder, v: dict, steps: torch.Tensor, rule: str) -> dict:
+    """An inner step: the rows still looking try the next ``len(steps)`` frames at once."""
+    t, looking, symbols = v["t"], v["looking"], v["symbols"]
+    frames = t.unsqueeze(1) + steps  # (B, width)
+    blank, labels = decoder.frame_scores(v["state"], frames)
+    emit, best = _best(labels, rule)
+    hit = looking.unsqueeze(1) & (emit > blank) & (frames < v["lens"].unsqueeze(1))
+    hit_any = hit.any(dim=1)
+    first = hit.int().argmax(dim=1)  # the first frame whose label beats the blank
+    index = torch.where(hit_any, best.gather(1, first.unsqueeze(1)).squeeze(1), v["index"])
+    # a row that moves on (its label on a later frame, or none here) starts it afresh
+    symbols = torch.where(looking & ((first > 0) | ~hit_any), 0, symbols)
+    t = torch.where(hit_any, t + first, torch.where(looking, t + steps.shape[0], t))
+    looking = looking & ~hit_any & (t < v["lens"])
+    found = v["found"] | hit_any
+    return {
+        **v,
+        "t": t,
+        "symbols": symbols,
+        "index": index,
+        "found": found,
+        "looking": looking,
+        "more": looking.any(),
+    }
+
+
+def _loop_commit(decoder, v: dict, max_symbols: int) -> dict:
+    """Every row found a label or ran out of frames: emit, one prediction step for all."""
+    found, index = v["found"], v["index"]
+    out = v["out"].scatter(1, v["count"].unsqueeze(1), (index + 1).unsqueeze(1))
+    state = decoder.commit_masked(dict(v["state"]), found, index + 1)
+    symbols = v["symbols"] + found
+    full = symbols >= max_symbols
+    return {
+        **v,
+        "state": state,
+        "out": out,
+        "count": v["count"] + found,
+        "t": v["t"] + full,
+        "symbols": symbols.masked_fill(full, 0),
+    }
+
+
+def _widths(window: int, T: int):
+    """The inner steps' frame counts: ``window``, twice that, ... up to the widest, then it."""
+    widest = min(max(window, MAX_WINDOW), max(T, 1))  # the joint's memory: B x widest units
+    width = window
+    while True:
+        yield width
+        width = min(2 * width, widest)
+
+
 def label_looping_greedy(
     decoder, h, lens, max_symbols: int, rule: str, window: int = 4
 ) -> list[list[int]]:
@@ -73,47 +163,145 @@ def label_looping_greedy(
     if larger) past them while some utterance has found none."""
     if window < 1:
         raise ValueError(f"window must be >= 1 frame, got {window}")
-    B, T = h.shape[:2]
-    device = h.device
-    state = decoder.begin(h, lens)
-    lens = lens.to(device)
-    t = torch.zeros(B, dtype=torch.long, device=device)
-    symbols = torch.zeros_like(t)  # labels emitted on the current frame
-    out = torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=device)
-    count = torch.zeros_like(t)
-    steps = torch.arange(max(T, 1), device=device)
-    widest = min(max(window, MAX_WINDOW), max(T, 1))  # the joint's memory: B x widest units
-    ends = lens.unsqueeze(1)
-    while True:
-        looking = t < lens
-        found = torch.zeros_like(looking)
-        index = torch.zeros_like(t)
-        width, searched = window, False
-        while bool(looking.any()):  # the rows still without a label look at the next frames
-            searched = True
-            frames = t.unsqueeze(1) + steps[:width]  # (B, width)
-            blank, labels = decoder.frame_scores(state, frames)
-            emit, best = _best(labels, rule)
-            hit = looking.unsqueeze(1) & (emit > blank) & (frames < ends)
-            hit_any = hit.any(dim=1)
-            first = hit.int().argmax(dim=1)  # the first frame whose label beats the blank
-            index = torch.where(hit_any, best.gather(1, first.unsqueeze(1)).squeeze(1), index)
-            # a row that moves on (its label on a later frame, or none here) starts it afresh
-            symbols = torch.where(looking & ((first > 0) | ~hit_any), 0, symbols)
-            t = torch.where(hit_any, t + first, torch.where(looking, t + width, t))
-            found = found | hit_any
-            looking = looking & ~hit_any & (t < lens)
-            width = min(2 * width, widest)
-        if not searched:  # every row has run out of frames
-            break
-        # every row found a label or ran out of frames: emit, one prediction step for all
-        out.scatter_(1, count.unsqueeze(1), (index + 1).unsqueeze(1))
-        count = count + found
-        state = decoder.commit_masked(state, found, index + 1)
-        symbols = symbols + found
-        full = symbols >= max_symbols
-        t, symbols = t + full, symbols.masked_fill(full, 0)
-    return _collect(out, count)
+    steps = torch.arange(max(h.shape[1], 1), device=h.device)
+    v = _loop_begin(decoder, h, lens, max_symbols)
+    while bool((v := _loop_start(v))["more"]):
+        for width in _widths(window, h.shape[1]):
+            v = _loop_look(decoder, v, steps[:width], rule)
+            if not bool(v["more"]):
+                break
+        v = _loop_commit(decoder, v, max_symbols)
+    return _collect(v["out"], v["count"])
+
+
+class LabelLoopingGraphs:
+    """:func:`label_looping_greedy` with its steps replayed from CUDA graphs: per batch shape,
+    three kinds of step are captured once (the search's start; an inner step per frame window;
+    an outer step's commit with the next one's start) and replayed after, each one launch
+    where the eager step queues tens of kernels. The host still reads one flag per step of the
+    two loops, as the eager search does (Bataev et al. 2024 replace those reads with CUDA's
+    conditional nodes). The same hypotheses as the eager search.
+
+    Frames are padded to a multiple of ``bucket`` (the padding is never looked at: every frame
+    past an utterance's length is), so batches of similar length share graphs; the graphs of
+    the last ``shapes`` shapes are kept. A decoder in training mode (dropout), or a batch with
+    no frames, runs the eager search. CUDA only: on another device it says so.
+    """
+
+    def __init__(
+        self,
+        decoder,
+        max_symbols: int,
+        rule: str,
+        window: int = 4,
+        bucket: int = 64,
+        shapes: int = 8,
+    ):
+        if window < 1 or bucket < 1 or shapes < 1:
+            raise ValueError(
+                f"window, bucket and shapes must be >= 1, got {window}, {bucket}, {shapes}"
+            )
+        self.decoder, self.max_symbols, self.rule = decoder, max_symbols, rule
+        self.window, self.bucket, self.shapes = window, bucket, shapes
+        self._captured: dict = {}  # key -> _Captured, oldest first
+
+    def __call__(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+        if h.device.type != "cuda":
+            raise ValueError(
+                f"greedy_loop='graphs' replays CUDA graphs and needs a CUDA device, not "
+                f"{h.device}: use greedy_loop='label' (the same search, eager) there"
+            )
+        B, T = h.shape[:2]
+        if self.decoder.training or B == 0 or T == 0:
+            return label_looping_greedy(
+                self.decoder, h, lens, self.max_symbols, self.rule, self.window
+            )
+        padded = -(-T // self.bucket) * self.bucket
+        key = (
+            B,
+            padded,
+            h.shape[2:],
+            h.dtype,
+            h.device,
+            torch.is_autocast_enabled("cuda"),
+            tuple(p.data_ptr() for p in self.decoder.parameters()),  # moved or replaced: anew
+        )
+        captured = self._captured.pop(key, None)
+        if captured is None:
+            if len(self._captured) >= self.shapes:
+                self._captured.pop(next(iter(self._captured)))
+            captured = _Captured(self, h.new_zeros(B, padded, *h.shape[2:]), lens.to(h.device))
+        self._captured[key] = captured  # the newest last
+        return captured.decode(h, lens)
+
+
+class _Captured:
+    """The CUDA graphs of :class:`LabelLoopingGraphs` for one batch shape, with the static
+    tensors they read and write: the input ``h``, ``lens`` and the loop's variables."""
+
+    def __init__(self, search: LabelLoopingGraphs, h: torch.Tensor, lens: torch.Tensor):
+        from torch.utils import _pytree
+
+        decoder, cap, rule = search.decoder, search.max_symbols, search.rule
+        self.h, self.lens = h, lens.clone()
+        steps = torch.arange(h.shape[1], device=h.device)
+        self.widths = []
+        for width in _widths(search.window, h.shape[1]):
+            if self.widths and width == self.widths[-1]:
+                break
+            self.widths.append(width)
+
+        def first(v):
+            return _loop_start(_loop_begin(decoder, self.h, self.lens, cap))
+
+        def look(width):
+            return lambda v: _loop_look(decoder, v, steps[:width], rule)
+
+        def then(v):
+            return _loop_start(_loop_commit(decoder, v, cap))
+
+        phases = [first, *map(look, self.widths), then]
+        device = h.device
+        with torch.no_grad():
+            side = torch.cuda.Stream(device)  # warm-up off the capturing stream, as CUDA asks
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                v = first(None)
+                for phase in phases[1:]:
+                    phase(v)
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.v = first(None)  # the static variables: every step writes into them
+            statics, spec = _pytree.tree_flatten(self.v)
+            pool = torch.cuda.graph_pool_handle()
+            self.graphs = []
+            for phase in phases:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    values, out_spec = _pytree.tree_flatten(
+                        phase(_pytree.tree_unflatten(statics, spec))
+                    )
+                    if out_spec != spec:
+                        raise RuntimeError(f"a step changed the loop's variables: {out_spec}")
+                    for static, value in zip(statics, values):
+                        if value is not static:
+                            static.copy_(value)
+                self.graphs.append(graph)
+
+    def decode(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+        T = h.shape[1]
+        self.h[:, :T].copy_(h)
+        self.h[:, T:].zero_()
+        self.lens.copy_(lens)
+        first, *looks, then = self.graphs
+        more = self.v["more"]
+        first.replay()
+        while bool(more):
+            for i in itertools.count():
+                looks[min(i, len(looks) - 1)].replay()
+                if not bool(more):
+                    break
+            then.replay()
+        return _collect(self.v["out"], self.v["count"])
 
 
 def tdt_greedy(decoder, h, lens, max_symbols: int) -> list[list[int]]:

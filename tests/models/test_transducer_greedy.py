@@ -4,7 +4,12 @@ prediction-network step per emitted label position and no host read of which row
 import pytest
 import torch
 
-from cbasr.models.transducer_greedy import MAX_WINDOW, frame_looping_greedy, label_looping_greedy
+from cbasr.models.transducer_greedy import (
+    MAX_WINDOW,
+    LabelLoopingGraphs,
+    frame_looping_greedy,
+    label_looping_greedy,
+)
 from cbasr.modules.decoders.transducer import per_row
 from tests.search import tiny
 
@@ -205,3 +210,39 @@ def test_a_long_blank_stretch_is_crossed_in_windows_of_at_most_max_window_frames
     assert model._greedy(torch.zeros(2, 200, 1), torch.tensor([200, 100])) == [[1], []]
     if loop == "label":
         assert max(widths) == MAX_WINDOW and widths[:3] == [4, 8, 16]
+
+
+def test_graphs_need_cuda_and_an_unknown_loop_is_refused():
+    model = tiny.build("hat", seed=1)
+    feats, lens = tiny.batch(seed=2)
+    model.greedy_loop = "graphs"
+    with pytest.raises(ValueError, match="needs a CUDA device, not cpu: use greedy_loop='label'"):
+        model.greedy_decode(feats, lens)
+    model.greedy_loop = "labels"
+    with pytest.raises(ValueError, match="greedy_loop must be label, graphs or frame, got 'lab"):
+        model.greedy_decode(feats, lens)
+    with pytest.raises(ValueError, match="bucket and shapes must be >= 1, got 4, 0, 8"):
+        LabelLoopingGraphs(model.decoder, 4, "label", bucket=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+@pytest.mark.parametrize("rule,max_symbols", [("label", 1), ("label", 3), ("emission", 2)])
+def test_graphs_give_the_frame_looping_hypotheses_on_cuda(name, rule, max_symbols, device):
+    """Replayed CUDA graphs take the eager searches' decisions: on a batch, on another batch of
+    the same padded shape (the static tensors rewritten, a shorter last frame), and again
+    after the graphs of another shape evicted them (``shapes=1``)."""
+    options = {"greedy": rule, "max_symbols": max_symbols}
+    model, feats, lens = _emitting(name, options, 0.3)
+    model = model.float().to(device).eval()
+    h, h_lens = model.encoder(feats.float().to(device), lens.to(device))
+    search = LabelLoopingGraphs(model.decoder, max_symbols, rule, bucket=16, shapes=1)
+    others = (h.flip(0), h_lens.flip(0).clamp(max=h.shape[1] - 3))  # same padded shape
+    for batch in [(h, h_lens), others, (h[:3], h_lens[:3]), (h, h_lens)]:
+        with torch.no_grad():
+            frame = frame_looping_greedy(model.decoder, *batch, max_symbols, rule)
+            graphs = search(*batch)
+        assert graphs == frame and sum(map(len, frame)) > 0
+    assert len(search._captured) == 1
+    model.greedy_loop = "graphs"
+    assert model.greedy_decode(feats.float().to(device), lens.to(device)) == search(h, h_lens)
