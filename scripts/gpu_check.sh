@@ -84,7 +84,7 @@ annotate "$out/greedy.tmp" "$cmd"
 [[ -f $out/greedy.tmp ]] && cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
 
 # the LibriSpeech Conformers (bf16, 60000 frames per batch) against the minimal loop
-cmd="scripts/bench_train.py --synthetic --device cuda --json --precision bf16 --max-frames 60000 --num-workers 4 --steps 8 --warmup 3 --floor --presets ls_conformer_ctc ls_conformer_cb ls_conformer_hat"
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --precision bf16 --max-frames 60000 --num-workers 4 --steps 8 --warmup 3 --floor --presets ls_conformer_ctc ls_conformer_cb ls_conformer_hat"
 step conformer 150 "$out/conformer.tmp" "$py" $cmd
 annotate "$out/conformer.tmp" "$cmd"
 [[ -f $out/conformer.tmp ]] && cat "$out/conformer.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/conformer.tmp"

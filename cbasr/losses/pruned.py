@@ -347,8 +347,9 @@ def pruned_transducer_nll(
     blank_lp, emit_lp = _edges(blank_units, torch.where(pad_t, 0.0, picked[..., 1]), lse, hat)
     # positions run to U + S - 1 at most: the tables get S - 1 spare columns, cut off after
     width = U1 + S - 1
-    blank = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
-    emit = units.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
+    # in the edges' precision (float32 for half-precision units: the lattice sums in it)
+    blank = blank_lp.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
+    emit = emit_lp.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
     return _lattice_nll(
         blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic, 0.0
     )

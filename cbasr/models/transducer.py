@@ -61,10 +61,11 @@ class TransducerModel(AsrModel):
             arXiv:2010.11148), the gradient of every label edge scaled by ``1 + lambda``
             (:func:`cbasr.losses.transducer_lattice_nll`); the loss reported is the NLL.
 
-    Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping,
-    the default), ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only) or
-    ``"frame"`` (:mod:`cbasr.models.transducer_greedy`); the hypotheses are the same, the cost
-    on a GPU is not.
+    Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
+    ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
+    ``"graphs"`` for a model in eval mode on a GPU, else ``"label"``) or ``"frame"``
+    (:mod:`cbasr.models.transducer_greedy`); the hypotheses are the same, the cost on a GPU is
+    not (``scripts/bench_greedy.py``).
     """
 
     def __init__(
@@ -113,7 +114,7 @@ class TransducerModel(AsrModel):
             )
         self.sigma = sigma
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
-        self.greedy_loop = "label"
+        self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
         self.ctc_weight = ctc_weight
         if ctc_weight:  # the encoder's own frame posteriors over the V units, blank 0
@@ -262,13 +263,14 @@ class TransducerModel(AsrModel):
     def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         if self.criterion == "tdt":
             return tdt_greedy(self.decoder, h, lens, self.max_symbols)
-        if self.greedy_loop == "graphs":
+        loop = self.greedy_loop
+        if loop == "auto":  # replayed graphs where they can be: decoding on a GPU
+            loop = "graphs" if h.is_cuda and not self.training else "label"
+        if loop == "graphs":
             if self._graphs is None:
                 self._graphs = LabelLoopingGraphs(self.decoder, self.max_symbols, self.greedy)
             return self._graphs(h, lens)
-        if self.greedy_loop not in ("label", "frame"):
-            raise ValueError(
-                f"greedy_loop must be label, graphs or frame, got {self.greedy_loop!r}"
-            )
-        search = label_looping_greedy if self.greedy_loop == "label" else frame_looping_greedy
+        if loop not in ("label", "frame"):
+            raise ValueError(f"greedy_loop must be auto, label, graphs or frame, got {loop!r}")
+        search = label_looping_greedy if loop == "label" else frame_looping_greedy
         return search(self.decoder, h, lens, self.max_symbols, self.greedy)

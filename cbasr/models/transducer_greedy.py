@@ -185,7 +185,9 @@ class LabelLoopingGraphs:
     Frames are padded to a multiple of ``bucket`` (the padding is never looked at: every frame
     past an utterance's length is), so batches of similar length share graphs; the graphs of
     the last ``shapes`` shapes are kept. A decoder in training mode (dropout), or a batch with
-    no frames, runs the eager search. CUDA only: on another device it says so.
+    no frames, runs the eager search. CUDA only: on another device it says so. With
+    ``graphs=False`` the same steps on the same static tensors run eagerly instead of being
+    captured, on any device: the search's bookkeeping, testable without a GPU.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class LabelLoopingGraphs:
         window: int = 4,
         bucket: int = 64,
         shapes: int = 8,
+        graphs: bool = True,
     ):
         if window < 1 or bucket < 1 or shapes < 1:
             raise ValueError(
@@ -203,10 +206,11 @@ class LabelLoopingGraphs:
             )
         self.decoder, self.max_symbols, self.rule = decoder, max_symbols, rule
         self.window, self.bucket, self.shapes = window, bucket, shapes
+        self.graphs = graphs
         self._captured: dict = {}  # key -> _Captured, oldest first
 
     def __call__(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
-        if h.device.type != "cuda":
+        if self.graphs and h.device.type != "cuda":
             raise ValueError(
                 f"greedy_loop='graphs' replays CUDA graphs and needs a CUDA device, not "
                 f"{h.device}: use greedy_loop='label' (the same search, eager) there"
@@ -235,6 +239,27 @@ class LabelLoopingGraphs:
         return captured.decode(h, lens)
 
 
+def _capture(runs: list, device: torch.device) -> list:
+    """The CUDA graphs of ``runs`` (functions of no argument that write into tensors they
+    hold), as their replays; each run first once on a side stream, as CUDA asks, then
+    captured. They share a memory pool: they never run at the same time, and nothing that
+    one leaves in the pool is read by another (what persists is in the static tensors)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for run in runs:
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    pool = torch.cuda.graph_pool_handle()
+    replays = []
+    for run in runs:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            run()
+        replays.append(graph.replay)
+    return replays
+
+
 class _Captured:
     """The CUDA graphs of :class:`LabelLoopingGraphs` for one batch shape, with the static
     tensors they read and write: the input ``h``, ``lens`` and the loop's variables."""
@@ -251,8 +276,13 @@ class _Captured:
                 break
             self.widths.append(width)
 
+        # (no closure holds self: the graphs of an evicted shape are freed on the spot, not
+        # by the garbage collector, which may run while another shape is being captured, when
+        # CUDA refuses to destroy a graph)
+        h, lens = self.h, self.lens
+
         def first(v):
-            return _loop_start(_loop_begin(decoder, self.h, self.lens, cap))
+            return _loop_start(_loop_begin(decoder, h, lens, cap))
 
         def look(width):
             return lambda v: _loop_look(decoder, v, steps[:width], rule)
@@ -261,22 +291,13 @@ class _Captured:
             return _loop_start(_loop_commit(decoder, v, cap))
 
         phases = [first, *map(look, self.widths), then]
-        device = h.device
         with torch.no_grad():
-            side = torch.cuda.Stream(device)  # warm-up off the capturing stream, as CUDA asks
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                v = first(None)
-                for phase in phases[1:]:
-                    phase(v)
-            torch.cuda.current_stream(device).wait_stream(side)
-            self.v = first(None)  # the static variables: every step writes into them
+            # the static variables, each a tensor of its own: every step writes into them
+            self.v = _pytree.tree_map(torch.clone, first(None))
             statics, spec = _pytree.tree_flatten(self.v)
-            pool = torch.cuda.graph_pool_handle()
-            self.graphs = []
-            for phase in phases:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+
+            def in_place(phase):  # the phase, writing its results into the static variables
+                def run():
                     values, out_spec = _pytree.tree_flatten(
                         phase(_pytree.tree_unflatten(statics, spec))
                     )
@@ -285,22 +306,29 @@ class _Captured:
                     for static, value in zip(statics, values):
                         if value is not static:
                             static.copy_(value)
-                self.graphs.append(graph)
 
+                return run
+
+            # the runs hold what the graphs read besides the static variables (the frame
+            # offsets, the decoder): kept for as long as the graphs are
+            self.runs = [in_place(phase) for phase in phases]
+            self.steps = self.runs if not search.graphs else _capture(self.runs, h.device)
+
+    @torch.no_grad()
     def decode(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
         T = h.shape[1]
         self.h[:, :T].copy_(h)
         self.h[:, T:].zero_()
         self.lens.copy_(lens)
-        first, *looks, then = self.graphs
+        first, *looks, then = self.steps
         more = self.v["more"]
-        first.replay()
+        first()
         while bool(more):
             for i in itertools.count():
-                looks[min(i, len(looks) - 1)].replay()
+                looks[min(i, len(looks) - 1)]()
                 if not bool(more):
                     break
-            then.replay()
+            then()
         return _collect(self.v["out"], self.v["count"])
 
 

@@ -286,6 +286,24 @@ def test_pruned_loss_gradcheck_and_padding(criterion):
     assert torch.isfinite(grad).all() and (grad[1, 2:] == 0).all()
 
 
+@pytest.mark.parametrize("monotonic", [False, True])
+@pytest.mark.parametrize("criterion", CRITERIA)
+def test_pruned_loss_of_half_precision_units_sums_in_float32(criterion, monotonic):
+    """bfloat16 units (a joint under autocast): the loss is float32, the float32 loss of the
+    same (rounded) units, and the gradient is the units' own dtype."""
+    utterances = [(4, [1, 2]), (3, [3])]
+    targets, il, tl = _lengths_and_targets(utterances)
+    S = 2
+    starts = prune_ranges(torch.rand(2, 4, 3), il, tl, S, monotonic=monotonic)
+    units = _units(17, utterances, V=4, width=S).to(torch.bfloat16).requires_grad_()
+    hat = criterion == "hat"
+    nll = pruned_transducer_nll(units, starts, targets, il, tl, hat, monotonic)
+    want = pruned_transducer_nll(units.detach().float(), starts, targets, il, tl, hat, monotonic)
+    assert nll.dtype == torch.float32 and torch.isfinite(want).all()
+    torch.testing.assert_close(nll, want)
+    assert torch.autograd.grad(nll.sum(), units)[0].dtype == torch.bfloat16
+
+
 # ---- the simple loss --------------------------------------------------------------------------
 
 

@@ -74,7 +74,8 @@ def test_label_looping_on_the_monotonic_topology(name):
     feats, lens = tiny.batch(seed=2)
     frame, label = _searches(model, feats, lens)
     assert label == frame and any(len(y) > 2 for y in label)
-    assert model.greedy_decode(feats, lens) == label  # the model's default is label-looping
+    assert model.greedy_decode(feats, lens) == label  # the default on the CPU: label-looping
+    assert model.greedy_loop == "auto" and model._graphs is None
 
 
 @pytest.mark.parametrize("max_symbols", [1, 2, 4])
@@ -219,30 +220,48 @@ def test_graphs_need_cuda_and_an_unknown_loop_is_refused():
     with pytest.raises(ValueError, match="needs a CUDA device, not cpu: use greedy_loop='label'"):
         model.greedy_decode(feats, lens)
     model.greedy_loop = "labels"
-    with pytest.raises(ValueError, match="greedy_loop must be label, graphs or frame, got 'lab"):
+    with pytest.raises(ValueError, match="must be auto, label, graphs or frame, got 'labels'"):
         model.greedy_decode(feats, lens)
     with pytest.raises(ValueError, match="bucket and shapes must be >= 1, got 4, 0, 8"):
         LabelLoopingGraphs(model.decoder, 4, "label", bucket=0)
+
+
+def _graphs_match(name, rule, max_symbols, device, graphs):
+    options = {"greedy": rule, "max_symbols": max_symbols}
+    model, feats, lens = _emitting(name, options, 0.3)
+    model = model.float().to(device).eval()
+    feats, lens = feats.float().to(device), lens.to(device)
+    with torch.no_grad():
+        h, h_lens = model.encoder(feats, lens)
+    search = LabelLoopingGraphs(
+        model.decoder, max_symbols, rule, bucket=16, shapes=1, graphs=graphs
+    )
+    others = (h.flip(0), h_lens.flip(0).clamp(max=h.shape[1] - 3))  # same padded shape
+    for batch in [(h, h_lens), others, (h[:3], h_lens[:3]), (h, h_lens)]:
+        with torch.no_grad():
+            frame = frame_looping_greedy(model.decoder, *batch, max_symbols, rule)
+            replayed = search(*batch)
+        assert replayed == frame and sum(map(len, frame)) > 0
+    assert len(search._captured) == 1
+    return model, feats, lens, search(h, h_lens)
+
+
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+@pytest.mark.parametrize("rule,max_symbols", [("label", 1), ("label", 3), ("emission", 2)])
+def test_the_static_steps_give_the_frame_looping_hypotheses(name, rule, max_symbols):
+    """The graphs' steps, run eagerly on their static tensors (``graphs=False``), take the
+    eager searches' decisions: on a batch, on another batch of the same padded shape (the
+    static tensors rewritten, a shorter last frame), and again after the steps of another
+    shape evicted them (``shapes=1``)."""
+    _graphs_match(name, rule, max_symbols, "cpu", graphs=False)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
 @pytest.mark.parametrize("rule,max_symbols", [("label", 1), ("label", 3), ("emission", 2)])
 def test_graphs_give_the_frame_looping_hypotheses_on_cuda(name, rule, max_symbols, device):
-    """Replayed CUDA graphs take the eager searches' decisions: on a batch, on another batch of
-    the same padded shape (the static tensors rewritten, a shorter last frame), and again
-    after the graphs of another shape evicted them (``shapes=1``)."""
-    options = {"greedy": rule, "max_symbols": max_symbols}
-    model, feats, lens = _emitting(name, options, 0.3)
-    model = model.float().to(device).eval()
-    h, h_lens = model.encoder(feats.float().to(device), lens.to(device))
-    search = LabelLoopingGraphs(model.decoder, max_symbols, rule, bucket=16, shapes=1)
-    others = (h.flip(0), h_lens.flip(0).clamp(max=h.shape[1] - 3))  # same padded shape
-    for batch in [(h, h_lens), others, (h[:3], h_lens[:3]), (h, h_lens)]:
-        with torch.no_grad():
-            frame = frame_looping_greedy(model.decoder, *batch, max_symbols, rule)
-            graphs = search(*batch)
-        assert graphs == frame and sum(map(len, frame)) > 0
-    assert len(search._captured) == 1
-    model.greedy_loop = "graphs"
-    assert model.greedy_decode(feats.float().to(device), lens.to(device)) == search(h, h_lens)
+    """The same, replayed from CUDA graphs; and the model's ``greedy_loop="graphs"``."""
+    model, feats, lens, hyps = _graphs_match(name, rule, max_symbols, device, graphs=True)
+    assert model.greedy_loop == "auto" and model._graphs is None
+    assert model.greedy_decode(feats, lens) == hyps  # the default on a GPU: graphs
+    assert model._graphs is not None and len(model._graphs._captured) == 1
