@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine, in under 10 minutes (its steps' limits: 825 s in all;
+# The GPU check: on a fresh GPU machine (its steps' limits: 825 s in all, more than one device call;
 # GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
 # whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
 #
