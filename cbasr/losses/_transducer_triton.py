@@ -71,23 +71,73 @@ def _forward_edges(n, u, inside, T, MONOTONIC: tl.constexpr):  # pragma: no cove
 
 
 @triton.jit
+def _shifted(weight_ptr, at, mask, shift_ptr, shift_at):  # pragma: no cover - compiled
+    """``weight[at] - shift[shift_at]`` where ``mask``, ``-inf`` elsewhere."""
+    weight = tl.load(weight_ptr + at, mask=mask, other=-math.inf)
+    return weight - tl.load(shift_ptr + shift_at, mask=mask, other=0.0)
+
+
+@triton.jit
 def _forward_weights(
-    blank_ptr, emit_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+    blank_ptr, emit_ptr, bshift_ptr, eshift_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """The weights of the edges into level ``n``'s nodes, a blank's and a label's; ``-inf``
-    where there is no such edge."""
+    """The shifted weights of the edges into level ``n``'s nodes, a blank's and a label's;
+    ``-inf`` where there is no such edge."""
     t, te, live, down, across = _forward_edges(n, u, inside, T, MONOTONIC)
-    blank = tl.load(blank_ptr + (b * T + t - 1) * U1 + u, mask=down, other=-math.inf)
-    emit = tl.load(emit_ptr + (b * T + te) * (U1 - 1) + u - 1, mask=across, other=-math.inf)
+    blank = _shifted(blank_ptr, (b * T + t - 1) * U1 + u, down, bshift_ptr, b * T + t - 1)
+    at = (b * T + te) * (U1 - 1) + u - 1
+    if MONOTONIC:  # both edges of a frame share its shift
+        emit = _shifted(emit_ptr, at, across, bshift_ptr, b * T + te)
+    else:  # each label's emission its own
+        emit = _shifted(emit_ptr, at, across, eshift_ptr, b * U1 + u - 1)
     return blank, emit
+
+
+@triton.jit
+def _shifts(
+    blank_ptr, emit_ptr, bshift_ptr, eshift_ptr, b, u, T, U1, MONOTONIC: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """The shifts that keep utterance ``b``'s forward variables near 0 in float32, stored,
+    and their total, which every path carries (so ``log P(y)`` is the shifted lattice's plus
+    it; the posteriors do not change). Standard lattice: every path takes one blank per frame
+    and emits every label once, so each frame's blank weights and each label's emission
+    weights are shifted by their maximum. One label per frame: every path takes exactly one
+    edge per frame, so both edges of a frame are shifted by one constant. (A maximum that is
+    not finite shifts by 0.)"""
+    inside = u < U1
+    emits = u < U1 - 1
+    top = tl.full(u.shape, float("-inf"), bshift_ptr.dtype.element_ty)  # each label's, over t
+    total = tl.sum(tl.zeros(u.shape, bshift_ptr.dtype.element_ty), axis=0)
+    t = 0
+    while t < T:
+        row = (b * T + t) * U1
+        blank = tl.load(blank_ptr + row + u, mask=inside, other=-math.inf)
+        emit = tl.load(emit_ptr + row - b * T - t + u, mask=emits, other=-math.inf)
+        shift = tl.max(blank, axis=0)
+        if MONOTONIC:
+            shift = tl.maximum(shift, tl.max(emit, axis=0))
+        else:
+            top = tl.maximum(top, emit)
+        shift = _finite_or_zero(shift)
+        tl.store(bshift_ptr + b * T + t, shift)
+        total += shift
+        t += 1
+    if not MONOTONIC:
+        top = tl.where(emits, _finite_or_zero(top), 0.0)
+        tl.store(eshift_ptr + b * U1 + u, top, mask=inside)
+        total += tl.sum(top, axis=0)
+    return total
 
 
 @triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
 def _forward_kernel(
     blank_ptr,
     emit_ptr,
+    bshift_ptr,
+    eshift_ptr,
     alpha_ptr,
     log_p_ptr,
+    shifted_ptr,
     lengths_ptr,
     T,
     U1,
@@ -95,21 +145,26 @@ def _forward_kernel(
     BLOCK: tl.constexpr,
     MONOTONIC: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Utterance ``b = program_id``: ``alpha`` ``(B, T + 1, U + 1)`` and ``log_p[b]`` from
-    ``blank`` ``(B, T, U + 1)`` and ``emit`` ``(B, T, U)``."""
+    """Utterance ``b = program_id``: the shifts (:func:`_shifts`, into ``bshift`` ``(B, T)``
+    and ``eshift`` ``(B, U + 1)``), ``alpha`` ``(B, T + 1, U + 1)`` of the shifted lattice,
+    ``log_p[b]`` (shifted back) and ``shifted[b]`` (not), from ``blank`` ``(B, T, U + 1)`` and
+    ``emit`` ``(B, T, U)``."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
     left = tl.where(u >= 1, u - 1, 0)
+    total = _shifts(blank_ptr, emit_ptr, bshift_ptr, eshift_ptr, b, u, T, U1, MONOTONIC)
+    tl.debug_barrier()  # the shifts are read back by every lane
     nodes = alpha_ptr + b * (T + 1) * U1
     level = tl.where(u == 0, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
     tl.store(nodes + u, level, mask=inside)  # row 0; the standard lattice overwrites u > 0
-    blank, emit = _forward_weights(blank_ptr, emit_ptr, b, 1, u, inside, T, U1, MONOTONIC)
+    shifts = (bshift_ptr, eshift_ptr)
+    blank, emit = _forward_weights(blank_ptr, emit_ptr, *shifts, b, 1, u, inside, T, U1, MONOTONIC)
     n = 1
     while n < LEVELS:  # (a while loop: Triton's interpreter cannot take range() of an argument)
         # the next level's weights, on their way while this level computes
         blank_next, emit_next = _forward_weights(
-            blank_ptr, emit_ptr, b, n + 1, u, inside, T, U1, MONOTONIC
+            blank_ptr, emit_ptr, *shifts, b, n + 1, u, inside, T, U1, MONOTONIC
         )
         t, te, live, down, across = _forward_edges(n, u, inside, T, MONOTONIC)
         # the previous level at u and at u - 1; only along edges that exist (a NaN in a node
@@ -122,7 +177,9 @@ def _forward_kernel(
         n += 1
     tl.debug_barrier()  # log P(y) is read back from the table
     labels = tl.load(lengths_ptr + b)
-    tl.store(log_p_ptr + b, tl.load(nodes + T * U1 + labels))
+    shifted = tl.load(nodes + T * U1 + labels)
+    tl.store(shifted_ptr + b, shifted)
+    tl.store(log_p_ptr + b, shifted + total)
 
 
 @triton.jit
@@ -139,13 +196,28 @@ def _backward_edges(n, u, inside, T, U1, MONOTONIC: tl.constexpr):  # pragma: no
 
 @triton.jit
 def _backward_weights(
-    blank_ptr, emit_ptr, alpha_ptr, b, n, u, inside, T, U1, MONOTONIC: tl.constexpr
+    blank_ptr,
+    emit_ptr,
+    bshift_ptr,
+    eshift_ptr,
+    alpha_ptr,
+    b,
+    n,
+    u,
+    inside,
+    T,
+    U1,
+    MONOTONIC: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Level ``n`` of the backward pass: the weights of the edges out of its nodes (``-inf``
-    where none) and the nodes' forward variables."""
+    """Level ``n`` of the backward pass: the shifted weights of the edges out of its nodes
+    (``-inf`` where none) and the nodes' forward variables."""
     t, live, emits, end = _backward_edges(n, u, inside, T, U1, MONOTONIC)
-    blank = tl.load(blank_ptr + (b * T + t) * U1 + u, mask=live, other=-math.inf)
-    emit = tl.load(emit_ptr + (b * T + t) * (U1 - 1) + u, mask=emits, other=-math.inf)
+    blank = _shifted(blank_ptr, (b * T + t) * U1 + u, live, bshift_ptr, b * T + t)
+    at = (b * T + t) * (U1 - 1) + u
+    if MONOTONIC:
+        emit = _shifted(emit_ptr, at, emits, bshift_ptr, b * T + t)
+    else:
+        emit = _shifted(emit_ptr, at, emits, eshift_ptr, b * U1 + u)
     alpha = tl.load(alpha_ptr + (b * (T + 1) + t) * U1 + u, mask=live, other=-math.inf)
     return blank, emit, alpha
 
@@ -154,6 +226,8 @@ def _backward_weights(
 def _backward_kernel(
     blank_ptr,
     emit_ptr,
+    bshift_ptr,
+    eshift_ptr,
     alpha_ptr,
     log_p_ptr,
     lengths_ptr,
@@ -167,7 +241,7 @@ def _backward_kernel(
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """Utterance ``b = program_id``: the backward variables from ``beta(T, U_b) = 0``, level by
     level in registers, and the edge posteriors of the blank ``(B, T, U + 1)`` and label
-    ``(B, T, U)`` edges."""
+    ``(B, T, U)`` edges (``log_p``: the shifted lattice's, with the forward kernel's shifts)."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
     u = tl.arange(0, BLOCK)
     inside = u < U1
@@ -177,14 +251,15 @@ def _backward_kernel(
     log_p = tl.where(log_p == float("-inf"), 0.0, log_p)  # no path: every posterior is 0
     last = tl.where(u == labels, 0.0, float("-inf")).to(alpha_ptr.dtype.element_ty)
     level = tl.zeros_like(last) + float("-inf")  # the level after the last: no nodes
+    shifts = (bshift_ptr, eshift_ptr)
     blank, emit, alpha = _backward_weights(
-        blank_ptr, emit_ptr, alpha_ptr, b, LEVELS - 1, u, inside, T, U1, MONOTONIC
+        blank_ptr, emit_ptr, *shifts, alpha_ptr, b, LEVELS - 1, u, inside, T, U1, MONOTONIC
     )
     n = LEVELS - 1
     while n >= 0:
         # the previous level's weights and forward variables, loaded while this level computes
         blank_next, emit_next, alpha_next = _backward_weights(
-            blank_ptr, emit_ptr, alpha_ptr, b, n - 1, u, inside, T, U1, MONOTONIC
+            blank_ptr, emit_ptr, *shifts, alpha_ptr, b, n - 1, u, inside, T, U1, MONOTONIC
         )
         t, live, emits, end = _backward_edges(n, u, inside, T, U1, MONOTONIC)
         # beta of the next level at u, (t + 1, u), and at u + 1; only along edges that exist
@@ -208,26 +283,43 @@ def _levels(T: int, U1: int, monotonic: bool) -> int:
     return T + 1 if monotonic else T + U1
 
 
+class Lattice:
+    """What :func:`forward` leaves for :func:`posteriors`: the forward variables ``alpha``
+    ``(B, T + 1, U + 1)``, the shifts (``bshift`` ``(B, T)``, ``eshift`` ``(B, U + 1)``) and
+    the shifted lattice's ``log P(y)`` ``(B,)``."""
+
+    def __init__(self, alpha, bshift, eshift, shifted):
+        self.alpha, self.bshift, self.eshift, self.shifted = alpha, bshift, eshift, shifted
+
+    def tensors(self) -> tuple:
+        return self.alpha, self.bshift, self.eshift, self.shifted
+
+
 def forward(
     blank: torch.Tensor, emit: torch.Tensor, target_lengths: torch.Tensor, monotonic: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward variables ``(B, T + 1, U + 1)`` and ``log P(y)`` ``(B,)`` of the masked,
-    shifted weights ``blank`` ``(B, T, U + 1)`` and ``emit`` ``(B, T, U)`` (float32 or
-    float64)."""
+) -> tuple[torch.Tensor, Lattice]:
+    """``log P(y)`` ``(B,)`` of the masked weights ``blank`` ``(B, T, U + 1)`` and ``emit``
+    ``(B, T, U)`` (float32 or float64; ``target_lengths`` on their device, any integer
+    dtype), and what :func:`posteriors` needs. The weights are shifted inside the kernel
+    (:func:`_shifts`)."""
     blank, emit = blank.contiguous(), emit.contiguous()
     B, T, U1 = blank.shape
     alpha = blank.new_empty(B, T + 1, U1)
-    log_p = blank.new_empty(B)
+    bshift, eshift = blank.new_empty(B, T), blank.new_empty(B, U1)
+    log_p, shifted = blank.new_empty(B), blank.new_empty(B)
+    lattice = Lattice(alpha, bshift, eshift, shifted)
     if B == 0:
-        return alpha, log_p
+        return log_p, lattice
     block, warps = _block(U1)
-    lengths = target_lengths.to(device=blank.device, dtype=torch.int32).contiguous()
     _forward_kernel[(B,)](
         blank,
         emit,
+        bshift,
+        eshift,
         alpha,
         log_p,
-        lengths,
+        shifted,
+        target_lengths.contiguous(),
         T,
         U1,
         _levels(T, U1, monotonic),
@@ -235,33 +327,34 @@ def forward(
         MONOTONIC=monotonic,
         num_warps=warps,
     )
-    return alpha, log_p
+    return log_p, lattice
 
 
 def posteriors(
     blank: torch.Tensor,
     emit: torch.Tensor,
-    alpha: torch.Tensor,
-    log_p: torch.Tensor,
+    lattice: Lattice,
     target_lengths: torch.Tensor,
     monotonic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Edge posteriors of the blank ``(B, T, U + 1)`` and label ``(B, T, U)`` edges from
-    :func:`forward`'s results; all 0 where ``log P(y)`` is ``-inf``."""
+    :func:`forward`'s results; all 0 where ``log P(y)`` is ``-inf``. The backward kernel
+    writes every node's."""
     blank, emit = blank.contiguous(), emit.contiguous()
     B, T, U1 = blank.shape
-    post_blank = torch.zeros_like(blank)
-    post_emit = torch.zeros_like(emit)
+    post_blank = torch.empty_like(blank)
+    post_emit = torch.empty_like(emit)
     if B == 0:
         return post_blank, post_emit
     block, warps = _block(U1)
-    lengths = target_lengths.to(device=blank.device, dtype=torch.int32).contiguous()
     _backward_kernel[(B,)](
         blank,
         emit,
-        alpha,
-        log_p,
-        lengths,
+        lattice.bshift,
+        lattice.eshift,
+        lattice.alpha,
+        lattice.shifted,
+        target_lengths.contiguous(),
         post_blank,
         post_emit,
         T,

@@ -251,7 +251,8 @@ class _MonotonicKernel(torch.autograd.Function):
 class _TransducerTriton(torch.autograd.Function):
     """``log P(y)`` over either topology by the Triton kernels
     (:mod:`cbasr.losses._transducer_triton`), on the same masked weights and with the same
-    exact shifts as :class:`_TransducerForwardBackward` and :class:`_MonotonicForwardBackward`:
+    exact shifts as :class:`_TransducerForwardBackward` and :class:`_MonotonicForwardBackward`
+    (taken inside the forward kernel):
     one program per utterance runs the forward recursion; backward runs the backward recursion
     and the edge posteriors in one more."""
 
@@ -259,20 +260,19 @@ class _TransducerTriton(torch.autograd.Function):
     def forward(ctx, blank, emit, target_lengths, monotonic: bool):
         from cbasr.losses import _transducer_triton
 
-        blank, emit, total = _shift_weights(blank, emit, monotonic)
-        alpha, log_p = _transducer_triton.forward(blank, emit, target_lengths, monotonic)
-        ctx.save_for_backward(blank, emit, alpha, log_p, target_lengths)
+        log_p, lattice = _transducer_triton.forward(blank, emit, target_lengths, monotonic)
+        ctx.save_for_backward(blank, emit, target_lengths, *lattice.tensors())
         ctx.monotonic = monotonic
-        return log_p + total
+        return log_p
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_log_p: torch.Tensor):
         from cbasr.losses import _transducer_triton
 
-        blank, emit, alpha, log_p, target_lengths = ctx.saved_tensors
+        blank, emit, target_lengths, *lattice = ctx.saved_tensors
         post_blank, post_emit = _transducer_triton.posteriors(
-            blank, emit, alpha, log_p, target_lengths, ctx.monotonic
+            blank, emit, _transducer_triton.Lattice(*lattice), target_lengths, ctx.monotonic
         )
         scale = grad_log_p[:, None, None]  # in place: no second pair of tables
         return post_blank.mul_(scale), post_emit.mul_(scale), None, None
