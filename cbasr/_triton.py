@@ -1,5 +1,6 @@
-"""What the Triton kernels share (package-internal): the log-add-exp of two blocks and the block
-size for a vector of states. Importing this module needs Triton (see :mod:`cbasr._backends`).
+"""What the Triton kernels share (package-internal): the log-add-exp of two blocks, ``log1p`` and
+``softplus``, and the block size for a vector of states. Importing this module needs Triton
+(see :mod:`cbasr._backends`).
 
 Float constants in the kernels: Triton 3.6 passes a Python float argument as float32, and builds
 the float constant of a comparison, ``tl.where`` or ``tl.maximum`` in float32 too, rounding it
@@ -30,6 +31,23 @@ def log_add_exp(x, y):  # pragma: no cover - compiled (or interpreted: the tests
     top = tl.maximum(x, y)
     top = tl.where(top == float("-inf"), 0.0, top)
     return top + tl.log(tl.exp(x - top) + tl.exp(y - top))
+
+
+@triton.jit
+def log1p(z):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """``log(1 + z)`` for ``z >= 0`` to a few units in the last place (Triton has no ``log1p``
+    outside CUDA's libdevice): with ``u = 1 + z`` rounded, ``log(u) * z / (u - 1)`` corrects
+    the rounding (Goldberg 1991, "What every computer scientist should know about
+    floating-point arithmetic", theorem 4); ``z`` itself where ``u`` rounds to 1."""
+    u = 1.0 + z
+    exact = u == 1.0
+    return tl.where(exact, z, tl.log(u) * (z / tl.where(exact, 1.0, u - 1.0)))
+
+
+@triton.jit
+def softplus(x):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """``log(1 + exp(x)) = -log sigmoid(-x)``."""
+    return tl.maximum(x, 0.0) + log1p(tl.exp(-tl.abs(x)))
 
 
 def block(num_states: int) -> tuple[int, int]:

@@ -41,6 +41,13 @@ POINTERS = {
     # the loss's own lengths, as the caller passes them (int64)
     "_marginal_forward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},
     "_marginal_backward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},
+    # the transducer lattice and HAT's joint passes: the model's int64 targets and lengths
+    "_lattice_forward_kernel": {"lengths_ptr": "*i64"},
+    "_lattice_backward_kernel": {"lengths_ptr": "*i64"},
+    **{
+        name: {"targets_ptr": "*i64", "input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"}
+        for name in ("_hat_edges_kernel", "_hat_grad_kernel")
+    },
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
 # (BLOCK, num_warps) as the launchers pick them (cbasr._triton.block): one warp, whose
@@ -55,6 +62,8 @@ STEADY = ("stride", "start")
 HALVES = {
     "_row_logsumexp_kernel": ("x_ptr",),
     "_row_softmax_kernel": ("x_ptr", "grad_ptr"),
+    "_hat_edges_kernel": ("x_ptr", "blank_ptr"),
+    "_hat_grad_kernel": ("x_ptr", "blank_ptr", "grad_ptr", "grad_blank_ptr"),
 }
 
 

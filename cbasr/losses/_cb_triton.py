@@ -38,6 +38,7 @@ from torch.autograd.function import once_differentiable
 
 from cbasr._triton import block as _block
 from cbasr._triton import log_add_exp as _log_add_exp
+from cbasr._triton import softplus as _softplus
 
 __all__: list[str] = []  # package-internal
 
@@ -113,23 +114,6 @@ def _posterior_kernel(
         beta = _log_add_exp(beta, through)
         weight, alpha = weight_next, alpha_next
         t -= 1
-
-
-@triton.jit
-def _log1p(z):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """``log(1 + z)`` for ``z >= 0`` to a few units in the last place (Triton has no ``log1p``
-    outside CUDA's libdevice): with ``u = 1 + z`` rounded, ``log(u) * z / (u - 1)`` corrects
-    the rounding (Goldberg 1991, "What every computer scientist should know about
-    floating-point arithmetic", theorem 4); ``z`` itself where ``u`` rounds to 1."""
-    u = 1.0 + z
-    exact = u == 1.0
-    return tl.where(exact, z, tl.log(u) * (z / tl.where(exact, 1.0, u - 1.0)))
-
-
-@triton.jit
-def _softplus(x):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """``log(1 + exp(x)) = -log sigmoid(-x)``."""
-    return tl.maximum(x, 0.0) + _log1p(tl.exp(-tl.abs(x)))
 
 
 @triton.jit(do_not_specialize=["T", "L"])

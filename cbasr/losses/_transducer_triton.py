@@ -40,6 +40,7 @@ import triton.language as tl
 
 from cbasr._triton import block as _block
 from cbasr._triton import log_add_exp as _log_add_exp
+from cbasr._triton import softplus as _softplus
 
 __all__: list[str] = []  # package-internal
 
@@ -130,7 +131,7 @@ def _shifts(
 
 
 @triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
-def _forward_kernel(
+def _lattice_forward_kernel(
     blank_ptr,
     emit_ptr,
     bshift_ptr,
@@ -223,7 +224,7 @@ def _backward_weights(
 
 
 @triton.jit(do_not_specialize=["T", "U1", "LEVELS"])
-def _backward_kernel(
+def _lattice_backward_kernel(
     blank_ptr,
     emit_ptr,
     bshift_ptr,
@@ -311,7 +312,7 @@ def forward(
     if B == 0:
         return log_p, lattice
     block, warps = _block(U1)
-    _forward_kernel[(B,)](
+    _lattice_forward_kernel[(B,)](
         blank,
         emit,
         bshift,
@@ -347,7 +348,7 @@ def posteriors(
     if B == 0:
         return post_blank, post_emit
     block, warps = _block(U1)
-    _backward_kernel[(B,)](
+    _lattice_backward_kernel[(B,)](
         blank,
         emit,
         lattice.bshift,
@@ -375,28 +376,18 @@ def _finite_or_zero(x):  # pragma: no cover - compiled (or interpreted: the test
     return tl.where((x > float("-inf")) & (x < float("inf")), x, 0.0)
 
 
-@triton.jit(do_not_specialize=["N", "V"])
-def _row_logsumexp_kernel(
-    x_ptr,
-    lse_ptr,
-    N,
-    V,
-    start,
-    stride,
-    FLOOR: tl.constexpr,
-    ROWS: tl.constexpr,
-    COLS: tl.constexpr,
+@triton.jit
+def _online_logsumexp(
+    x_ptr, rows, live, V, start, stride, work_ptr, FLOOR: tl.constexpr, COLS: tl.constexpr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """Rows ``program_id * ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)`` (row stride ``stride``):
-    ``lse = top + log sum_{v >= start} exp(max(x[v] - top, FLOOR))`` with ``top`` the row's
-    maximum (0 where it is not finite), as the other backends; ``COLS`` columns at a time, the
+    """For rows ``rows`` of ``x`` (row stride ``stride``): ``top + log sum_{v >= start}
+    exp(max(x[v] - top, FLOOR))`` with ``top`` the row's maximum (0 where it is not finite),
+    as the other backends, in the precision of ``work_ptr``; ``COLS`` columns at a time, the
     sum rescaled whenever the running maximum grows."""
-    work = lse_ptr.dtype.element_ty
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    live = rows < N
+    work = work_ptr.dtype.element_ty
     cols = tl.arange(0, COLS)
-    top = tl.full([ROWS], float("-inf"), work)
-    total = tl.zeros([ROWS], work)
+    top = tl.full(rows.shape, float("-inf"), work)
+    total = tl.zeros(rows.shape, work)
     c = start
     while c < V:
         at = c + cols
@@ -415,7 +406,27 @@ def _row_logsumexp_kernel(
         total = total * rescale + tl.sum(terms, axis=1)
         top = grown
         c += COLS
-    tl.store(lse_ptr + rows, _finite_or_zero(top) + tl.log(total), mask=live)
+    return _finite_or_zero(top) + tl.log(total)
+
+
+@triton.jit(do_not_specialize=["N", "V"])
+def _row_logsumexp_kernel(
+    x_ptr,
+    lse_ptr,
+    N,
+    V,
+    start,
+    stride,
+    FLOOR: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Rows ``program_id * ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)``: their
+    :func:`_online_logsumexp` over columns ``start:``."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = rows < N
+    lse = _online_logsumexp(x_ptr, rows, live, V, start, stride, lse_ptr, FLOOR, COLS)
+    tl.store(lse_ptr + rows, lse, mask=live)
 
 
 @triton.jit(do_not_specialize=["N", "V"])
@@ -510,3 +521,232 @@ def row_softmax(
         num_warps=4,
     )
     return grad
+
+
+# ---- HAT from the joint's logits, fused --------------------------------------------------------
+
+
+@triton.jit
+def _hat_rows(
+    rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """What a joint row ``(b, t, u)`` (``row = (b T + t)(U + 1) + u``) is in the lattice: its
+    frame index ``b T + t`` and ``u``, whether its blank edge is a weight (``blanks``: ``t <
+    T_b``, ``u <= U_b``), whether it is a frame of the utterance (``frames``), whether it
+    emits (``t < T_b``, ``u < U_b``) and the label ``y_{u+1}`` it emits (0 where none)."""
+    u = rows % U1
+    frame = rows // U1  # b T + t
+    t = frame % T
+    b = frame // T
+    length = tl.load(input_lengths_ptr + b, mask=live, other=0)
+    labels = tl.load(target_lengths_ptr + b, mask=live, other=0)
+    frames = live & (t < length)
+    emits = frames & (u < labels)
+    blanks = frames & (u <= labels)
+    y = tl.load(targets_ptr + b * (U1 - 1) + u, mask=live & (u < labels), other=0)
+    return b, frame, u, frames, blanks, emits, y
+
+
+@triton.jit(do_not_specialize=["N", "T", "U1", "V"])
+def _hat_edges_kernel(
+    x_ptr,
+    blank_ptr,
+    targets_ptr,
+    input_lengths_ptr,
+    target_lengths_ptr,
+    blank_lp_ptr,
+    emit_lp_ptr,
+    lse_ptr,
+    N,
+    T,
+    U1,
+    V,
+    start,
+    stride,
+    FLOOR: tl.constexpr,
+    SEPARATE: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """HAT's edge weights (eq. 4) on the lattice, masked, from the joint rows ``program_id *
+    ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)``: the label softmax's normaliser over columns
+    ``start:`` (kept in ``lse`` for the backward), the blank logit ``b`` (column 0 of ``x``,
+    or ``blank`` ``(N,)`` with ``SEPARATE``; 0 where it is no weight), ``blank_lp = log
+    sigmoid(b)`` (0 on padded frames, ``-inf`` past the labels) and ``emit_lp = log sigmoid(-b)
+    + x[start + y_{u+1}] - lse`` (``-inf`` where no label is emitted)."""
+    work = lse_ptr.dtype.element_ty
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = rows < N
+    lse = _online_logsumexp(x_ptr, rows, live, V, start, stride, lse_ptr, FLOOR, COLS)
+    b, frame, u, frames, blanks, emits, y = _hat_rows(
+        rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+    )
+    if SEPARATE:
+        logit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
+    else:
+        logit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
+    picked = tl.load(x_ptr + rows * stride + start + y, mask=emits, other=0.0).to(work)
+    blank_lp = tl.where(blanks, -_softplus(-logit), tl.where(frames, -math.inf, 0.0))
+    emit_lp = tl.where(emits, -_softplus(logit) + picked - lse, -math.inf)
+    tl.store(lse_ptr + rows, lse, mask=live)
+    tl.store(blank_lp_ptr + rows, blank_lp, mask=live)
+    tl.store(emit_lp_ptr + frame * (U1 - 1) + u, emit_lp, mask=live & (u < U1 - 1))
+
+
+@triton.jit(do_not_specialize=["N", "T", "U1", "V"])
+def _hat_grad_kernel(
+    x_ptr,
+    blank_ptr,
+    targets_ptr,
+    input_lengths_ptr,
+    target_lengths_ptr,
+    lse_ptr,
+    post_blank_ptr,
+    post_emit_ptr,
+    grad_nll_ptr,
+    grad_ptr,
+    grad_blank_ptr,
+    N,
+    T,
+    U1,
+    V,
+    start,
+    stride,
+    FLOOR: tl.constexpr,
+    SEPARATE: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """The gradient of the NLLs, weighted by ``grad_nll`` ``(B,)``, with respect to the joint
+    rows of :func:`_hat_edges_kernel`, from the lattice's edge posteriors: with ``g_b = -g
+    post_blank`` and ``g_e = -g post_emit`` where the edge is a weight, 0 elsewhere, ``d/db =
+    g_b sigmoid(-b) - g_e sigmoid(b)`` (column 0 of ``grad``, or ``grad_blank`` with
+    ``SEPARATE``), ``d/dx[v] = -g_e softmax(x[start:])[v]`` plus ``g_e`` at the emitted
+    label's column; exactly 0 on every row and column no weight reads (padding may hold
+    anything)."""
+    work = lse_ptr.dtype.element_ty
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = rows < N
+    b, frame, u, frames, blanks, emits, y = _hat_rows(
+        rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+    )
+    weight = tl.load(grad_nll_ptr + b, mask=live, other=0.0).to(work)
+    post_blank = tl.load(post_blank_ptr + rows, mask=blanks, other=0.0)
+    post_emit = tl.load(post_emit_ptr + frame * (U1 - 1) + u, mask=emits, other=0.0)
+    g_blank = tl.where(blanks, -weight * post_blank, 0.0)
+    g_emit = tl.where(emits, -weight * post_emit, 0.0)
+    if SEPARATE:
+        logit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
+    else:
+        logit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
+    sig = 1.0 / (1.0 + tl.exp(-logit))  # sigmoid(b)
+    g_logit = g_blank * (1.0 - sig) - g_emit * sig
+    lse = tl.load(lse_ptr + rows, mask=live, other=0.0)
+    label = start + y
+    reads = emits & (g_emit != 0.0)
+    cols = tl.arange(0, COLS)
+    c = 0
+    while c < V:
+        at = c + cols
+        mask = live[:, None] & (at < V)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride + at[None, :], mask=mask, other=0.0)
+        d = x.to(work) - lse[:, None]
+        low = tl.zeros_like(d) + FLOOR
+        d = tl.where(d < low, low, d)
+        grad = -g_emit[:, None] * tl.exp(d)
+        grad = tl.where((at >= start)[None, :] & reads[:, None], grad, 0.0)
+        grad += tl.where((at[None, :] == label[:, None]) & emits[:, None], g_emit[:, None], 0.0)
+        if not SEPARATE:
+            grad = tl.where((at == 0)[None, :], g_logit[:, None], grad)
+        tl.store(
+            grad_ptr + rows[:, None] * V + at[None, :],
+            grad.to(grad_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        c += COLS
+    if SEPARATE:
+        tl.store(grad_blank_ptr + rows, g_logit.to(grad_blank_ptr.dtype.element_ty), mask=live)
+
+
+class HatSaved:
+    """What :func:`hat_forward` keeps for :func:`hat_backward`."""
+
+    def __init__(self, blank_lp, emit_lp, lse, lattice, monotonic):
+        self.blank_lp, self.emit_lp, self.lse = blank_lp, emit_lp, lse
+        self.lattice, self.monotonic = lattice, monotonic
+
+    def tensors(self) -> tuple:
+        return self.blank_lp, self.emit_lp, self.lse, *self.lattice.tensors()
+
+    @classmethod
+    def of(cls, tensors, monotonic: bool) -> "HatSaved":
+        blank_lp, emit_lp, lse, *lattice = tensors
+        return cls(blank_lp, emit_lp, lse, Lattice(*lattice), monotonic)
+
+
+def _hat_launch(x, blank, targets, input_lengths, target_lengths, floor):
+    """The arguments the two HAT kernels share: the rows of ``x`` ``(B, T, U + 1, V)``, its
+    first label column, the blank logits (``x`` itself where they are its column 0)."""
+    B, T, U1, V = x.shape
+    rows = x.reshape(-1, V)
+    start = 1 if blank is None else 0
+    separate = blank is not None
+    head = (
+        rows,
+        rows if blank is None else blank.reshape(-1),
+        targets.contiguous(),
+        input_lengths.contiguous(),
+        target_lengths.contiguous(),
+    )
+    return head, (rows.shape[0], T, U1, V, start, rows.stride(0)), separate, floor
+
+
+def hat_forward(x, blank, targets, input_lengths, target_lengths, monotonic, work, floor):
+    """HAT's ``-log P(y | X)`` ``(B,)`` from the joint ``x`` ``(B, T, U + 1, V)`` (unit
+    column stride; column 0 the blank logit where ``blank`` is None, else ``blank`` ``(B, T,
+    U + 1)``), computing in ``work`` (float32 or float64): the edges in one pass over the
+    joint (:func:`_hat_edges_kernel`), then the lattice. Lengths and targets on ``x``'s
+    device."""
+    B, T, U1, V = x.shape
+    head, sizes, separate, floor = _hat_launch(
+        x, blank, targets, input_lengths, target_lengths, floor
+    )
+    N = sizes[0]
+    blank_lp = torch.empty(B, T, U1, dtype=work, device=x.device)
+    emit_lp = torch.empty(B, T, U1 - 1, dtype=work, device=x.device)
+    lse = torch.empty(N, dtype=work, device=x.device)
+    if N:
+        ROWS, COLS = _tile(V)
+        _hat_edges_kernel[(triton.cdiv(N, ROWS),)](
+            *head, blank_lp, emit_lp, lse, *sizes, floor,
+            SEPARATE=separate, ROWS=ROWS, COLS=COLS, num_warps=4,
+        )  # fmt: skip
+    log_p, lattice = forward(blank_lp, emit_lp, target_lengths, monotonic)
+    nll = torch.where(log_p == float("-inf"), float("inf"), -log_p)
+    return nll, HatSaved(blank_lp, emit_lp, lse, lattice, monotonic)
+
+
+def hat_backward(x, blank, targets, input_lengths, target_lengths, saved, grad_nll, scale, floor):
+    """The gradients of :func:`hat_forward`'s NLLs weighted by ``grad_nll`` ``(B,)`` with
+    respect to ``x`` (in its dtype) and ``blank`` (None where it is ``x``'s column 0), the
+    label edges' scaled by ``scale``: the lattice's posteriors, then one pass over the joint
+    (:func:`_hat_grad_kernel`)."""
+    head, sizes, separate, floor = _hat_launch(
+        x, blank, targets, input_lengths, target_lengths, floor
+    )
+    N, V = sizes[0], sizes[3]
+    post_blank, post_emit = posteriors(
+        saved.blank_lp, saved.emit_lp, saved.lattice, target_lengths, saved.monotonic
+    )
+    if scale != 1.0:  # FastEmit: the label edges' gradient, exactly as the other backends
+        post_emit.mul_(scale)
+    grad = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    grad_blank = None if blank is None else torch.empty_like(blank)
+    if N:
+        ROWS, COLS = _tile(V)
+        _hat_grad_kernel[(triton.cdiv(N, ROWS),)](
+            *head, saved.lse, post_blank, post_emit, grad_nll.contiguous(), grad,
+            grad if blank is None else grad_blank, *sizes, floor,
+            SEPARATE=separate, ROWS=ROWS, COLS=COLS, num_warps=4,
+        )  # fmt: skip
+    return grad, grad_blank

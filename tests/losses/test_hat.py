@@ -250,6 +250,30 @@ def test_from_logits_equals_the_normalised_loss(blank_unit):
     assert not g_scores.isnan().any() and not g_blank.isnan().any()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("blank_unit", [False, True])
+def test_from_logits_of_a_half_precision_joint_computes_in_float32(blank_unit, dtype):
+    """A half-precision joint (autocast's): float32 NLLs equal to the float32 computation on
+    the same (rounded) values, and gradients in the joint's dtype equal to the float32 ones
+    rounded to it."""
+    _, lp, targets, il, tl = _batch(7)
+    g = torch.Generator().manual_seed(8)
+    joint = (3 * torch.randn(*lp.shape[:-1], lp.shape[-1] + 1, generator=g)).to(dtype)
+    inputs = [None, joint] if blank_unit else [joint[..., 0].contiguous(), joint[..., 1:]]
+    half = [x if x is None else x.clone().requires_grad_() for x in inputs]
+    full = [x if x is None else x.float().requires_grad_() for x in inputs]
+    got = hat_nll_from_logits(*half, targets, il, tl)
+    want = hat_nll_from_logits(*full, targets, il, tl)
+    assert got.dtype == torch.float32 and torch.isfinite(want).all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    leaves = [(h, f) for h, f in zip(half, full) if h is not None]
+    got_grads = torch.autograd.grad(got.sum(), [h for h, _ in leaves])
+    want_grads = torch.autograd.grad(want.sum(), [f for _, f in leaves])
+    for grad, wanted in zip(got_grads, want_grads):
+        assert grad.dtype == dtype
+        torch.testing.assert_close(grad, wanted.to(dtype), rtol=1e-2, atol=1e-3)
+
+
 MONOTONIC = [(3, [1, 1, 2]), (5, [2, 2]), (4, [0]), (2, [])]
 
 
