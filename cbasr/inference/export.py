@@ -10,8 +10,13 @@ Families that export are those whose search needs only frame-level outputs:
   ``i + 1`` with ``label_log_probs[..., i]`` (the CB paper's memoryless decomposition, eq. 38's
   terms).
 
-Decoders whose outputs read the label history (transducers, attention and monotonic CB
-decoders) run a search that calls the network once per step; they do not export as one graph.
+- RNN-T and HAT (their search calls the network once per step): three parts a runtime loops
+  over, the encoder, one step of the prediction network and one frame of the joint, with
+  :class:`~cbasr.inference.transducer_export.TransducerRuntime`, the greedy search over the
+  exported parts (:mod:`cbasr.inference.transducer_export`).
+
+Other decoders whose outputs read the label history (attention and monotonic CB decoders, TDT)
+do not export.
 The input is normalised filterbank features (``features.json`` and ``cmvn.json`` of the
 experiment, written beside the model into ``<out>.json`` with the token inventory).
 TorchScript uses ``torch.jit.trace``, ONNX the TorchScript-based exporter (opset 17) with
@@ -29,8 +34,16 @@ from torch import nn
 
 from cbasr.data.features import FEATURE_SETTINGS
 from cbasr.inference.experiment import Experiment, subsampling_stride
-from cbasr.models import CBModel, CTCModel
+from cbasr.inference.transducer_export import (
+    PARTS,
+    LoadedPart,
+    TransducerParts,
+    TransducerRuntime,
+    part_paths,
+)
+from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import PointwiseDecoder
+from cbasr.modules.label_context import START
 from cbasr.storage.files import write_json
 
 __all__ = ["FORMATS", "AcousticModel", "exportable", "export_model", "check_export"]
@@ -41,15 +54,19 @@ FORMATS = ("torchscript", "onnx")
 
 
 def exportable(model: nn.Module) -> str | None:
-    """Why ``model`` does not export as one graph, or None."""
+    """Why ``model`` does not export (as one graph, or as a transducer's parts), or None."""
     if isinstance(model, CTCModel):
         return None
     if isinstance(model, CBModel) and type(model.decoder) is PointwiseDecoder:
         return None
+    if isinstance(model, TransducerModel) and model.criterion in ("rnnt", "hat"):
+        return None
     decoder = type(getattr(model, "decoder", None)).__name__
     return (
-        f"{type(model).__name__} with {decoder}: its search reads the label history step by "
-        "step; only CTC and CB with the pointwise decoder export"
+        f"{type(model).__name__} with {decoder}"
+        + (f" ({model.criterion})" if isinstance(model, TransducerModel) else "")
+        + ": its search reads the label history step by step; CTC, CB with the pointwise "
+        "decoder, RNN-T and HAT export"
     )
 
 
@@ -135,6 +152,140 @@ def _write_export(acoustic, tmp: Path, fmt: str, feats, lens, dim: int) -> float
     return check_export(acoustic, tmp, fmt, dim)
 
 
+def _save(module, path: Path, fmt: str, example: tuple, names: tuple, axes: dict) -> None:
+    """Trace ``module`` on ``example`` into ``path`` (TorchScript), or export it (ONNX, opset
+    17, the axes ``axes`` dynamic)."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
+        if fmt == "torchscript":
+            torch.jit.trace(module, example, check_trace=False).save(str(path))
+        else:
+            inputs, outputs = names
+            torch.onnx.export(
+                module,
+                example,
+                str(path),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes={n: axes[n] for n in inputs + outputs},
+                opset_version=17,
+                dynamo=False,
+            )
+
+
+# the dynamic axes of the transducer parts' tensors, by name
+_TRANSDUCER_AXES = {
+    "feats": {0: "batch", 1: "frames"},
+    "lens": {0: "batch"},
+    "enc": {0: "batch", 1: "out_frames"},
+    "blank_enc": {0: "batch", 1: "out_frames"},
+    "out_lens": {0: "batch"},
+    "labels": {0: "batch"},
+    "g": {0: "batch"},
+    "h": {1: "batch"},
+    "c": {1: "batch"},
+    "h_out": {1: "batch"},
+    "c_out": {1: "batch"},
+    "window": {0: "batch"},
+    "window_out": {0: "batch"},
+    "enc_t": {0: "batch"},
+    "blank_enc_t": {0: "batch"},
+    "blank": {0: "batch"},
+}
+
+
+def _check_parts(parts: TransducerParts, files: dict, fmt: str, dim: int) -> float:
+    """Largest difference between the exported parts and the eager ones, on inputs of another
+    batch size (and lengths) than the traced ones: the encoder over the valid frames, the
+    predictor from a random state, the joint on random frames and prefixes."""
+    feats, lens = _example(dim, [310, 47, 180, 95, 12], seed=1)
+    generator = torch.Generator().manual_seed(2)
+    inputs = parts.examples(feats, lens)
+    vocab = parts.model.decoder.prediction.embedding.num_embeddings
+    B = feats.shape[0]
+    labels = torch.randint(1, vocab, (B,), generator=generator)
+    state = [
+        torch.randint(0, vocab, s.shape, generator=generator)
+        if s.dtype == torch.int64
+        else torch.randn(s.shape, generator=generator)
+        for s in parts.initial_state(B)
+    ]
+    inputs["predictor"] = (labels, *state)
+    inputs["joint"] = tuple(torch.randn(x.shape, generator=generator) for x in inputs["joint"])
+    worst = 0.0
+    for name in PARTS:
+        run = LoadedPart(files[name], fmt, parts.names[name][0])
+        with torch.no_grad():
+            eager = parts.modules[name](*inputs[name])
+        eager = eager if isinstance(eager, (tuple, list)) else (eager,)
+        exported = run(*inputs[name])
+        if name == "encoder":
+            if not torch.equal(exported[-1].long(), eager[-1].long()):
+                raise RuntimeError(f"{files[name]}: the exported encoder's lengths differ")
+            for b, n in enumerate(eager[-1].tolist()):
+                for ours, theirs in zip(eager[:-1], exported[:-1]):
+                    worst = max(worst, float((ours[b, :n] - theirs[b, :n]).abs().max()))
+            continue
+        for ours, theirs in zip(eager, exported):
+            worst = max(worst, float((ours.double() - theirs.double()).abs().max()))
+    return worst
+
+
+def _export_transducer(exp: Experiment, model, fmt: str, out: Path, tolerance: float) -> dict:
+    """:func:`export_model` for RNN-T and HAT: the three parts of
+    :mod:`cbasr.inference.transducer_export`, each checked, then the greedy search over them
+    against the eager model's."""
+    parts = TransducerParts(model)
+    dim = exp.cmvn[0].numel()
+    examples = parts.examples(*_example(dim, [200, 150, 90], seed=0))
+    final = part_paths(out)
+    files = {name: path.with_name(path.name + ".tmp") for name, path in final.items()}
+    for path in files.values():
+        path.write_bytes(b"")  # an unwritable destination fails here, naming it
+    description = {
+        "format": fmt,
+        "family": f"transducer_{model.criterion}",
+        "parts": {
+            name: {
+                "file": final[name].name,
+                "inputs": parts.names[name][0],
+                "outputs": parts.names[name][1],
+            }
+            for name in PARTS
+        },
+        "state": parts.state,
+        "start": START,
+        "greedy": model.greedy,
+        "max_symbols": model.max_symbols,
+    }
+    try:
+        for name in PARTS:
+            _save(parts.modules[name], files[name], fmt, examples[name], parts.names[name],
+                  _TRANSDUCER_AXES)  # fmt: skip
+        worst = _check_parts(parts, files, fmt, dim)
+        if worst > tolerance:
+            raise RuntimeError(
+                f"the {fmt} export differs from the eager model by {worst:.2e} > {tolerance:g}"
+            )
+        feats, lens = _example(dim, [310, 47, 180, 95, 12], seed=1)
+        runtime = TransducerRuntime(out, files, description)
+        with torch.no_grad():
+            same = runtime.greedy(feats, lens) == model.greedy_decode(feats, lens)
+        if not same:
+            log.warning("%s: the greedy search over the exported parts differs from the eager "
+                        "model's on random features (a near tie?)", out)  # fmt: skip
+    except BaseException:
+        for path in files.values():
+            path.unlink(missing_ok=True)  # no partial file left behind
+        raise
+    for name in PARTS:
+        files[name].replace(final[name])
+    description["outputs"] = [f"{name}: {', '.join(parts.names[name][1])}" for name in PARTS]
+    description["max_abs_difference"] = worst
+    description["greedy_matches_eager"] = same
+    return description
+
+
 def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 1e-5) -> dict:
     """Export ``exp``'s model to ``out`` and ``<out>.json`` (what a decoder needs besides the
     network); returns that description with the measured largest difference from the eager
@@ -151,6 +302,12 @@ def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model = exp.model.to("cpu").eval()
+    why = exportable(model)
+    if why:
+        raise TypeError(why)
+    if isinstance(model, TransducerModel):
+        description = _export_transducer(exp, model, fmt, out, tolerance)
+        return _describe(exp, model, description, out)
     acoustic = AcousticModel(model).eval()
     dim = exp.cmvn[0].numel()
     feats, lens = _example(dim, [200, 150, 90], seed=0)
@@ -166,13 +323,25 @@ def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 
         tmp.unlink(missing_ok=True)  # no partial file left behind
         raise
     tmp.replace(out)
-    settings = json.loads((exp.exp_dir / FEATURE_SETTINGS).read_text())
-    mean, std = exp.cmvn
     description = {
         "format": fmt,
         "family": acoustic.family,
-        "inputs": ["feats (B, T, F) normalised filterbanks", "lens (B,) int64"],
         "outputs": acoustic.output_names,
+        "max_abs_difference": worst,
+    }
+    return _describe(exp, model, description, out)
+
+
+def _describe(exp: Experiment, model, description: dict, out: Path) -> dict:
+    """``description`` with what a decoder needs besides the network (tokens, features, CMVN,
+    subsampling, the checkpoint), written to ``<out>.json``."""
+    settings = json.loads((exp.exp_dir / FEATURE_SETTINGS).read_text())
+    mean, std = exp.cmvn
+    description = {
+        "format": description["format"],
+        "family": description["family"],
+        "inputs": ["feats (B, T, F) normalised filterbanks", "lens (B,) int64"],
+        **description,
         "tokens": exp.vocab.tokens,
         "units": exp.units,
         "features": settings,
@@ -180,7 +349,6 @@ def export_model(exp: Experiment, fmt: str, out: str | Path, tolerance: float = 
         "subsampling": subsampling_stride(model),
         "checkpoint": exp.checkpoint,
         "epoch": exp.epoch,
-        "max_abs_difference": worst,
     }
     write_json(out.with_name(out.name + ".json"), description)
     return description

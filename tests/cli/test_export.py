@@ -12,10 +12,13 @@ import torch
 from cbasr.builder import build_model
 from cbasr.cli import decode, export
 from cbasr.cli.models import compose_model_config
-from cbasr.data.features import FeatureStore
+from cbasr.data.features import FeatureStore, write_feature_settings
 from cbasr.inference.experiment import Experiment
-from cbasr.inference.export import AcousticModel, exportable
+from cbasr.inference.export import AcousticModel, export_model, exportable
+from cbasr.inference.transducer_export import TransducerRuntime
+from cbasr.training.options import fbank_options_of
 from tests.cli.training import decode_args, train_cli
+from tests.inference.fake_experiment import make_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,12 +96,100 @@ def _greedy(family: str, outputs: list[torch.Tensor]) -> list[list[int]]:
     return hyps
 
 
-def test_families_whose_search_reads_the_label_history_are_refused(tmp_path):
-    cfg = compose_model_config(["decoder=transducer", "loss=rnnt"])
+@pytest.mark.parametrize("decoder,loss", [("attention_emission", "cb_marginal"), ("tdt", "tdt")])
+def test_families_whose_search_reads_the_label_history_are_refused(decoder, loss):
+    cfg = compose_model_config([f"decoder={decoder}", f"loss={loss}"])
     model = build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], 40, 10)
-    assert "only CTC and CB with the pointwise decoder export" in exportable(model)
-    with pytest.raises(TypeError, match="TransducerModel"):
+    assert "CTC, CB with the pointwise decoder, RNN-T and HAT export" in exportable(model)
+    with pytest.raises(TypeError, match=type(model).__name__):
         AcousticModel(model)
+
+
+def _blank_bias(model) -> torch.Tensor:
+    joint = model.decoder.joint
+    if getattr(joint, "linear_blank", False):
+        return joint.blank_encoder.bias
+    return joint.out[-1].bias[:1]
+
+
+def _experiment(root, tone_data, decoder, loss, options=None):
+    """A random model's experiment with the feature settings a trained one has."""
+    exp_dir = make_experiment(root, tone_data, decoder, loss, loss_options=options)
+    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
+    return exp_dir
+
+
+def _emit_about_a_third(model, feats, lens) -> None:
+    """Move the blank bias (bisection) until the greedy search emits about a third of the most
+    it can: a random transducer emits on every frame or on none."""
+    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
+    bias, low, high = _blank_bias(model), -20.0, 20.0
+    base = bias.detach().clone()
+    with torch.no_grad():
+        for _ in range(30):
+            middle = (low + high) / 2
+            bias.copy_(base + middle)
+            share = sum(map(len, model.greedy_decode(feats, lens))) / most
+            if abs(share - 1 / 3) < 0.1:
+                return
+            low, high = (middle, high) if share > 1 / 3 else (low, middle)
+
+
+TRANSDUCERS = [
+    ("transducer", "rnnt", {}),
+    ("transducer", "rnnt", {"topology": "monotonic", "greedy": "emission"}),
+    ("hat", "hat", {}),
+    ("hat_linear", "hat", {}),
+    ("hat_context1", "hat", {"topology": "monotonic"}),
+    ("transducer_context0", "rnnt", {}),
+]
+
+
+@pytest.mark.parametrize(
+    "decoder,loss,options,fmt",
+    [(*t, "torchscript") for t in TRANSDUCERS] + [(*t, "onnx") for t in TRANSDUCERS[2:4]],
+)
+def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
+    decoder, loss, options, fmt, tone_data, tmp_path
+):
+    """RNN-T and HAT (every joint, label context and greedy rule, both topologies) export as
+    an encoder, a prediction-network step and a joint; the greedy search over the exported
+    parts (TransducerRuntime) gives the eager model's hypotheses on real utterances."""
+    exp = Experiment(_experiment(tmp_path / "exp", tone_data, decoder, loss, options))
+    store = FeatureStore(tone_data / "fbank/test")
+    utts = [exp.normalise(store[u]) for u in sorted(store.index)[:6]]
+    lens = torch.tensor([u.shape[0] for u in utts])
+    feats = torch.nn.utils.rnn.pad_sequence(utts, batch_first=True)
+    _emit_about_a_third(exp.model, feats, lens)
+    out = tmp_path / f"model.{fmt}"
+    meta = export_model(exp, fmt, out)
+    parts = {name: part["file"] for name, part in meta["parts"].items()}
+    assert parts == {
+        "encoder": out.name,
+        "predictor": f"model.predictor.{fmt}",
+        "joint": f"model.joint.{fmt}",
+    }
+    assert all((tmp_path / name).is_file() for name in parts.values())
+    assert not list(tmp_path.glob("*.tmp"))
+    assert meta["family"] == f"transducer_{loss}" and meta["max_abs_difference"] <= 1e-5
+    assert meta["greedy_matches_eager"] is True
+    assert json.loads((tmp_path / f"model.{fmt}.json").read_text())["state"] == meta["state"]
+    with torch.no_grad():
+        eager = exp.model.greedy_decode(feats, lens)
+    hyps = TransducerRuntime(out).greedy(feats, lens)
+    assert hyps == eager
+    frames = exp.model.encoder.output_lengths(lens).tolist()
+    assert 0 < sum(map(len, hyps)) < sum(n * exp.model.max_symbols for n in frames)
+
+
+def test_the_cli_exports_a_transducer(tone_data, tmp_path):
+    exp_dir = _experiment(tmp_path / "exp", tone_data, "hat", "hat")
+    out = tmp_path / "hat.onnx"
+    export.main(["--exp-dir", str(exp_dir), "--format", "onnx", "--out", str(out)])
+    meta = json.loads((tmp_path / "hat.onnx.json").read_text())
+    assert meta["outputs"][0] == "encoder: enc, out_lens"
+    assert meta["tokens"][0] == "<blk>" and meta["subsampling"] == 2
+    assert (tmp_path / "hat.predictor.onnx").is_file() and (tmp_path / "hat.joint.onnx").is_file()
 
 
 def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(

@@ -42,6 +42,29 @@ DECODERS = {
     "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
+    "hat_linear": {
+        "name": "transducer",
+        "joint": "hat",
+        "blank_joint": "linear",
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "hat_context1": {
+        "name": "transducer",
+        "joint": "hat",
+        "context": 1,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
+    "transducer_context0": {
+        "name": "transducer",
+        "context": 0,
+        "embed_dim": 4,
+        "hidden": 8,
+        "joint_dim": 8,
+    },
 }
 
 
