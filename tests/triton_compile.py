@@ -45,8 +45,13 @@ POINTERS = {
     "_lattice_forward_kernel": {"lengths_ptr": "*i64"},
     "_lattice_backward_kernel": {"lengths_ptr": "*i64"},
     **{
-        name: {"targets_ptr": "*i64", "input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"}
-        for name in ("_hat_edges_kernel", "_hat_grad_kernel")
+        name: {
+            "targets_ptr": "*i64",
+            "starts_ptr": "*i64",
+            "input_lengths_ptr": "*i64",
+            "target_lengths_ptr": "*i64",
+        }
+        for name in ("_joint_edges_kernel", "_joint_grad_kernel")
     },
 }
 INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
@@ -55,15 +60,16 @@ INTEGERS = ("lengths", "total", "rows")  # pointers to int32 arrays
 # samplers' lanes are one warp of 32; the rows' kernels take 4 warps
 LAUNCHES = [block(64), block(256)]
 SAMPLERS = ("_id_checking_kernel", "_bounded_kernel")
-# integer arguments that stay the same over a run (a joint's row stride, its first label unit),
-# which Triton may specialise; every other integer argument is a size of the batch
-STEADY = ("stride", "start")
+# integer arguments that stay the same over a run (a joint's row stride, its first label unit,
+# the column of label 0), which Triton may specialise; every other integer argument is a size
+# of the batch
+STEADY = ("stride", "start", "offset")
 # kernels that also read (and write) half precision, computing in float32: those pointers
 HALVES = {
     "_row_logsumexp_kernel": ("x_ptr",),
     "_row_softmax_kernel": ("x_ptr", "grad_ptr"),
-    "_hat_edges_kernel": ("x_ptr", "blank_ptr"),
-    "_hat_grad_kernel": ("x_ptr", "blank_ptr", "grad_ptr", "grad_blank_ptr"),
+    "_joint_edges_kernel": ("x_ptr", "blank_ptr"),
+    "_joint_grad_kernel": ("x_ptr", "blank_ptr", "grad_ptr", "grad_blank_ptr"),
 }
 
 

@@ -523,35 +523,39 @@ def row_softmax(
     return grad
 
 
-# ---- HAT from the joint's logits, fused --------------------------------------------------------
+# ---- RNN-T and HAT from the joint's rows, fused ----------------------------------------------
 
 
 @triton.jit
-def _hat_rows(
-    rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+def _joint_rows(
+    rows, live, T, U1, S, starts_ptr, input_lengths_ptr, target_lengths_ptr, targets_ptr
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """What a joint row ``(b, t, u)`` (``row = (b T + t)(U + 1) + u``) is in the lattice: its
-    frame index ``b T + t`` and ``u``, whether its blank edge is a weight (``blanks``: ``t <
-    T_b``, ``u <= U_b``), whether it is a frame of the utterance (``frames``), whether it
-    emits (``t < T_b``, ``u < U_b``) and the label ``y_{u+1}`` it emits (0 where none)."""
-    u = rows % U1
-    frame = rows // U1  # b T + t
-    t = frame % T
+    """What a joint row is in the lattice: its frame index ``b T + t``, its node ``u`` (rows
+    ``(b, t, u)`` of a whole joint, ``row = (b T + t)(U + 1) + u``; with ``S > 0``, rows ``(b,
+    t, s)`` of a pruned one, ``u = starts[b, t] + s``), whether its blank edge is a weight
+    (``blanks``: ``t < T_b``, ``u <= U_b``), whether it is a frame of the utterance
+    (``frames``), whether it emits (``t < T_b``, ``u < U_b``) and the label ``y_{u+1}`` it
+    emits (0 where none)."""
+    per = tl.where(S > 0, S, U1)  # rows per frame
+    frame = rows // per  # b T + t
+    first = tl.load(starts_ptr + frame, mask=live & (S > 0), other=0)
+    u = first + rows % per
     b = frame // T
     length = tl.load(input_lengths_ptr + b, mask=live, other=0)
     labels = tl.load(target_lengths_ptr + b, mask=live, other=0)
-    frames = live & (t < length)
+    frames = live & (frame % T < length)
     emits = frames & (u < labels)
     blanks = frames & (u <= labels)
     y = tl.load(targets_ptr + b * (U1 - 1) + u, mask=live & (u < labels), other=0)
     return b, frame, u, frames, blanks, emits, y
 
 
-@triton.jit(do_not_specialize=["N", "T", "U1", "V"])
-def _hat_edges_kernel(
+@triton.jit(do_not_specialize=["N", "T", "U1", "S", "V"])
+def _joint_edges_kernel(
     x_ptr,
     blank_ptr,
     targets_ptr,
+    starts_ptr,
     input_lengths_ptr,
     target_lengths_ptr,
     blank_lp_ptr,
@@ -560,44 +564,56 @@ def _hat_edges_kernel(
     N,
     T,
     U1,
+    S,
     V,
     start,
+    offset,
     stride,
     FLOOR: tl.constexpr,
+    HAT: tl.constexpr,
     SEPARATE: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
-    """HAT's edge weights (eq. 4) on the lattice, masked, from the joint rows ``program_id *
-    ROWS + (0 .. ROWS - 1)`` of ``x`` ``(N, V)``: the label softmax's normaliser over columns
-    ``start:`` (kept in ``lse`` for the backward), the blank logit ``b`` (column 0 of ``x``,
-    or ``blank`` ``(N,)`` with ``SEPARATE``; 0 where it is no weight), ``blank_lp = log
-    sigmoid(b)`` (0 on padded frames, ``-inf`` past the labels) and ``emit_lp = log sigmoid(-b)
-    + x[start + y_{u+1}] - lse`` (``-inf`` where no label is emitted)."""
+    """The lattice's edge weights, masked, from the joint rows ``program_id * ROWS + (0 ..
+    ROWS - 1)`` of ``x`` ``(N, V)`` (:func:`_joint_rows`), written at their nodes: the
+    softmax's normaliser over columns ``start:`` (kept in ``lse`` for the backward), the blank
+    unit (column 0 of ``x``, or ``blank`` ``(N,)`` with ``SEPARATE``) and the emitted label's
+    column ``offset + y``. RNN-T: ``blank_lp = x[0] - lse``, ``emit_lp = x[offset + y] - lse``;
+    HAT (eq. 4) from the blank logit ``b``: ``blank_lp = log sigmoid(b)``, ``emit_lp = log
+    sigmoid(-b) + x[offset + y] - lse``. ``blank_lp`` is 0 on padded frames and ``-inf`` past
+    the labels, ``emit_lp`` ``-inf`` where no label is emitted."""
     work = lse_ptr.dtype.element_ty
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     live = rows < N
     lse = _online_logsumexp(x_ptr, rows, live, V, start, stride, lse_ptr, FLOOR, COLS)
-    b, frame, u, frames, blanks, emits, y = _hat_rows(
-        rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+    b, frame, u, frames, blanks, emits, y = _joint_rows(
+        rows, live, T, U1, S, starts_ptr, input_lengths_ptr, target_lengths_ptr, targets_ptr
     )
     if SEPARATE:
-        logit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
+        unit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
     else:
-        logit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
-    picked = tl.load(x_ptr + rows * stride + start + y, mask=emits, other=0.0).to(work)
-    blank_lp = tl.where(blanks, -_softplus(-logit), tl.where(frames, -math.inf, 0.0))
-    emit_lp = tl.where(emits, -_softplus(logit) + picked - lse, -math.inf)
+        unit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
+    picked = tl.load(x_ptr + rows * stride + offset + y, mask=emits, other=0.0).to(work)
+    if HAT:
+        blank_lp = -_softplus(-unit)
+        emit_lp = -_softplus(unit) + picked - lse
+    else:
+        blank_lp = unit - lse
+        emit_lp = picked - lse
+    blank_lp = tl.where(blanks, blank_lp, tl.where(frames, -math.inf, 0.0))
+    emit_lp = tl.where(emits, emit_lp, -math.inf)
     tl.store(lse_ptr + rows, lse, mask=live)
-    tl.store(blank_lp_ptr + rows, blank_lp, mask=live)
+    tl.store(blank_lp_ptr + frame * U1 + u, blank_lp, mask=live & (u < U1))
     tl.store(emit_lp_ptr + frame * (U1 - 1) + u, emit_lp, mask=live & (u < U1 - 1))
 
 
-@triton.jit(do_not_specialize=["N", "T", "U1", "V"])
-def _hat_grad_kernel(
+@triton.jit(do_not_specialize=["N", "T", "U1", "S", "V"])
+def _joint_grad_kernel(
     x_ptr,
     blank_ptr,
     targets_ptr,
+    starts_ptr,
     input_lengths_ptr,
     target_lengths_ptr,
     lse_ptr,
@@ -609,41 +625,50 @@ def _hat_grad_kernel(
     N,
     T,
     U1,
+    S,
     V,
     start,
+    offset,
     stride,
     FLOOR: tl.constexpr,
+    HAT: tl.constexpr,
     SEPARATE: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
 ):  # pragma: no cover - compiled (or interpreted: the tests run it)
     """The gradient of the NLLs, weighted by ``grad_nll`` ``(B,)``, with respect to the joint
-    rows of :func:`_hat_edges_kernel`, from the lattice's edge posteriors: with ``g_b = -g
-    post_blank`` and ``g_e = -g post_emit`` where the edge is a weight, 0 elsewhere, ``d/db =
-    g_b sigmoid(-b) - g_e sigmoid(b)`` (column 0 of ``grad``, or ``grad_blank`` with
-    ``SEPARATE``), ``d/dx[v] = -g_e softmax(x[start:])[v]`` plus ``g_e`` at the emitted
-    label's column; exactly 0 on every row and column no weight reads (padding may hold
-    anything)."""
+    rows of :func:`_joint_edges_kernel`, from the lattice's edge posteriors at their nodes:
+    with ``g_b = -g post_blank`` and ``g_e = -g post_emit`` where the edge is a weight, 0
+    elsewhere. RNN-T: ``d/dx[v] = -(g_b + g_e) softmax(x)[v]``, plus ``g_b`` at column 0 and
+    ``g_e`` at the label's. HAT: ``d/db = g_b sigmoid(-b) - g_e sigmoid(b)`` (column 0 of
+    ``grad``, or ``grad_blank`` with ``SEPARATE``), ``d/dx[v] = -g_e softmax(x[start:])[v]``
+    plus ``g_e`` at the label's column. Exactly 0 on every row and column no weight reads
+    (padding may hold anything)."""
     work = lse_ptr.dtype.element_ty
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     live = rows < N
-    b, frame, u, frames, blanks, emits, y = _hat_rows(
-        rows, live, T, U1, input_lengths_ptr, target_lengths_ptr, targets_ptr
+    b, frame, u, frames, blanks, emits, y = _joint_rows(
+        rows, live, T, U1, S, starts_ptr, input_lengths_ptr, target_lengths_ptr, targets_ptr
     )
     weight = tl.load(grad_nll_ptr + b, mask=live, other=0.0).to(work)
-    post_blank = tl.load(post_blank_ptr + rows, mask=blanks, other=0.0)
+    post_blank = tl.load(post_blank_ptr + frame * U1 + u, mask=blanks, other=0.0)
     post_emit = tl.load(post_emit_ptr + frame * (U1 - 1) + u, mask=emits, other=0.0)
     g_blank = tl.where(blanks, -weight * post_blank, 0.0)
     g_emit = tl.where(emits, -weight * post_emit, 0.0)
-    if SEPARATE:
-        logit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
+    if HAT:
+        if SEPARATE:
+            unit = tl.load(blank_ptr + rows, mask=blanks, other=0.0).to(work)
+        else:
+            unit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
+        sig = 1.0 / (1.0 + tl.exp(-unit))  # sigmoid(b)
+        g_unit = g_blank * (1.0 - sig) - g_emit * sig
+        spread = g_emit  # what the softmax's normaliser carries
     else:
-        logit = tl.load(x_ptr + rows * stride, mask=blanks, other=0.0).to(work)
-    sig = 1.0 / (1.0 + tl.exp(-logit))  # sigmoid(b)
-    g_logit = g_blank * (1.0 - sig) - g_emit * sig
+        g_unit = g_blank
+        spread = g_blank + g_emit
     lse = tl.load(lse_ptr + rows, mask=live, other=0.0)
-    label = start + y
-    reads = emits & (g_emit != 0.0)
+    label = offset + y
+    reads = blanks & (spread != 0.0)
     cols = tl.arange(0, COLS)
     c = 0
     while c < V:
@@ -653,11 +678,14 @@ def _hat_grad_kernel(
         d = x.to(work) - lse[:, None]
         low = tl.zeros_like(d) + FLOOR
         d = tl.where(d < low, low, d)
-        grad = -g_emit[:, None] * tl.exp(d)
+        grad = -spread[:, None] * tl.exp(d)
         grad = tl.where((at >= start)[None, :] & reads[:, None], grad, 0.0)
         grad += tl.where((at[None, :] == label[:, None]) & emits[:, None], g_emit[:, None], 0.0)
-        if not SEPARATE:
-            grad = tl.where((at == 0)[None, :], g_logit[:, None], grad)
+        if HAT:
+            if not SEPARATE:
+                grad = tl.where((at == 0)[None, :], g_unit[:, None], grad)
+        else:
+            grad += tl.where((at == 0)[None, :], g_unit[:, None], 0.0)
         tl.store(
             grad_ptr + rows[:, None] * V + at[None, :],
             grad.to(grad_ptr.dtype.element_ty),
@@ -665,11 +693,11 @@ def _hat_grad_kernel(
         )
         c += COLS
     if SEPARATE:
-        tl.store(grad_blank_ptr + rows, g_logit.to(grad_blank_ptr.dtype.element_ty), mask=live)
+        tl.store(grad_blank_ptr + rows, g_unit.to(grad_blank_ptr.dtype.element_ty), mask=live)
 
 
-class HatSaved:
-    """What :func:`hat_forward` keeps for :func:`hat_backward`."""
+class JointSaved:
+    """What :func:`joint_forward` keeps for :func:`joint_backward`."""
 
     def __init__(self, blank_lp, emit_lp, lse, lattice, monotonic):
         self.blank_lp, self.emit_lp, self.lse = blank_lp, emit_lp, lse
@@ -679,74 +707,86 @@ class HatSaved:
         return self.blank_lp, self.emit_lp, self.lse, *self.lattice.tensors()
 
     @classmethod
-    def of(cls, tensors, monotonic: bool) -> "HatSaved":
+    def of(cls, tensors, monotonic: bool) -> "JointSaved":
         blank_lp, emit_lp, lse, *lattice = tensors
         return cls(blank_lp, emit_lp, lse, Lattice(*lattice), monotonic)
 
 
-def _hat_launch(x, blank, targets, input_lengths, target_lengths, floor):
-    """The arguments the two HAT kernels share: the rows of ``x`` ``(B, T, U + 1, V)``, its
-    first label column, the blank logits (``x`` itself where they are its column 0)."""
-    B, T, U1, V = x.shape
-    rows = x.reshape(-1, V)
-    start = 1 if blank is None else 0
-    separate = blank is not None
-    head = (
-        rows,
-        rows if blank is None else blank.reshape(-1),
-        targets.contiguous(),
-        input_lengths.contiguous(),
-        target_lengths.contiguous(),
-    )
-    return head, (rows.shape[0], T, U1, V, start, rows.stride(0)), separate, floor
+class JointLayout:
+    """How a joint's rows map onto the lattice (:func:`_joint_rows`): ``x`` ``(B, T, R, V)``
+    with ``R = U + 1`` node rows per frame, or ``R = S`` window rows at ``starts`` ``(B, T)``;
+    the blank unit is column 0 of ``x`` unless ``blank`` ``(B, T, R)`` holds it; the softmax
+    normalises columns ``start:``; label ``y`` is column ``offset + y``; ``hat``: HAT's edges,
+    else RNN-T's. Lengths, targets and starts on ``x``'s device."""
 
+    def __init__(self, x, blank, targets, starts, input_lengths, target_lengths, hat, start,
+                 offset):  # fmt: skip
+        B, T, R, V = x.shape
+        U1 = targets.shape[1] + 1
+        self.shape = (B, T, U1)
+        self.rows = x.reshape(-1, V)
+        self.blank = blank
+        self.hat, self.separate = hat, blank is not None
+        self.pruned = starts is not None
+        self.pointers = (
+            self.rows,
+            self.rows if blank is None else blank.reshape(-1),
+            targets.contiguous(),
+            (starts if self.pruned else target_lengths).contiguous(),  # (unread unpruned)
+            input_lengths.contiguous(),
+            target_lengths.contiguous(),
+        )
+        self.sizes = (self.rows.shape[0], T, U1, R if self.pruned else 0, V, start, offset,
+                      self.rows.stride(0))  # fmt: skip
 
-def hat_forward(x, blank, targets, input_lengths, target_lengths, monotonic, work, floor):
-    """HAT's ``-log P(y | X)`` ``(B,)`` from the joint ``x`` ``(B, T, U + 1, V)`` (unit
-    column stride; column 0 the blank logit where ``blank`` is None, else ``blank`` ``(B, T,
-    U + 1)``), computing in ``work`` (float32 or float64): the edges in one pass over the
-    joint (:func:`_hat_edges_kernel`), then the lattice. Lengths and targets on ``x``'s
-    device."""
-    B, T, U1, V = x.shape
-    head, sizes, separate, floor = _hat_launch(
-        x, blank, targets, input_lengths, target_lengths, floor
-    )
-    N = sizes[0]
-    blank_lp = torch.empty(B, T, U1, dtype=work, device=x.device)
-    emit_lp = torch.empty(B, T, U1 - 1, dtype=work, device=x.device)
-    lse = torch.empty(N, dtype=work, device=x.device)
-    if N:
+    def launch(self, kernel, *arguments, floor: float) -> None:
+        N, V = self.sizes[0], self.sizes[4]
+        if not N:
+            return
         ROWS, COLS = _tile(V)
-        _hat_edges_kernel[(triton.cdiv(N, ROWS),)](
-            *head, blank_lp, emit_lp, lse, *sizes, floor,
-            SEPARATE=separate, ROWS=ROWS, COLS=COLS, num_warps=4,
+        kernel[(triton.cdiv(N, ROWS),)](
+            *self.pointers[:6], *arguments, *self.sizes, floor,
+            HAT=self.hat, SEPARATE=self.separate, ROWS=ROWS, COLS=COLS, num_warps=4,
         )  # fmt: skip
-    log_p, lattice = forward(blank_lp, emit_lp, target_lengths, monotonic)
+
+
+def joint_forward(layout: JointLayout, monotonic: bool, work, floor: float):
+    """The NLLs ``-log P(y | X)`` ``(B,)`` of a joint laid out as ``layout`` says, computing
+    in ``work`` (float32 or float64): the edges in one pass over the joint
+    (:func:`_joint_edges_kernel`), then the lattice; and what the backward needs."""
+    B, T, U1 = layout.shape
+    device = layout.rows.device
+    if layout.pruned:  # nodes outside the windows: no edge, a free pass on padded frames
+        padded = torch.arange(T, device=device)[None, :] >= layout.pointers[4][:, None]
+        blank_lp = torch.where(padded, 0.0, float("-inf")).to(work)[..., None].expand(B, T, U1)
+        blank_lp = blank_lp.contiguous()
+        emit_lp = torch.full((B, T, U1 - 1), float("-inf"), dtype=work, device=device)
+    else:  # every node is a row's
+        blank_lp = torch.empty(B, T, U1, dtype=work, device=device)
+        emit_lp = torch.empty(B, T, U1 - 1, dtype=work, device=device)
+    lse = torch.empty(layout.sizes[0], dtype=work, device=device)
+    layout.launch(_joint_edges_kernel, blank_lp, emit_lp, lse, floor=floor)
+    log_p, lattice = forward(blank_lp, emit_lp, layout.pointers[5], monotonic)
     nll = torch.where(log_p == float("-inf"), float("inf"), -log_p)
-    return nll, HatSaved(blank_lp, emit_lp, lse, lattice, monotonic)
+    return nll, JointSaved(blank_lp, emit_lp, lse, lattice, monotonic)
 
 
-def hat_backward(x, blank, targets, input_lengths, target_lengths, saved, grad_nll, scale, floor):
-    """The gradients of :func:`hat_forward`'s NLLs weighted by ``grad_nll`` ``(B,)`` with
-    respect to ``x`` (in its dtype) and ``blank`` (None where it is ``x``'s column 0), the
-    label edges' scaled by ``scale``: the lattice's posteriors, then one pass over the joint
-    (:func:`_hat_grad_kernel`)."""
-    head, sizes, separate, floor = _hat_launch(
-        x, blank, targets, input_lengths, target_lengths, floor
-    )
-    N, V = sizes[0], sizes[3]
+def joint_backward(layout: JointLayout, saved: JointSaved, grad_nll, scale: float, floor: float):
+    """The gradients of :func:`joint_forward`'s NLLs weighted by ``grad_nll`` ``(B,)`` with
+    respect to the joint (in its dtype) and the separate blank logits (None where there are
+    none), the label edges' scaled by ``scale`` (FastEmit's ``1 + lambda``): the lattice's
+    posteriors, then one pass over the joint (:func:`_joint_grad_kernel`)."""
     post_blank, post_emit = posteriors(
-        saved.blank_lp, saved.emit_lp, saved.lattice, target_lengths, saved.monotonic
+        saved.blank_lp, saved.emit_lp, saved.lattice, layout.pointers[5], saved.monotonic
     )
     if scale != 1.0:  # FastEmit: the label edges' gradient, exactly as the other backends
         post_emit.mul_(scale)
-    grad = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = layout.rows
+    grad = torch.empty(rows.shape, dtype=rows.dtype, device=rows.device)
+    blank = layout.blank
     grad_blank = None if blank is None else torch.empty_like(blank)
-    if N:
-        ROWS, COLS = _tile(V)
-        _hat_grad_kernel[(triton.cdiv(N, ROWS),)](
-            *head, saved.lse, post_blank, post_emit, grad_nll.contiguous(), grad,
-            grad if blank is None else grad_blank, *sizes, floor,
-            SEPARATE=separate, ROWS=ROWS, COLS=COLS, num_warps=4,
-        )  # fmt: skip
+    layout.launch(
+        _joint_grad_kernel, saved.lse, post_blank, post_emit, grad_nll.contiguous(), grad,
+        grad if blank is None else grad_blank, floor=floor,
+    )  # fmt: skip
     return grad, grad_blank

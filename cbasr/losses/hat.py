@@ -17,11 +17,15 @@ loses everything when ``b`` is close to 1.
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
-from cbasr import _backends
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
-from cbasr.losses.transducer import _check_fastemit, _exp_floor, _lattice_nll, gather_logsumexp
+from cbasr.losses.transducer import (
+    _check_fastemit,
+    _fused_joint,
+    _lattice_nll,
+    fused_joint_nll,
+    gather_logsumexp,
+)
 
 __all__ = ["hat_nll", "hat_nll_from_logits", "hat_internal_lm_score"]
 
@@ -155,16 +159,11 @@ def hat_nll_from_logits(
         check_lengths("target_lengths", target_lengths, B, U1 - 1)
         check_label_ids("targets", targets, target_lengths, V - start)
     device = label_logits.device
-    if _fused(label_logits, blank_logits, start):
-        return _HatFused.apply(
-            label_logits.contiguous(),
-            blank_logits,
-            targets.to(device),
-            input_lengths.to(device),
-            target_lengths.to(device),
-            monotonic,
-            fastemit,
-        )
+    if _fused_joint(label_logits, blank_logits, start):  # label y is column start + y
+        return fused_joint_nll(
+            label_logits, blank_logits, targets, None, input_lengths, target_lengths, True,
+            start, start, monotonic, fastemit,
+        )  # fmt: skip
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     ids = F.pad(torch.where(valid, targets.to(device), 0), (0, 1)) + start  # (B, U + 1)
     columns = [torch.zeros_like(ids), ids] if blank_logits is None else [ids]
@@ -174,52 +173,6 @@ def hat_nll_from_logits(
     labels = torch.where(valid[:, None, :], labels, 0.0)
     blank = picked[..., 0] if blank_logits is None else blank_logits
     return _hat_lattice(blank, labels, input_lengths, target_lengths, monotonic, fastemit)
-
-
-def _fused(label_logits, blank_logits, start: int) -> bool:
-    """Whether :class:`_HatFused` takes this joint: the Triton backend, a floating dtype it
-    reads (half precision too), and label columns to normalise."""
-    floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-    if _backends.backend(label_logits) != "triton" or label_logits.dtype not in floating:
-        return False
-    if blank_logits is not None and blank_logits.dtype not in floating:
-        return False
-    return label_logits.shape[-1] > start and label_logits.stride(-1) == 1
-
-
-class _HatFused(torch.autograd.Function):
-    """:func:`hat_nll_from_logits` on the Triton backend in three kernels forward (HAT's
-    masked edges with the label softmax's normaliser in one pass over the joint, then the
-    lattice, its shifts taken inside) and three backward (the lattice's posteriors, then the
-    joint's gradient in one pass: the blank logit's through both sigmoids, the labels' softmax
-    and the emitted label's column), where the other backends build the edges, masks and
-    shifts from PyTorch operators (``_transducer_triton.hat_forward``)."""
-
-    @staticmethod
-    def forward(ctx, x, blank, targets, input_lengths, target_lengths, monotonic, fastemit):
-        from cbasr.losses import _transducer_triton
-
-        work = torch.promote_types(x.dtype, torch.float32)
-        ctx.floor = _exp_floor(work)
-        nll, saved = _transducer_triton.hat_forward(
-            x, blank, targets, input_lengths, target_lengths, monotonic, work, ctx.floor
-        )
-        ctx.save_for_backward(x, blank, targets, input_lengths, target_lengths, *saved.tensors())
-        ctx.monotonic, ctx.scale = monotonic, 1.0 + fastemit
-        return nll
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_nll):
-        from cbasr.losses import _transducer_triton
-
-        x, blank, targets, input_lengths, target_lengths, *tensors = ctx.saved_tensors
-        saved = _transducer_triton.HatSaved.of(tensors, ctx.monotonic)
-        grad, grad_blank = _transducer_triton.hat_backward(
-            x, blank, targets, input_lengths, target_lengths, saved, grad_nll, ctx.scale,
-            ctx.floor,
-        )  # fmt: skip
-        return grad, grad_blank, None, None, None, None, None
 
 
 def hat_internal_lm_score(

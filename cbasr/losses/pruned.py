@@ -46,7 +46,12 @@ from cbasr.checks import (
     check_that,
     one_read,
 )
-from cbasr.losses.transducer import _lattice_nll, gather_logsumexp
+from cbasr.losses.transducer import (
+    _fused_joint,
+    _lattice_nll,
+    fused_joint_nll,
+    gather_logsumexp,
+)
 
 __all__ = [
     "trivial_joint_log_probs",
@@ -336,6 +341,11 @@ def pruned_transducer_nll(
         check_lengths("input_lengths", input_lengths, B, T, min_len=1)
         _check_labels(targets, target_lengths, V)
     device = units.device
+    if _fused_joint(units, None, 1 if hat else 0):  # label y is unit y
+        return fused_joint_nll(
+            units, None, targets, starts, input_lengths, target_lengths, hat, 1 if hat else 0,
+            0, monotonic,
+        )  # fmt: skip
     positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
     columns = _label_columns(targets.to(device), target_lengths)  # (B, U + 1)
     label_units = columns.gather(1, positions.clamp(max=U1 - 1).flatten(1)).view(B, T, S)

@@ -394,6 +394,79 @@ class _GatherLogSumExp(torch.autograd.Function):
         return grad.view(x.shape), None, None
 
 
+def _fused_joint(x: torch.Tensor, blank: torch.Tensor | None, start: int) -> bool:
+    """Whether :class:`_FusedJoint` takes this joint: the Triton backend, a floating dtype its
+    kernels read (half precision too), unit column stride, columns to normalise."""
+    floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    if _backends.backend(x) != "triton" or x.dtype not in floating:
+        return False
+    if blank is not None and blank.dtype not in floating:
+        return False
+    return x.shape[-1] > start and x.stride(-1) == 1
+
+
+class _FusedJoint(torch.autograd.Function):
+    """A transducer's NLLs straight from its joint's rows on the Triton backend: forward, one
+    kernel builds the masked edges in one pass over the joint (the softmax's normaliser, the
+    blank unit, the emitted label's column; HAT's two log-sigmoids), then the lattice with its
+    shifts taken inside; backward, the lattice's posteriors, then one kernel writes the joint's
+    whole gradient (``_transducer_triton.joint_forward``, ``JointLayout`` for the arguments).
+    The other backends build the edges, masks and shifts from PyTorch operators."""
+
+    @staticmethod
+    def forward(ctx, x, blank, targets, starts, input_lengths, target_lengths, options):
+        from cbasr.losses import _transducer_triton as kernels
+
+        hat, start, offset, monotonic, fastemit = options
+        layout = kernels.JointLayout(
+            x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset
+        )
+        work = torch.promote_types(x.dtype, torch.float32)
+        ctx.floor = _exp_floor(work)
+        nll, saved = kernels.joint_forward(layout, monotonic, work, ctx.floor)
+        ctx.save_for_backward(
+            x, blank, targets, starts, input_lengths, target_lengths, *saved.tensors()
+        )
+        ctx.options = options
+        return nll
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_nll):
+        from cbasr.losses import _transducer_triton as kernels
+
+        x, blank, targets, starts, input_lengths, target_lengths, *tensors = ctx.saved_tensors
+        hat, start, offset, monotonic, fastemit = ctx.options
+        layout = kernels.JointLayout(
+            x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset
+        )
+        saved = kernels.JointSaved.of(tensors, monotonic)
+        grad, grad_blank = kernels.joint_backward(
+            layout, saved, grad_nll, 1.0 + fastemit, ctx.floor
+        )
+        return grad.view(x.shape), grad_blank, None, None, None, None, None
+
+
+def fused_joint_nll(
+    x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset, monotonic,
+    fastemit=0.0,
+) -> torch.Tensor:  # fmt: skip
+    """:class:`_FusedJoint` (package-internal; the callers check the arguments): ``x`` ``(B,
+    T, R, V)`` the joint's rows (``R = U + 1``, or the ``S`` rows of the windows at ``starts``
+    ``(B, T)``), ``blank`` the separate blank logits or None (column 0), ``targets`` ``(B,
+    U)`` whose label ``y`` is column ``offset + y``, the softmax over columns ``start:``."""
+    device = x.device
+    return _FusedJoint.apply(
+        x.contiguous(),
+        blank if blank is None else blank.contiguous(),
+        targets.to(device),
+        None if starts is None else starts.to(device),
+        input_lengths.to(device),
+        target_lengths.to(device),
+        (hat, start, offset, monotonic, fastemit),
+    )
+
+
 def _row_backend(rows: torch.Tensor, start: int) -> str:
     """Which backend runs the row passes of this ``(N, V)`` view of a joint: ``numba`` for a
     contiguous float32/float64 CPU tensor, ``triton`` for a CUDA one with unit column stride
@@ -574,6 +647,11 @@ def rnnt_lattice_nll(
     _check_fastemit(fastemit)
     B, T, U1, V = logits.shape
     device = logits.device
+    if blank == 0 and _fused_joint(logits, None, 0):
+        return fused_joint_nll(
+            logits, None, targets, None, input_lengths, target_lengths, False, 0, 0, monotonic,
+            fastemit,
+        )  # fmt: skip
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     labels = torch.where(valid, targets.to(device), blank)  # (B, U): padding -> any valid id
     labels = F.pad(labels, (0, 1), value=blank)  # (B, U + 1): nothing is emitted from u = U

@@ -82,7 +82,7 @@ def test_rnnt_logits_get_the_scaled_edges_gradient_through_the_softmax():
         torch.testing.assert_close(got, leaf.grad)
 
 
-@pytest.mark.parametrize("lam", [LAMBDA, None])
+@pytest.mark.parametrize("lam", [LAMBDA, 1.0, None])
 @pytest.mark.parametrize("from_logits", [True, False])
 def test_hat_splits_the_scaled_label_edge_into_its_blank_and_label_parts(lam, from_logits):
     """HAT's label edge is ``log sigmoid(-b) + log P(y)``: the blank logit gets the blank

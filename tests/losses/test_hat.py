@@ -274,6 +274,35 @@ def test_from_logits_of_a_half_precision_joint_computes_in_float32(blank_unit, d
         torch.testing.assert_close(grad, wanted.to(dtype), rtol=1e-2, atol=1e-3)
 
 
+@pytest.mark.parametrize("blank_unit", [False, True])
+def test_from_logits_over_many_tiles_of_rows_and_on_an_empty_batch(lattice, blank_unit):
+    """A joint of 1160 rows (the Triton kernels take it in several tiles of rows) equals the
+    normalised loss, in values and gradients; an empty batch gives empty results."""
+    g = torch.Generator().manual_seed(9)
+    B, T, U, V = 2, 40, 13, 4
+    scores = torch.randn(B, T, U + 1, V, generator=g, dtype=F64)
+    blank = torch.randn(B, T, U + 1, generator=g, dtype=F64)
+    targets = torch.randint(0, V, (B, U), generator=g)
+    il, tl = torch.tensor([40, 31]), torch.tensor([13, 9])
+    b, x = blank.clone().requires_grad_(), scores.clone().requires_grad_()
+    if blank_unit:
+        joint = torch.cat([b.unsqueeze(-1), x], -1)
+        got = hat_nll_from_logits(None, joint, targets, il, tl)
+    else:
+        got = hat_nll_from_logits(b, x, targets, il, tl)
+    g_blank, g_scores = torch.autograd.grad(got.sum(), (b, x))
+    rb, rx = blank.clone().requires_grad_(), scores.clone().requires_grad_()
+    want = hat_nll(rb, rx.log_softmax(-1), targets, il, tl)
+    w_blank, w_scores = torch.autograd.grad(want.sum(), (rb, rx))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_blank, w_blank, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(g_scores, w_scores, rtol=1e-10, atol=1e-12)
+    empty = torch.zeros(0, T, U + 1, V + 1, dtype=F64, requires_grad=True)
+    lengths = torch.zeros(0, dtype=torch.long)
+    nll = hat_nll_from_logits(None, empty, targets[:0], lengths, lengths)
+    assert nll.shape == (0,) and torch.autograd.grad(nll.sum(), empty)[0].shape == empty.shape
+
+
 MONOTONIC = [(3, [1, 1, 2]), (5, [2, 2]), (4, [0]), (2, [])]
 
 

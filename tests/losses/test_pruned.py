@@ -288,6 +288,35 @@ def test_pruned_loss_gradcheck_and_padding(criterion):
 
 @pytest.mark.parametrize("monotonic", [False, True])
 @pytest.mark.parametrize("criterion", CRITERIA)
+def test_pruned_loss_over_many_tiles_of_rows_equals_the_pytorch_backend(
+    lattice, criterion, monotonic
+):
+    """Windows of 1200 joint rows (several tiles of the Triton kernels) give the NLLs and
+    gradients of the PyTorch backend (itself checked against enumeration above), NaN in the
+    padded frames included."""
+    g = torch.Generator().manual_seed(10)
+    B, T, U, S, V = 3, 50, 12, 8, 5
+    il, tl = torch.tensor([50, 37, 44]), torch.tensor([12, 7, 11])
+    targets = torch.randint(1, V, (B, U), generator=g)
+    starts = prune_ranges(torch.rand(B, T, U + 1, generator=g), il, tl, S, monotonic=monotonic)
+    units = torch.randn(B, T, S, V, generator=g, dtype=F64)
+    units[1, 37:] = float("nan")  # padded frames hold anything
+    hat = criterion == "hat"
+    got_units = units.clone().requires_grad_()
+    got = pruned_transducer_nll(got_units, starts, targets, il, tl, hat, monotonic)
+    with use_backend("torch"):
+        want_units = units.clone().requires_grad_()
+        want = pruned_transducer_nll(want_units, starts, targets, il, tl, hat, monotonic)
+    assert torch.isfinite(want).all()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    got_grad = torch.autograd.grad(got.sum(), got_units)[0]
+    want_grad = torch.autograd.grad(want.sum(), want_units)[0]
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-12)
+    assert (got_grad[1, 37:] == 0).all()
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+@pytest.mark.parametrize("criterion", CRITERIA)
 def test_pruned_loss_of_half_precision_units_sums_in_float32(criterion, monotonic):
     """bfloat16 units (a joint under autocast): the loss is float32, the float32 loss of the
     same (rounded) units, and the gradient is the units' own dtype."""

@@ -64,10 +64,10 @@ def test_losses_read_the_device_once(count_launches):
         "_marginal_backward_kernel": 1,
     }
     assert rows["hat_fused"]["triton_kernels"] == {
-        "_hat_edges_kernel": 1,
+        "_joint_edges_kernel": 1,
         "_lattice_forward_kernel": 1,
         "_lattice_backward_kernel": 1,
-        "_hat_grad_kernel": 1,
+        "_joint_grad_kernel": 1,
     }
     # the edges, masks, shifts and the joint's gradient inside them (issue target: <= 25)
     assert rows["hat_fused"]["kernels"] <= 25
