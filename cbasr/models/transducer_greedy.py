@@ -228,6 +228,7 @@ class LabelLoopingGraphs:
             h.dtype,
             h.device,
             torch.is_autocast_enabled("cuda"),
+            torch.is_inference_mode_enabled(),  # (its tensors take no in-place update outside)
             tuple(p.data_ptr() for p in self.decoder.parameters()),  # moved or replaced: anew
         )
         captured = self._captured.pop(key, None)

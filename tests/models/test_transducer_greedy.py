@@ -256,6 +256,21 @@ def test_the_static_steps_give_the_frame_looping_hypotheses(name, rule, max_symb
     _graphs_match(name, rule, max_symbols, "cpu", graphs=False)
 
 
+def test_the_static_steps_serve_inference_mode_and_no_grad_apart():
+    """Static tensors made under ``torch.inference_mode`` take no in-place update outside it:
+    a search called both ways keeps a set for each, and both give the same hypotheses."""
+    model = tiny.build("hat", seed=1, shift=1.5).float().eval()
+    feats, lens = tiny.batch(seed=2)
+    with torch.no_grad():
+        h, h_lens = model.encoder(feats.float(), lens)
+    search = LabelLoopingGraphs(model.decoder, 4, "label", graphs=False)
+    with torch.inference_mode():
+        first = search(h, h_lens)
+    with torch.no_grad():
+        again = search(h, h_lens)
+    assert first == again and sum(map(len, first)) > 0 and len(search._captured) == 2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
 @pytest.mark.parametrize("rule,max_symbols", [("label", 1), ("label", 3), ("emission", 2)])
