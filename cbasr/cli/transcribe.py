@@ -4,12 +4,16 @@
     cbasr-transcribe --exp-dir exp/blstm_ctc --beam 8 --timestamps audio/   # a CTM of a directory
     find . -name '*.wav' | cbasr-transcribe --exp-dir exp/blstm_ctc -       # a list on stdin
     cbasr-transcribe --exp-dir exp/x --beam 8 --lm exp/lm --lm-weight 0.5 --list files.txt
+    cbasr-transcribe --exp-dir exp/hat_ulstm --stream --chunk-ms 160 a.wav   # partials on stderr
 
 WAV, FLAC and SPHERE (PCM or Shorten) are read by content at any sample rate (resampled to the
 model's, with a note) and channel count (the first channel is recognised, with a note). A
 directory stands for every audio file below it (by extension: .wav .flac .sph .wv1 .wv2, any
 case), a list file (``--list FILE``, ``-`` for stdin) for the paths it lists, one per line.
 Files that cannot be read are named on stderr and counted, and the exit status is then 1.
+``--stream`` recognises each file as audio arriving in ``--chunk-ms`` pieces (a transducer with
+a unidirectional encoder: :meth:`cbasr.Recognizer.stream`), printing the partial hypothesis on
+stderr whenever it changes and the final one, the offline hypothesis, on stdout.
 """
 
 import argparse
@@ -18,6 +22,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torchaudio
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.data.audio import AudioError
@@ -62,6 +67,39 @@ def audio_files(args) -> list[Path]:
     return paths
 
 
+def stream_files(recognizer: Recognizer, paths: list[Path], chunk_ms: int) -> None:
+    """Each file as a stream of ``chunk_ms`` pieces (its audio resampled to the model's rate
+    first): ``PATH [partial] TEXT`` on stderr whenever the hypothesis changes, ``PATH<TAB>TEXT``
+    on stdout at the end; files that cannot be read are named and counted (exit status 1)."""
+    rate = recognizer.sample_rate
+    size = max(1, rate * chunk_ms // 1000)
+    failed = 0
+    for path in paths:
+        try:
+            waveform, source_rate = recognizer._waveform(path, None)
+            stream = recognizer.stream(str(path))
+        except AudioError as error:
+            print(f"cbasr-transcribe: {error}", file=sys.stderr)
+            failed += 1
+            continue
+        if source_rate != rate:
+            waveform = torchaudio.functional.resample(waveform, source_rate, rate)
+        shown = ""
+        for start in range(0, waveform.numel(), size):
+            text = stream.accept(waveform[start : start + size]).text
+            if text != shown:
+                print(f"{path} [partial] {text}", file=sys.stderr, flush=True)
+                shown = text
+        print(f"{path}\t{stream.finish().text}", flush=True)
+    if failed:
+        print(
+            f"cbasr-transcribe: {failed} of {len(paths)} files could not be recognised "
+            f"(named above)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
 @one_line_errors("cbasr-transcribe")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
@@ -97,6 +135,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="print a CTM (path 1 start duration token) from the model's alignment of its output",
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="recognise each file as a stream of --chunk-ms pieces (a transducer with a "
+        "unidirectional encoder): partial results on stderr as they change, the final on stdout",
+    )
+    parser.add_argument(
+        "--chunk-ms", type=int, default=320, help="--stream: the audio pieces' length (ms)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--num-threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = parser.parse_args(argv)
@@ -115,6 +162,13 @@ def main(argv: list[str] | None = None) -> None:
         lm_words=args.lm_words,
         **search,
     )
+    if args.stream:
+        if args.timestamps:
+            raise SystemExit("cbasr-transcribe: --stream prints no CTM (--timestamps)")
+        if args.chunk_ms < 1:
+            raise SystemExit(f"cbasr-transcribe: --chunk-ms must be >= 1, got {args.chunk_ms}")
+        stream_files(recognizer, paths, args.chunk_ms)
+        return
     feats, names, failed = [], [], []
     for path in progress_bar(paths, "features", unit="file"):
         try:

@@ -32,7 +32,7 @@ from cbasr.inference.decode import decode_batch
 from cbasr.inference.experiment import Experiment, subsampling_stride
 from cbasr.search import BeamSearchOptions, LabelScorer, check_options, load_language_model
 
-__all__ = ["Recognizer", "Transcription", "AudioInput"]
+__all__ = ["Recognizer", "RecognizerStream", "Transcription", "AudioInput"]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,13 @@ class Recognizer:
             out.append(Transcription(name, units, text, spans))
         return out
 
+    def stream(self, name: str = "stream") -> "RecognizerStream":
+        """A streaming recognition of one utterance (:class:`RecognizerStream`): feed it audio
+        pieces, read the partial hypothesis after each, and the final one at the end. Needs
+        a transducer with a unidirectional recurrent encoder (``encoder=ulstm``), greedy
+        search and features without deltas."""
+        return RecognizerStream(self, name)
+
     def _align(self, batch: list[torch.Tensor], hyps: list[list[int]]) -> list:
         """Alignments of each utterance's own hypothesis (empty ones need none)."""
         keep = [j for j, h in enumerate(hyps) if h]
@@ -247,6 +254,71 @@ class Recognizer:
             for j, alignment in zip(keep, result):
                 aligned[j] = alignment
         return aligned
+
+
+class RecognizerStream:
+    """One utterance recognised as its audio arrives (:meth:`Recognizer.stream`).
+
+    Each :meth:`accept` takes the next samples (``(N,)`` floats in [-1, 1] at the model's
+    sample rate), computes the feature frames whose windows they complete (a frame depends on
+    its own window's samples only, so they are the frames of the whole file), decodes them
+    (:class:`~cbasr.inference.streaming.TransducerStream`: the encoder's and the prediction
+    network's states carried) and returns the hypothesis so far; :meth:`finish` returns the
+    final one, the recogniser's offline hypothesis of the same audio. ``emissions`` holds each
+    token with the time of the encoder frame that emitted it.
+    """
+
+    def __init__(self, recognizer: Recognizer, name: str = "stream"):
+        from cbasr.inference.streaming import TransducerStream, streamable
+
+        exp = recognizer.experiment
+        why = streamable(exp.model)
+        if why:
+            raise ValueError(f"{exp.exp_dir}: {why}")
+        if recognizer.options is not None:
+            raise ValueError("streaming recognition searches greedily: no beam (beam=0)")
+        opts = recognizer.features.fbank
+        if opts.deltas:
+            raise ValueError(
+                f"{exp.exp_dir}: the model reads delta features, which look ahead: not streamed"
+            )
+        self.recognizer, self.name = recognizer, name
+        self.decoder = TransducerStream(exp.model)
+        self.window = int(opts.sample_rate * opts.frame_length_ms / 1000)
+        self.shift = int(opts.sample_rate * opts.frame_shift_ms / 1000)
+        self.samples = torch.zeros(0)  # from the first sample of the next frame on
+        self.period = subsampling_stride(exp.model) * opts.frame_shift_ms / 1000.0
+
+    @torch.no_grad()
+    def accept(self, samples: torch.Tensor | np.ndarray) -> Transcription:
+        """Decode the next audio samples; the partial transcription."""
+        piece = torch.as_tensor(samples, dtype=torch.float32).reshape(-1)
+        self.samples = torch.cat([self.samples, piece])
+        if self.samples.numel() >= self.window:
+            frames = 1 + (self.samples.numel() - self.window) // self.shift
+            span = (frames - 1) * self.shift + self.window
+            feats = self.recognizer.features(self.samples[:span], self.recognizer.sample_rate)
+            self.decoder.accept(feats.to(self.recognizer.experiment.device))
+            self.samples = self.samples[frames * self.shift :]
+        return self._transcription()
+
+    @torch.no_grad()
+    def finish(self) -> Transcription:
+        """The final transcription (the audio's last partial frame is dropped, as offline)."""
+        self.decoder.finish()
+        return self._transcription()
+
+    @property
+    def emissions(self) -> list[tuple[str, float]]:
+        """``(token, seconds)``: each token and the start of the encoder frame that emitted it
+        (when the stream had its audio)."""
+        tokens = self.recognizer.experiment.vocab.decode
+        return [(tokens([i])[0], frame * self.period) for i, frame in self.decoder.emissions]
+
+    def _transcription(self) -> Transcription:
+        exp = self.recognizer.experiment
+        units = exp.vocab.decode(self.decoder.hypothesis)
+        return Transcription(self.name, units, " ".join(tokens_to_words(units, exp.units)))
 
 
 def _name(item: AudioInput, index: int) -> str:

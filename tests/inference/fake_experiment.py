@@ -77,16 +77,19 @@ def make_experiment(
     epoch: int = 3,
     emission_shift: float = 2.0,
     loss_options: dict | None = None,
+    encoder: dict | None = None,
 ) -> Path:
     """``root`` as a trained experiment: config, vocabulary, CMVN and ``checkpoints/best.pt``.
 
     CB models get ``emission_shift`` added to their emission bias (random ones hardly emit);
-    ``loss_options`` are added to the loss group (``{"topology": "monotonic"}``)."""
+    ``loss_options`` are added to the loss group (``{"topology": "monotonic"}``), ``encoder``
+    to the encoder group (``{"bidirectional": False}``)."""
     vocab = Vocabulary.load(tone_data / "lang" / "phones.txt")
     torch.manual_seed(seed)
     loss_cfg = {"name": loss, **({"max_symbols": 3} if loss in ("rnnt", "hat") else {})}
     loss_cfg.update(loss_options or {})
-    model = builder.build_model(ENCODER, DECODERS[decoder], loss_cfg, 40, len(vocab))
+    encoder_cfg = {**ENCODER, **(encoder or {})}
+    model = builder.build_model(encoder_cfg, DECODERS[decoder], loss_cfg, 40, len(vocab))
     with torch.no_grad():
         if loss == "cb_marginal":
             head = (
@@ -96,7 +99,7 @@ def make_experiment(
             )
             head.add_(emission_shift)
     cfg = {
-        "encoder": ENCODER,
+        "encoder": encoder_cfg,
         "decoder": DECODERS[decoder],
         "loss": loss_cfg,
         "data": {

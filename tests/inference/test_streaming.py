@@ -1,0 +1,192 @@
+"""Streaming greedy decoding of transducers: the final hypothesis is the offline one, however
+the features arrive; partial hypotheses only grow; refusals name the reason."""
+
+import itertools
+
+import pytest
+import soundfile
+import torch
+
+from cbasr import Recognizer, builder
+from cbasr.cli import transcribe
+from cbasr.data.features import write_feature_settings
+from cbasr.inference.streaming import TransducerStream, streamable
+from cbasr.storage.checkpoint import save_checkpoint
+from cbasr.training.options import fbank_options_of
+from tests.inference.fake_experiment import make_experiment
+from tests.search import tiny
+
+ULSTM = {**tiny.ENCODER, "bidirectional": False, "num_layers": 2}
+
+
+def _model(decoder: str, options: dict | None = None, encoder: dict = ULSTM):
+    """A tiny random transducer over a unidirectional encoder, emitting now and then."""
+    torch.manual_seed(5)
+    loss = {"name": tiny.LOSS[decoder], **(options or {})}
+    model = builder.build_model(encoder, tiny.DECODERS[decoder], loss, tiny.FEATS, tiny.VOCAB)
+    model = model.double().eval()
+    feats, lens = tiny.batch(seed=6, lengths=(23, 17, 9, 4, 30))
+    feats = feats.double()
+    joint = model.decoder.joint
+    bias = (
+        joint.blank_encoder.bias
+        if getattr(joint, "linear_blank", False)
+        else joint.out[-1].bias[:1]
+    )
+    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
+    low, high, base = -20.0, 20.0, bias.detach().clone()
+    with torch.no_grad():  # about a third of the most labels it can emit
+        for _ in range(30):
+            middle = (low + high) / 2
+            bias.copy_(base + middle)
+            share = sum(map(len, model.greedy_decode(feats, lens))) / most
+            if abs(share - 1 / 3) < 0.1:
+                break
+            low, high = (middle, high) if share > 1 / 3 else (low, middle)
+    return model, feats, lens
+
+
+CASES = [
+    ("transducer", {}),
+    ("transducer", {"topology": "monotonic", "greedy": "emission"}),
+    ("hat", {}),
+    ("hat_linear", {"topology": "monotonic"}),
+    ("hat_context1", {}),
+]
+
+
+@pytest.mark.parametrize("pieces", [[1], [2, 3, 5], [7], [1000]])
+@pytest.mark.parametrize("decoder,options", CASES)
+def test_the_final_hypothesis_is_the_offline_one_however_the_features_arrive(
+    decoder, options, pieces
+):
+    model, feats, lens = _model(decoder, options)
+    with torch.no_grad():
+        offline = model.greedy_decode(feats, lens)
+    assert 0 < sum(map(len, offline))
+    for b, n in enumerate(lens.tolist()):
+        stream, start, partials = TransducerStream(model), 0, []
+        for size in itertools.cycle(pieces):
+            if start >= n:
+                break
+            partials.append(list(stream.accept(feats[b, start : min(start + size, n)])))
+            start += size
+        final = stream.finish()
+        assert final == offline[b]
+        for before, after in zip(partials, partials[1:] + [final]):
+            assert after[: len(before)] == before  # nothing decided is revised
+        frames = [frame for _, frame in stream.emissions]
+        assert frames == sorted(frames) and all(0 <= f < -(-n // 2) for f in frames)
+        assert stream.frames == -(-n // 2)  # every encoder frame of the offline encoder
+
+
+def test_what_does_not_stream_is_refused_with_the_reason():
+    model, feats, _ = _model("hat")
+    bidirectional, _, _ = _model("hat", encoder={**ULSTM, "bidirectional": True})
+    assert "unidirectional recurrent encoder (encoder=ulstm)" in streamable(bidirectional)
+    with pytest.raises(ValueError, match=r"RNNEncoder \(bidirectional\): streaming needs"):
+        TransducerStream(bidirectional)
+    cb = tiny.build("pointwise")
+    assert "streaming decodes RNN-T and HAT models" in streamable(cb)
+    stream = TransducerStream(model)
+    stream.accept(feats[0, :5])
+    stream.finish()
+    assert stream.finish() == stream.hypothesis  # finishing twice changes nothing
+    with pytest.raises(RuntimeError, match="this stream is finished"):
+        stream.accept(feats[0, 5:8])
+
+
+@pytest.mark.parametrize("decoder,loss", [("hat", "hat"), ("transducer", "rnnt")])
+def test_a_recognizer_stream_of_audio_pieces_ends_on_the_offline_transcription(
+    decoder, loss, tone_data, tmp_path
+):
+    """Audio fed in pieces of 100 ms and of an odd 777 samples: features frame by frame as
+    their windows complete, the final transcription the recogniser's offline one, partial
+    ones only growing, every token's emission time inside the audio."""
+    exp_dir = make_experiment(
+        tmp_path / "exp", tone_data, decoder, loss, encoder={"bidirectional": False}
+    )
+    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
+    recognizer = Recognizer.from_pretrained(exp_dir)
+    wavs = sorted((tone_data / "corpus/wav/test").glob("*.wav"))[:4]
+    feats = [recognizer.features_of(w) for w in wavs]
+    lens = torch.tensor([f.shape[0] for f in feats])
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    _a_third(recognizer.experiment.model, padded, lens)
+    offline = recognizer.transcribe(wavs)
+    assert sum(len(t.tokens) for t in offline) > 0
+    for wav, want in zip(wavs, offline):
+        samples, rate = soundfile.read(wav, dtype="float32")
+        assert rate == recognizer.sample_rate
+        for size in (1600, 777):
+            stream, partials = recognizer.stream(wav.name), []
+            for start in range(0, len(samples), size):
+                partials.append(stream.accept(samples[start : start + size]).tokens)
+            final = stream.finish()
+            assert final.tokens == want.tokens and final.text == want.text
+            assert final.source == wav.name
+            for before, after in zip(partials, partials[1:] + [final.tokens]):
+                assert after[: len(before)] == before
+            times = [seconds for _, seconds in stream.emissions]
+            assert [t for t, _ in stream.emissions] == final.tokens
+            assert times == sorted(times) and all(0 <= t < len(samples) / rate for t in times)
+
+
+def test_a_recognizer_stream_refuses_what_it_cannot_stream(tone_data, tmp_path):
+    exp_dir = make_experiment(tmp_path / "exp", tone_data, "hat", "hat")  # bidirectional
+    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
+    with pytest.raises(ValueError, match="unidirectional recurrent encoder"):
+        Recognizer.from_pretrained(exp_dir).stream()
+    uni = make_experiment(
+        tmp_path / "uni", tone_data, "hat", "hat", encoder={"bidirectional": False}
+    )
+    write_feature_settings(uni, fbank_options_of(tone_data / "fbank/train", 40), True)
+    with pytest.raises(ValueError, match="searches greedily: no beam"):
+        Recognizer.from_pretrained(uni, beam=4).stream()
+
+
+def _a_third(model, feats, lens) -> None:
+    """Move the blank bias until the greedy search emits about a third of what it can."""
+    joint = model.decoder.joint
+    bias = (
+        joint.blank_encoder.bias
+        if getattr(joint, "linear_blank", False)
+        else joint.out[-1].bias[:1]
+    )
+    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
+    low, high, base = -20.0, 20.0, bias.detach().clone()
+    with torch.no_grad():
+        for _ in range(30):
+            middle = (low + high) / 2
+            bias.copy_(base + middle)
+            share = sum(map(len, model.greedy_decode(feats, lens))) / most
+            if abs(share - 1 / 3) < 0.1:
+                return
+            low, high = (middle, high) if share > 1 / 3 else (low, middle)
+
+
+def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(
+    tone_data, tmp_path, capsys
+):
+    exp_dir = make_experiment(
+        tmp_path / "exp", tone_data, "hat", "hat", encoder={"bidirectional": False}
+    )
+    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
+    recognizer = Recognizer.from_pretrained(exp_dir)
+    wavs = sorted((tone_data / "corpus/wav/test").glob("*.wav"))[:3]
+    feats = [recognizer.features_of(w) for w in wavs]
+    lens = torch.tensor([f.shape[0] for f in feats])
+    model = recognizer.experiment.model
+    _a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
+    checkpoint = exp_dir / "checkpoints/best.pt"
+    saved = torch.load(checkpoint, weights_only=False)
+    save_checkpoint(checkpoint, {**saved, "model": model.state_dict()})
+    transcribe.main(["--exp-dir", str(exp_dir), *map(str, wavs)])
+    offline = capsys.readouterr().out
+    transcribe.main(["--exp-dir", str(exp_dir), "--stream", "--chunk-ms", "100", *map(str, wavs)])
+    streamed = capsys.readouterr()
+    assert streamed.out == offline and offline.count("\n") == 3
+    partials = [line for line in streamed.err.splitlines() if " [partial] " in line]
+    assert partials and all(line.split(" [partial] ")[0] in map(str, wavs) for line in partials)
+    with pytest.raises(SystemExit, match="--chunk-ms must be >= 1, got 0"):
+        transcribe.main(["--exp-dir", str(exp_dir), "--stream", "--chunk-ms", "0", str(wavs[0])])
