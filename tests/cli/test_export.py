@@ -19,6 +19,7 @@ from cbasr.inference.transducer_export import TransducerRuntime
 from cbasr.training.options import fbank_options_of
 from tests.cli.training import decode_args, train_cli
 from tests.inference.fake_experiment import make_experiment
+from tests.search import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,34 +106,11 @@ def test_families_whose_search_reads_the_label_history_are_refused(decoder, loss
         AcousticModel(model)
 
 
-def _blank_bias(model) -> torch.Tensor:
-    joint = model.decoder.joint
-    if getattr(joint, "linear_blank", False):
-        return joint.blank_encoder.bias
-    return joint.out[-1].bias[:1]
-
-
 def _experiment(root, tone_data, decoder, loss, options=None):
     """A random model's experiment with the feature settings a trained one has."""
     exp_dir = make_experiment(root, tone_data, decoder, loss, loss_options=options)
     write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
     return exp_dir
-
-
-def _emit_about_a_third(model, feats, lens) -> None:
-    """Move the blank bias (bisection) until the greedy search emits about a third of the most
-    it can: a random transducer emits on every frame or on none."""
-    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
-    bias, low, high = _blank_bias(model), -20.0, 20.0
-    base = bias.detach().clone()
-    with torch.no_grad():
-        for _ in range(30):
-            middle = (low + high) / 2
-            bias.copy_(base + middle)
-            share = sum(map(len, model.greedy_decode(feats, lens))) / most
-            if abs(share - 1 / 3) < 0.1:
-                return
-            low, high = (middle, high) if share > 1 / 3 else (low, middle)
 
 
 TRANSDUCERS = [
@@ -160,7 +138,7 @@ def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
     utts = [exp.normalise(store[u]) for u in sorted(store.index)[:6]]
     lens = torch.tensor([u.shape[0] for u in utts])
     feats = torch.nn.utils.rnn.pad_sequence(utts, batch_first=True)
-    _emit_about_a_third(exp.model, feats, lens)
+    tiny.emit_about_a_third(exp.model, feats, lens)
     out = tmp_path / f"model.{fmt}"
     meta = export_model(exp, fmt, out)
     parts = {name: part["file"] for name, part in meta["parts"].items()}

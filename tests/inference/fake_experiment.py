@@ -9,6 +9,7 @@ import torch
 from cbasr import builder
 from cbasr.data.vocab import Vocabulary
 from cbasr.storage.checkpoint import save_checkpoint
+from tests.search import tiny
 
 ENCODER = {
     "name": "rnn",
@@ -42,22 +43,8 @@ DECODERS = {
     "autoregressive": {"name": "autoregressive", "embed_dim": 4, "hidden": 8, "emission_hidden": 4},
     "transducer": {"name": "transducer", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
     "hat": {"name": "transducer", "joint": "hat", "embed_dim": 4, "hidden": 8, "joint_dim": 8},
-    "hat_linear": {
-        "name": "transducer",
-        "joint": "hat",
-        "blank_joint": "linear",
-        "embed_dim": 4,
-        "hidden": 8,
-        "joint_dim": 8,
-    },
-    "hat_context1": {
-        "name": "transducer",
-        "joint": "hat",
-        "context": 1,
-        "embed_dim": 4,
-        "hidden": 8,
-        "joint_dim": 8,
-    },
+    "hat_linear": tiny.DECODERS["hat_linear"],
+    "hat_context1": tiny.DECODERS["hat_context1"],
     "transducer_context0": {
         "name": "transducer",
         "context": 0,

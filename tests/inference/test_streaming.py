@@ -27,22 +27,7 @@ def _model(decoder: str, options: dict | None = None, encoder: dict = ULSTM):
     model = model.double().eval()
     feats, lens = tiny.batch(seed=6, lengths=(23, 17, 9, 4, 30))
     feats = feats.double()
-    joint = model.decoder.joint
-    bias = (
-        joint.blank_encoder.bias
-        if getattr(joint, "linear_blank", False)
-        else joint.out[-1].bias[:1]
-    )
-    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
-    low, high, base = -20.0, 20.0, bias.detach().clone()
-    with torch.no_grad():  # about a third of the most labels it can emit
-        for _ in range(30):
-            middle = (low + high) / 2
-            bias.copy_(base + middle)
-            share = sum(map(len, model.greedy_decode(feats, lens))) / most
-            if abs(share - 1 / 3) < 0.1:
-                break
-            low, high = (middle, high) if share > 1 / 3 else (low, middle)
+    tiny.emit_about_a_third(model, feats, lens)
     return model, feats, lens
 
 
@@ -112,7 +97,7 @@ def test_a_recognizer_stream_of_audio_pieces_ends_on_the_offline_transcription(
     feats = [recognizer.features_of(w) for w in wavs]
     lens = torch.tensor([f.shape[0] for f in feats])
     padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-    _a_third(recognizer.experiment.model, padded, lens)
+    tiny.emit_about_a_third(recognizer.experiment.model, padded, lens)
     offline = recognizer.transcribe(wavs)
     assert sum(len(t.tokens) for t in offline) > 0
     for wav, want in zip(wavs, offline):
@@ -145,26 +130,6 @@ def test_a_recognizer_stream_refuses_what_it_cannot_stream(tone_data, tmp_path):
         Recognizer.from_pretrained(uni, beam=4).stream()
 
 
-def _a_third(model, feats, lens) -> None:
-    """Move the blank bias until the greedy search emits about a third of what it can."""
-    joint = model.decoder.joint
-    bias = (
-        joint.blank_encoder.bias
-        if getattr(joint, "linear_blank", False)
-        else joint.out[-1].bias[:1]
-    )
-    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
-    low, high, base = -20.0, 20.0, bias.detach().clone()
-    with torch.no_grad():
-        for _ in range(30):
-            middle = (low + high) / 2
-            bias.copy_(base + middle)
-            share = sum(map(len, model.greedy_decode(feats, lens))) / most
-            if abs(share - 1 / 3) < 0.1:
-                return
-            low, high = (middle, high) if share > 1 / 3 else (low, middle)
-
-
 def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(
     tone_data, tmp_path, capsys
 ):
@@ -177,7 +142,7 @@ def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(
     feats = [recognizer.features_of(w) for w in wavs]
     lens = torch.tensor([f.shape[0] for f in feats])
     model = recognizer.experiment.model
-    _a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
+    tiny.emit_about_a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
     checkpoint = exp_dir / "checkpoints/best.pt"
     saved = torch.load(checkpoint, weights_only=False)
     save_checkpoint(checkpoint, {**saved, "model": model.state_dict()})

@@ -133,3 +133,27 @@ def batch(seed: int = 0, lengths=(23, 17, 9, 4)) -> tuple[torch.Tensor, torch.Te
     lens = torch.tensor(lengths)
     feats = torch.randn(len(lengths), int(lens.max()), FEATS, generator=g)
     return feats, lens
+
+
+def blank_bias(model) -> torch.Tensor:
+    """The bias that moves a transducer's blank: the linear blank's, or unit 0's of the joint."""
+    joint = model.decoder.joint
+    if getattr(joint, "linear_blank", False):
+        return joint.blank_encoder.bias
+    return joint.out[-1].bias[:1]
+
+
+def emit_about_a_third(model, feats, lens) -> None:
+    """Move a transducer's blank bias (bisection) until its greedy search emits about a third
+    of the most it can on ``feats``: a random transducer emits on every frame or on none."""
+    most = model.max_symbols * int(model.encoder.output_lengths(lens).sum())
+    bias, low, high = blank_bias(model), -20.0, 20.0
+    base = bias.detach().clone()
+    with torch.no_grad():
+        for _ in range(30):
+            middle = (low + high) / 2
+            bias.copy_(base + middle)
+            share = sum(map(len, model.greedy_decode(feats, lens))) / most
+            if abs(share - 1 / 3) < 0.1:
+                return
+            low, high = (middle, high) if share > 1 / 3 else (low, middle)
