@@ -19,7 +19,7 @@ with frame stacking or no front end.
 import torch
 
 from cbasr.models.transducer import TransducerModel
-from cbasr.models.transducer_greedy import _best
+from cbasr.models.transducer_greedy import best_label
 from cbasr.modules.encoders import FrameStacking, RNNEncoder
 
 __all__ = ["TransducerStream", "streamable"]
@@ -114,7 +114,7 @@ class TransducerStream:
         for t in range(h.shape[1]):
             for _ in range(most):
                 blank, labels = self.decoder.frame_scores(self.state, t)
-                emit, index = _best(labels, rule)
+                emit, index = best_label(labels, rule)
                 if not bool(emit[0] > blank[0]):
                     break
                 label = int(index[0]) + 1

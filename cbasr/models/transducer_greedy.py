@@ -38,6 +38,7 @@ __all__ = [
     "frame_looping_greedy",
     "label_looping_greedy",
     "LabelLoopingGraphs",
+    "best_label",
     "tdt_greedy",
     "MAX_WINDOW",
 ]
@@ -45,8 +46,9 @@ __all__ = [
 MAX_WINDOW = 64  # frames label-looping's joint looks at in one step, once the window has grown
 
 
-def _best(labels: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(score compared with the blank's, best label index)`` of ``labels (B, V - 1)``."""
+def best_label(labels: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy rule (module docstring): ``(score compared with the blank's, best label
+    index)`` of ``labels (B, V - 1)``."""
     best, index = labels.max(dim=-1)
     return (labels.logsumexp(dim=-1) if rule == "emission" else best), index
 
@@ -59,7 +61,7 @@ def frame_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[
         active = t < lens
         for _ in range(max_symbols):
             blank, labels = decoder.frame_scores(state, t)  # (B,), (B, V - 1)
-            emit, index = _best(labels, rule)
+            emit, index = best_label(labels, rule)
             emitted = active & (emit > blank)
             if not bool(emitted.any()):
                 break
@@ -110,7 +112,7 @@ def _loop_look(decoder, v: dict, steps: torch.Tensor, rule: str) -> dict:
     t, looking, symbols = v["t"], v["looking"], v["symbols"]
     frames = t.unsqueeze(1) + steps  # (B, width)
     blank, labels = decoder.frame_scores(v["state"], frames)
-    emit, best = _best(labels, rule)
+    emit, best = best_label(labels, rule)
     hit = looking.unsqueeze(1) & (emit > blank) & (frames < v["lens"].unsqueeze(1))
     hit_any = hit.any(dim=1)
     first = hit.int().argmax(dim=1)  # the first frame whose label beats the blank
