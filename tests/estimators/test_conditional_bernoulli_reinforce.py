@@ -234,6 +234,9 @@ def test_running_mean_and_learned_baselines_scale_by_the_labels_a_return_covers(
 def test_learned_baseline_trains_on_its_squared_error():
     logits, rewards, total, lengths = ragged_batch(20)
     model = LearnedBaseline(num_features=2).double()
+    with torch.no_grad():  # from a baseline of 0, not from the global RNG's draw: a random
+        for p in model.parameters():  # start can begin below the estimator's noise floor
+            p.zero_()
     features = torch.stack([torch.ones(len(total), dtype=F64), total / lengths], -1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     losses = []
