@@ -67,6 +67,16 @@ def audio_files(args) -> list[Path]:
     return paths
 
 
+def _exit_if_failed(failed: int, total: int) -> None:
+    """Count the files that could not be recognised (named above) and exit 1, if any."""
+    if failed:
+        print(
+            f"cbasr-transcribe: {failed} of {total} files could not be recognised (named above)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
 def stream_files(recognizer: Recognizer, paths: list[Path], chunk_ms: int) -> None:
     """Each file as a stream of ``chunk_ms`` pieces (its audio resampled to the model's rate
     first): ``PATH [partial] TEXT`` on stderr whenever the hypothesis changes, ``PATH<TAB>TEXT``
@@ -91,13 +101,7 @@ def stream_files(recognizer: Recognizer, paths: list[Path], chunk_ms: int) -> No
                 print(f"{path} [partial] {text}", file=sys.stderr, flush=True)
                 shown = text
         print(f"{path}\t{stream.finish().text}", flush=True)
-    if failed:
-        print(
-            f"cbasr-transcribe: {failed} of {len(paths)} files could not be recognised "
-            f"(named above)",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+    _exit_if_failed(failed, len(paths))
 
 
 @one_line_errors("cbasr-transcribe")
@@ -190,13 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(f"{result.source}\t{result.text}")
     sys.stdout.flush()
-    if failed:
-        print(
-            f"cbasr-transcribe: {len(failed)} of {len(paths)} files could not be recognised "
-            f"(named above)",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+    _exit_if_failed(len(failed), len(paths))
 
 
 if __name__ == "__main__":

@@ -131,24 +131,10 @@ def check_export(acoustic: AcousticModel, path: Path, fmt: str, dim: int) -> flo
 
 def _write_export(acoustic, tmp: Path, fmt: str, feats, lens, dim: int) -> float:
     """Trace or export ``acoustic`` into ``tmp``; the largest difference from eager."""
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
-        if fmt == "torchscript":
-            torch.jit.trace(acoustic, (feats, lens), check_trace=False).save(str(tmp))
-        else:
-            axes = {"feats": {0: "batch", 1: "frames"}, "lens": {0: "batch"}}
-            axes.update({name: {0: "batch", 1: "out_frames"} for name in acoustic.output_names})
-            axes["out_lens"] = {0: "batch"}
-            torch.onnx.export(
-                acoustic,
-                (feats, lens),
-                str(tmp),
-                input_names=["feats", "lens"],
-                output_names=acoustic.output_names,
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
-            )
+    axes = {"feats": {0: "batch", 1: "frames"}, "lens": {0: "batch"}}
+    axes.update({name: {0: "batch", 1: "out_frames"} for name in acoustic.output_names})
+    axes["out_lens"] = {0: "batch"}
+    _save(acoustic, tmp, fmt, (feats, lens), (["feats", "lens"], acoustic.output_names), axes)
     return check_export(acoustic, tmp, fmt, dim)
 
 

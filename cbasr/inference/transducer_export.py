@@ -20,8 +20,8 @@ A transducer's search calls its network once per step, so it does not export as 
 ``<out>.json`` describes the parts, their inputs, outputs and initial state, the greedy rule
 and the most labels per frame. :class:`TransducerRuntime` loads them (TorchScript or ONNX) and
 runs the transducers' greedy search on them (frame by frame: emit the best label where it
-beats the blank, by the model's rule, at most ``max_symbols`` times per frame); its
-hypotheses are the eager model's.
+beats the blank, by the model's rule (:func:`~cbasr.models.transducer_greedy.best_label`), at
+most ``max_symbols`` times per frame); its hypotheses are the eager model's.
 """
 
 import json
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from cbasr.models.transducer_greedy import best_label
 from cbasr.modules.label_context import START
 
 __all__ = ["TransducerParts", "TransducerRuntime", "part_paths"]
@@ -214,8 +215,7 @@ class TransducerRuntime:
                 ]
                 for _ in range(self.max_symbols):
                     blank, labels = self.parts["joint"](*side, g)
-                    best, index = labels[0].max(-1)
-                    emit = labels[0].logsumexp(-1) if self.rule == "emission" else best
+                    emit, index = best_label(labels[0], self.rule)
                     if not bool(emit > blank[0]):
                         break
                     hyp.append(int(index) + 1)
