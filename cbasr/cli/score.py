@@ -4,7 +4,9 @@ Writes ``score.json`` (totals, bootstrap 95% interval, per speaker), ``per_utt.t
 ``errors.pra`` (every utterance's alignment with its errors marked) next to the trn files.
 ``score.json`` also counts the deletions of reference tokens that repeat their predecessor
 (``repeat_deletions`` of ``repeat_tokens``) apart from the others (``other_deletions`` of
-``other_tokens``): a model that merges equal neighbouring labels shows there.
+``other_tokens``): a model that merges equal neighbouring labels shows there; where the
+decoding wrote ``timing.tsv``, the median and 90th percentile delay of each correct token's
+emission after its gold end (``emission_delay``; :mod:`cbasr.evaluation.delay`).
 """
 
 import argparse
@@ -72,6 +74,17 @@ def main(argv: list[str] | None = None) -> None:
             s["other_tokens"],
             100.0 * s["other_deletions"] / max(s["other_tokens"], 1),
         )
+        if s.get("emission_delay", {}).get("units"):
+            d = s["emission_delay"]
+            log.info(
+                "%s: emission delay after the gold end: median %.0f ms, 90th percentile %.0f ms "
+                "(%d correct tokens, emitted %s)",
+                name,
+                d["p50_ms"],
+                d["p90_ms"],
+                d["units"],
+                d["emission"] or "?",
+            )
         if s.get("empty_refs") or s.get("oov_ref_utts"):
             log.warning(
                 "%s: %d utterances with an empty reference and %d with reference tokens outside "

@@ -100,6 +100,13 @@ class ConformerEncoderConfig:
     stack: int = 3
     stride: int = 3
     embedding_dim: int = 256
+    # streaming: self-attention within chunks of ``chunk_size`` frames and ``left_chunks``
+    # chunks before them (-1: all), causal convolutions; 0: full context
+    chunk_size: int = 0
+    left_chunks: int = -1
+    # dynamic chunk training: each training batch draws its chunk size from 1..dynamic_chunks
+    # frames, or the full context (half the batches); 0: always ``chunk_size``
+    dynamic_chunks: int = 0
 
 
 @dataclass
@@ -241,7 +248,7 @@ class TransducerLossConfig:
     # TDT: the logit under-normalisation sigma of Xu et al. 2023 (eqs. 15-16), in training only
     sigma: float = 0.0
     # RNN-T and HAT: FastEmit's lambda (Yu et al. 2021): the label edges' gradient scaled by
-    # 1 + lambda, for earlier emissions (0: off)
+    # 1 + lambda, for earlier emissions (0: off; with prune_range, inside the windows)
     fastemit_lambda: float = 0.0
 
 

@@ -57,6 +57,8 @@ class System:
     alignment: dict = field(default_factory=dict)  # align/dev/alignment.json (empty if missing)
     # {repeat_deletions, repeat_tokens, other_deletions, other_tokens}; None: not counted
     repeats: dict[str, int] | None = None
+    # score.json's emission delay {p50_ms, p90_ms, units, emission}; None: not measured
+    delay: dict | None = None
 
 
 def describe_settings(settings: dict) -> str:
@@ -121,6 +123,14 @@ def _repeats(decode_dir: Path, counts: dict[str, dict]) -> dict[str, int] | None
     if all(k in c for c in counts.values() for k in REPEAT_KEYS):
         return {k: sum(c[k] for c in counts.values()) for k in REPEAT_KEYS}
     return None
+
+
+def _delay(decode_dir: Path) -> dict | None:
+    """``score.json``'s emission delay (:mod:`cbasr.evaluation.delay`), None without one."""
+    score_path = decode_dir / "score.json"
+    if not score_path.is_file():
+        return None
+    return json.loads(score_path.read_text()).get("emission_delay")
 
 
 def _parameters(exp_dir: Path, info: DecodeInfo, count: Callable[[Path], int] | None) -> int | None:
@@ -189,6 +199,7 @@ def collect_systems(
                     _train_seconds(exp),
                     _alignment(exp),
                     _repeats(d, counts),
+                    _delay(d),
                 )
             )
     return systems
@@ -196,7 +207,8 @@ def collect_systems(
 
 def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -> list[dict]:
     """One row per system: error rate, its bootstrap 95% interval, S/D/I and the rest; the
-    repeat counts last (None where the system has none)."""
+    repeat counts, then the median and 90th percentile emission delays, last (None where the
+    system has none)."""
     rows = []
     for s in systems:
         ids = sorted(s.counts)
@@ -224,6 +236,8 @@ def comparison_rows(systems: list[System], samples: int = 1000, seed: int = 0) -
                 "dev_onset_error_ms": s.alignment.get("mean_abs_onset_error_ms"),
                 "dev_onsets_within_20ms": s.alignment.get("within_20ms"),
                 **{k: None if s.repeats is None else s.repeats[k] for k in REPEAT_KEYS},
+                "emission_delay_p50_ms": None if s.delay is None else s.delay["p50_ms"],
+                "emission_delay_p90_ms": None if s.delay is None else s.delay["p90_ms"],
             }
         )
     return rows
@@ -236,18 +250,28 @@ def _deleted_of(deletions: int | None, tokens: int | None) -> str:
     return f"{deletions} / {tokens} ({100.0 * deletions / max(tokens, 1):.1f}%)"
 
 
+def _delay_cell(row: dict) -> str:
+    """``p50 / p90`` of a row's emission delays (ms), or empty when not measured."""
+    p50, p90 = row.get("emission_delay_p50_ms"), row.get("emission_delay_p90_ms")
+    return "" if p50 is None else f"{p50:.0f} / {p90:.0f}"
+
+
 def markdown_table(rows: list[dict], repeats: bool = False) -> str:
     """The rows as Markdown. ``training (min)`` sums every trained epoch's time (not only up to the
     best); the onset columns are the dev forced alignment's against gold onsets (``cbasr-align``).
     ``repeats``: two more columns after ``ins``, the deletions of repeated reference tokens and
-    of the others, each ``deleted / tokens (percent)``."""
+    of the others, each ``deleted / tokens (percent)``. Where a row has emission delays, a
+    last column with their median / 90th percentile."""
     repeat_head, repeat_rule = (
         ("repeats deleted | others deleted | ", "---:|---:|") if repeats else ("", "")
     )
+    delays = any(r.get("emission_delay_p50_ms") is not None for r in rows)
     lines = [
         f"| system | error rate (%) | 95% CI | sub | del | ins | {repeat_head}ref tokens | utts | parameters "
-        "| epochs | decode | RTF | training (min) | dev onset error (ms) / within 20 ms |",
-        f"|---|---:|---|---:|---:|---:|{repeat_rule}---:|---:|---:|---:|---|---:|---:|---:|",
+        "| epochs | decode | RTF | training (min) | dev onset error (ms) / within 20 ms |"
+        + (" emission delay p50 / p90 (ms) |" if delays else ""),
+        f"|---|---:|---|---:|---:|---:|{repeat_rule}---:|---:|---:|---:|---|---:|---:|---:|"
+        + ("---:|" if delays else ""),
     ]
     for r in rows:
         repeat_cells = (
@@ -268,6 +292,7 @@ def markdown_table(rows: list[dict], repeats: bool = False) -> str:
             f"| {r['system']} | {r['error_rate']:.2f} | [{r['ci95_low']:.2f}, {r['ci95_high']:.2f}] | "
             f"{r['sub']} | {r['del']} | {r['ins']} | {repeat_cells}{r['ref_tokens']} | {r['utts']} | {params} | "
             f"{'' if r['epochs'] is None else r['epochs']} | {r['decode']} | {rtf} | {minutes} | {onset} |"
+            + (f" {_delay_cell(r)} |" if delays else "")
         )
     return "\n".join(lines) + "\n"
 

@@ -4,7 +4,8 @@
 comparison tables read it through :class:`DecodeInfo`. A decoding written before a field
 existed reads with that field's default: the first format had ``search`` and no ``settings``
 (read as ``{"search": <search>}``), and no ``parameters`` (None), ``failed``, ``empty_refs``
-or ``oov_ref_utts`` (0), ``checkpoint_stamp`` or ``data`` (None: never up to date).
+or ``oov_ref_utts`` (0), ``checkpoint_stamp`` or ``data`` (None: never up to date), and no
+``emission`` (None: no ``timing.tsv``).
 """
 
 import json
@@ -30,6 +31,7 @@ class DecodeInfo:
     rtf: float | None = None
     checkpoint_stamp: str | None = None
     data: dict | None = None
+    emission: str | None = None  # "streaming" or "utterance end" (cbasr.evaluation.delay)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -47,6 +49,7 @@ class DecodeInfo:
             rtf=info.get("rtf"),
             checkpoint_stamp=info.get("checkpoint_stamp"),
             data=info.get("data"),
+            emission=info.get("emission"),
             raw=info,
         )
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from cbasr.data.vocab import SENTENCEPIECE, tokens_to_words
 from cbasr.evaluation.decode_info import DecodeInfo
+from cbasr.evaluation.delay import TIMING_FILE, delay_summary, emission_delays, read_timing
 from cbasr.evaluation.rouge import rouge_f1
 from cbasr.storage.files import write_json, write_text
 
@@ -396,15 +397,16 @@ def score_decode_dir(
         if not (decode_dir / name).is_file():
             raise FileNotFoundError(f"{decode_dir / name} not found: decode first (cbasr-decode)")
     refs, hyps = read_trn(decode_dir / "ref.trn"), read_trn(decode_dir / "hyp.trn")
-    if token_map is not None:
-        table = read_token_map(token_map)
-        refs = {u: map_tokens(t, table) for u, t in refs.items()}
-        hyps = {u: map_tokens(t, table) for u, t in hyps.items()}
     missing = sorted(set(refs) - set(hyps))
     if missing:
         raise ValueError(
             f"{decode_dir}/hyp.trn lacks {len(missing)} utterances, e.g. {missing[:3]}"
         )
+    table = None if token_map is None else read_token_map(token_map)
+    timing = _timing(decode_dir, refs, hyps, table)
+    if table is not None:
+        refs = {u: map_tokens(t, table) for u, t in refs.items()}
+        hyps = {u: map_tokens(t, table) for u, t in hyps.items()}
     ids = sorted(refs)
     speakers = read_utt2spk(decode_dir / "utt2spk") if (decode_dir / "utt2spk").is_file() else {}
     per_utt = utterance_counts([refs[i] for i in ids], [hyps[i] for i in ids])
@@ -426,6 +428,17 @@ def score_decode_dir(
         }
     score["hyp_sha256"] = file_digest(decode_dir / "hyp.trn")
     info = DecodeInfo.read(decode_dir)
+    if timing:
+        delays = [
+            d
+            for u in ids
+            if u in timing
+            for d in emission_delays(align_tokens(refs[u], hyps[u]), *timing[u])
+        ]
+        score["emission_delay"] = {
+            **delay_summary(delays),
+            "emission": None if info is None else info.emission,
+        }
     if info is not None:
         score.update(
             skipped=info.skipped,
@@ -469,3 +482,26 @@ def score_decode_dir(
         "".join(format_alignment(u, refs[u], hyps[u], speakers.get(u)) for u in ids),
     )
     return score
+
+
+def _timing(decode_dir: Path, refs: dict, hyps: dict, table: dict | None) -> dict:
+    """``timing.tsv``'s gold ends and emission times by utterance (those with gold ends),
+    through the token map with their tokens; empty without the file."""
+    path = decode_dir / TIMING_FILE
+    if not path.is_file():
+        return {}
+    out = {}
+    for u, (ends, emitted) in read_timing(path).items():
+        if u not in refs or ends is None:
+            continue
+        if len(ends) != len(refs[u]) or len(emitted) != len(hyps.get(u, [])):
+            raise ValueError(
+                f"{path}: utterance {u} has {len(ends)} gold ends and {len(emitted)} emission "
+                f"times for {len(refs[u])} reference and {len(hyps.get(u, []))} hypothesis "
+                "tokens: decode again (cbasr-decode)"
+            )
+        if table is not None:
+            ends = [e for t, e in zip(refs[u], ends) if table.get(t, t) is not None]
+            emitted = [e for t, e in zip(hyps[u], emitted) if table.get(t, t) is not None]
+        out[u] = (ends, emitted)
+    return out

@@ -5,6 +5,13 @@ A decoding directory (``<exp>/decode/<split>[_<tag>]``) holds ``hyp.trn`` and ``
 the search settings (greedy, or beam search with its beam, LM and weights), the data it read
 (:func:`data_stamp`), the parameter count, and the decoding time with its real-time factor.
 A decoding is up to date (:func:`is_decoded`) only for the same checkpoint, settings and data.
+
+Decodings of audio also write ``timing.tsv`` (:mod:`cbasr.evaluation.delay`): each reference
+token's gold end where the corpus has one, and when each hypothesis token reached the user. The
+greedy search of a streaming transducer (:func:`~cbasr.inference.streaming.streamable`) emits
+a token once its encoder block has been computed
+(:func:`~cbasr.inference.streaming.emission_seconds`, ``decode.json``'s ``emission``:
+``streaming``); every other decoding at the utterance's end (``utterance end``).
 """
 
 import dataclasses
@@ -19,8 +26,10 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import tokens_of
 from cbasr.evaluation.decode_info import DecodeInfo
+from cbasr.evaluation.delay import TIMING_FILE, gold_ends, write_timing
 from cbasr.evaluation.scoring import decode_dir_name, file_digest, write_trn
-from cbasr.inference.experiment import Experiment, frame_shift_seconds
+from cbasr.inference.experiment import Experiment, frame_seconds
+from cbasr.inference.streaming import emission_seconds, streamable
 from cbasr.progress import progress_bar
 from cbasr.search import (
     BeamSearchOptions,
@@ -114,12 +123,17 @@ def decode_batch(
     feats: list[torch.Tensor],
     options: BeamSearchOptions | None = None,
     lm: LabelScorer | None = None,
-) -> list[list[int]]:
+    frames: bool = False,
+):
     """The best label ids of each utterance of a batch of normalised ``(T, F)`` features:
-    the model's greedy search, or the beam search of ``options`` (with ``lm`` fused)."""
+    the model's greedy search, or the beam search of ``options`` (with ``lm`` fused). With
+    ``frames`` (a transducer's greedy search) the labels' encoder frames too
+    (:class:`~cbasr.models.transducer_greedy.Emissions`)."""
     lens = torch.tensor([f.shape[0] for f in feats], device=exp.device)
     padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(exp.device)
     if options is None:
+        if frames:
+            return exp.model.greedy_emissions(padded, lens)
         return exp.model.greedy_decode(padded, lens)
     return [
         nbest[0].tokens if nbest else []
@@ -156,7 +170,7 @@ def decode_split(
         check_options(exp.model, options, lm)
     out_dir = Path(out_dir)
     data = data_stamp(manifest, feature_dir)
-    for stale in ("score.json", "per_utt.tsv", "errors.pra"):  # scores of an earlier decoding
+    for stale in ("score.json", "per_utt.tsv", "errors.pra", TIMING_FILE):  # an earlier decoding's
         (out_dir / stale).unlink(missing_ok=True)
     store = open_store(feature_dir)
     records = read_manifest(manifest)
@@ -166,16 +180,21 @@ def decode_split(
         log.warning("cannot decode %s: no features", utt_id)
     lengths = [store.num_frames(r["id"]) for r in usable]
     hyps: dict[str, list[str]] = {}
+    streaming = options is None and streamable(exp.model) is None
+    at: dict[str, list[int]] = {}  # a streaming search's emission frames
     start = time.perf_counter()
     batches = list(BucketBatchSampler(lengths, max_frames, shuffle=False))
     for indices in progress_bar(batches, f"decoding {Path(out_dir).name}", unit="batch"):
         feats = [exp.normalise(store[usable[i]["id"]]) for i in indices]
-        for i, hyp in zip(indices, decode_batch(exp, feats, options, lm)):
+        found = decode_batch(exp, feats, options, lm, frames=streaming)
+        for j, (i, hyp) in enumerate(zip(indices, found.labels if streaming else found)):
             hyps[usable[i]["id"]] = exp.vocab.decode(hyp)
+            if streaming:
+                at[usable[i]["id"]] = found.frames[j]
     seconds = time.perf_counter() - start
-    audio = (
-        0.0 if isinstance(store, TokenStore) else sum(lengths) * frame_shift_seconds(feature_dir)
-    )
+    is_audio = not isinstance(store, TokenStore)
+    shift, window = frame_seconds(feature_dir)
+    audio = sum(lengths) * shift if is_audio else 0.0
     hyps.update({u: [] for u in skipped})  # failures score as empty hypotheses
     refs = {r["id"]: tokens_of(r, exp.units) for r in records}
     empty_refs = sorted(u for u, tokens in refs.items() if not tokens)
@@ -196,6 +215,19 @@ def decode_split(
             list(oov.items())[:3],
         )
     write_trn(out_dir / "hyp.trn", [(r["id"], hyps[r["id"]]) for r in records])
+    if is_audio:
+        frames = dict(zip((r["id"] for r in usable), lengths))
+        write_timing(
+            out_dir / TIMING_FILE,
+            [
+                (
+                    r["id"],
+                    gold_ends(r, exp.units, len(refs[r["id"]])),
+                    _emitted(exp, r, hyps[r["id"]], at, frames, shift, window),
+                )
+                for r in records
+            ],
+        )
     write_trn(out_dir / "ref.trn", [(r["id"], refs[r["id"]]) for r in records])
     write_text(
         out_dir / "utt2spk",
@@ -225,6 +257,18 @@ def decode_split(
         "audio_seconds": round(audio, 3),
         "rtf": round(seconds / audio, 5) if audio else None,
         "device": str(exp.device),
+        "emission": None if not is_audio else "streaming" if streaming else "utterance end",
     }
     write_json(out_dir / "decode.json", summary)
     return summary
+
+
+def _emitted(exp, record, hyp, at, frames, shift, window) -> list[float]:
+    """When each token of ``hyp`` reached the user (module docstring), in seconds."""
+    utt_id = record["id"]
+    n = frames.get(utt_id, 0)
+    duration = record.get("duration") or (max(n - 1, 0) * shift + window if n else 0.0)
+    if utt_id not in at:  # offline, or not decoded: the utterance's end
+        return [duration] * len(hyp)
+    length = exp.model.output_frames(n)
+    return emission_seconds(exp.model, at[utt_id], length, shift, window, duration)

@@ -14,7 +14,7 @@ from cbasr.data.source_tokens import experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.storage.checkpoint import load_checkpoint
 
-__all__ = ["Experiment", "subsampling_stride", "frame_shift_seconds"]
+__all__ = ["Experiment", "subsampling_stride", "frame_shift_seconds", "frame_seconds"]
 
 
 class Experiment:
@@ -74,7 +74,12 @@ def subsampling_stride(model, probe: int = 3000) -> int:
 
 def frame_shift_seconds(feature_dir: str | Path) -> float:
     """The feature frame shift of a feature directory (its ``.done`` record), 10 ms if unrecorded."""
+    return frame_seconds(feature_dir)[0]
+
+
+def frame_seconds(feature_dir: str | Path) -> tuple[float, float]:
+    """The feature frame shift and window length of a feature directory (its ``.done``
+    record), 10 and 25 ms if unrecorded."""
     done = Path(feature_dir) / ".done"
-    if done.is_file():
-        return json.loads(done.read_text()).get("params", {}).get("frame_shift_ms", 10.0) / 1000.0
-    return 0.01
+    params = json.loads(done.read_text()).get("params", {}) if done.is_file() else {}
+    return params.get("frame_shift_ms", 10.0) / 1000.0, params.get("frame_length_ms", 25.0) / 1000.0

@@ -18,6 +18,7 @@ from cbasr.losses import (
 from cbasr.losses.tdt import tdt_nll
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.models.transducer_greedy import (
+    Emissions,
     LabelLoopingGraphs,
     frame_looping_greedy,
     label_looping_greedy,
@@ -57,9 +58,10 @@ class TransducerModel(AsrModel):
             transducer's loss alone.
         sigma: TDT only: the logit under-normalisation of Xu et al. 2023 (eqs. 15-16),
             subtracted from every token log-probability in training.
-        fastemit_lambda: RNN-T and HAT on the whole lattice: FastEmit (Yu et al. 2021,
-            arXiv:2010.11148), the gradient of every label edge scaled by ``1 + lambda``
-            (:func:`cbasr.losses.transducer_lattice_nll`); the loss reported is the NLL.
+        fastemit_lambda: RNN-T and HAT: FastEmit (Yu et al. 2021, arXiv:2010.11148), the
+            gradient of every label edge scaled by ``1 + lambda``
+            (:func:`cbasr.losses.transducer_lattice_nll`; with the pruned loss, the label edges
+            inside the windows, not the trivial joint's); the loss reported is the NLL.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -102,11 +104,8 @@ class TransducerModel(AsrModel):
             raise ValueError(f"sigma must be >= 0, got {sigma}")
         if not fastemit_lambda >= 0:
             raise ValueError(f"fastemit_lambda must be >= 0, got {fastemit_lambda}")
-        if fastemit_lambda and (criterion == "tdt" or prune_range):
-            raise ValueError(
-                "fastemit_lambda applies to the rnnt and hat losses on the whole lattice, not "
-                + ("to tdt" if criterion == "tdt" else "to the pruned loss (prune_range > 0)")
-            )
+        if fastemit_lambda and criterion == "tdt":
+            raise ValueError("fastemit_lambda applies to the rnnt and hat losses, not to tdt")
         self.fastemit = fastemit_lambda
         if criterion == "tdt" and topology != "standard":
             raise ValueError(
@@ -242,7 +241,9 @@ class TransducerModel(AsrModel):
             am, lm, targets, lens, target_lens, S, hat, self.monotonic
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
-        nll = pruned_transducer_nll(units, starts, targets, lens, target_lens, hat, self.monotonic)
+        nll = pruned_transducer_nll(
+            units, starts, targets, lens, target_lens, hat, self.monotonic, self.fastemit
+        )
         labels = target_lens.to(simple.device).sum().clamp(min=1)
         stats = {"simple_loss": simple.detach().sum() / labels}
         return LossOutput(nll + self.simple_loss_scale * simple, nll.detach(), stats)
@@ -260,17 +261,22 @@ class TransducerModel(AsrModel):
         (TDT: its own greedy search); :mod:`cbasr.models.transducer_greedy`."""
         return self._greedy(*self.encoder(feats, feat_lens))
 
-    def _greedy(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+    @torch.no_grad()
+    def greedy_emissions(self, feats, feat_lens) -> Emissions:
+        """:meth:`greedy_decode`'s labels with the encoder frame on which each was emitted."""
+        return self._greedy(*self.encoder(feats, feat_lens), frames=True)
+
+    def _greedy(self, h: torch.Tensor, lens: torch.Tensor, frames: bool = False):
         if self.criterion == "tdt":
-            return tdt_greedy(self.decoder, h, lens, self.max_symbols)
+            return tdt_greedy(self.decoder, h, lens, self.max_symbols, frames)
         loop = self.greedy_loop
         if loop == "auto":  # replayed graphs where they can be: decoding on a GPU
             loop = "graphs" if h.is_cuda and not self.training else "label"
         if loop == "graphs":
             if self._graphs is None:
                 self._graphs = LabelLoopingGraphs(self.decoder, self.max_symbols, self.greedy)
-            return self._graphs(h, lens)
+            return self._graphs(h, lens, frames)
         if loop not in ("label", "frame"):
             raise ValueError(f"greedy_loop must be auto, label, graphs or frame, got {loop!r}")
         search = label_looping_greedy if loop == "label" else frame_looping_greedy
-        return search(self.decoder, h, lens, self.max_symbols, self.greedy)
+        return search(self.decoder, h, lens, self.max_symbols, self.greedy, frames=frames)

@@ -31,6 +31,7 @@ longest hypothesis), label-looping about ``U``, with fewer kernels (``scripts/co
 """
 
 import itertools
+from typing import NamedTuple
 
 import torch
 
@@ -39,6 +40,7 @@ __all__ = [
     "label_looping_greedy",
     "LabelLoopingGraphs",
     "best_label",
+    "Emissions",
     "tdt_greedy",
     "MAX_WINDOW",
 ]
@@ -53,10 +55,23 @@ def best_label(labels: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Ten
     return (labels.logsumexp(dim=-1) if rule == "emission" else best), index
 
 
-def frame_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[list[int]]:
-    """The frame-synchronous greedy search (see the module docstring)."""
+class Emissions(NamedTuple):
+    """A greedy search's labels per utterance and the encoder frame on which each was
+    emitted (a streaming encoder's frame is computed once its block of input has arrived:
+    when a streaming user sees the label)."""
+
+    labels: list[list[int]]
+    frames: list[list[int]]
+
+
+def frame_looping_greedy(
+    decoder, h, lens, max_symbols: int, rule: str, frames: bool = False
+) -> list[list[int]] | Emissions:
+    """The frame-synchronous greedy search (see the module docstring); with ``frames``, each
+    label's frame too (:class:`Emissions`)."""
     state = decoder.begin(h, lens)
     hyps: list[list[int]] = [[] for _ in range(h.shape[0])]
+    at: list[list[int]] = [[] for _ in range(h.shape[0])]
     for t in range(int(lens.max()) if lens.numel() else 0):
         active = t < lens
         for _ in range(max_symbols):
@@ -68,13 +83,21 @@ def frame_looping_greedy(decoder, h, lens, max_symbols: int, rule: str) -> list[
             state = decoder.commit(state, emitted, index + 1)
             for b in emitted.nonzero().flatten().tolist():
                 hyps[b].append(int(index[b]) + 1)
+                at[b].append(t)
             active = emitted
-    return hyps
+    return Emissions(hyps, at) if frames else hyps
 
 
-def _collect(out: torch.Tensor, count: torch.Tensor) -> list[list[int]]:
-    """Rows of the device buffer ``out (B, N)`` up to ``count (B,)``, read at once."""
-    return [row[:n] for row, n in zip(out.tolist(), count.tolist())]
+def _collect(
+    out: torch.Tensor, count: torch.Tensor, at: torch.Tensor | None = None
+) -> list[list[int]] | Emissions:
+    """Rows of the device buffer ``out (B, N)`` up to ``count (B,)``, read at once; with the
+    frames ``at (B, N)``, both."""
+    n = count.tolist()
+    labels = [row[:k] for row, k in zip(out.tolist(), n)]
+    if at is None:
+        return labels
+    return Emissions(labels, [row[:k] for row, k in zip(at.tolist(), n)])
 
 
 # Label-looping's steps, each a function of the loop's variables ``v`` (a dict of tensors, the
@@ -91,6 +114,7 @@ def _loop_begin(decoder, h: torch.Tensor, lens: torch.Tensor, max_symbols: int) 
         "t": t,
         "symbols": torch.zeros_like(t),  # labels emitted on the current frame
         "out": torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=h.device),
+        "at": torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=h.device),
         "count": torch.zeros_like(t),
     }
 
@@ -136,7 +160,9 @@ def _loop_look(decoder, v: dict, steps: torch.Tensor, rule: str) -> dict:
 def _loop_commit(decoder, v: dict, max_symbols: int) -> dict:
     """Every row found a label or ran out of frames: emit, one prediction step for all."""
     found, index = v["found"], v["index"]
-    out = v["out"].scatter(1, v["count"].unsqueeze(1), (index + 1).unsqueeze(1))
+    slot = v["count"].unsqueeze(1)
+    out = v["out"].scatter(1, slot, (index + 1).unsqueeze(1))
+    at = v["at"].scatter(1, slot, v["t"].unsqueeze(1))
     state = decoder.commit_masked(dict(v["state"]), found, index + 1)
     symbols = v["symbols"] + found
     full = symbols >= max_symbols
@@ -144,6 +170,7 @@ def _loop_commit(decoder, v: dict, max_symbols: int) -> dict:
         **v,
         "state": state,
         "out": out,
+        "at": at,
         "count": v["count"] + found,
         "t": v["t"] + full,
         "symbols": symbols.masked_fill(full, 0),
@@ -160,13 +187,14 @@ def _widths(window: int, T: int):
 
 
 def label_looping_greedy(
-    decoder, h, lens, max_symbols: int, rule: str, window: int = 4
-) -> list[list[int]]:
+    decoder, h, lens, max_symbols: int, rule: str, window: int = 4, frames: bool = False
+) -> list[list[int]] | Emissions:
     """The label-looping greedy search (see the module docstring): each outer step finds every
     utterance's next label, looking at ``window`` frames at once from its current frame (the
     prefix does not change while the blank wins, so the joint of those frames is one batched
     call), then ``2 window``, ``4 window``... (at most :data:`MAX_WINDOW` frames, or ``window``
-    if larger) past them while some utterance has found none."""
+    if larger) past them while some utterance has found none. With ``frames``, each label's
+    frame too (:class:`Emissions`)."""
     if window < 1:
         raise ValueError(f"window must be >= 1 frame, got {window}")
     steps = torch.arange(max(h.shape[1], 1), device=h.device)
@@ -177,7 +205,7 @@ def label_looping_greedy(
             if not bool(v["more"]):
                 break
         v = _loop_commit(decoder, v, max_symbols)
-    return _collect(v["out"], v["count"])
+    return _collect(v["out"], v["count"], v["at"] if frames else None)
 
 
 class LabelLoopingGraphs:
@@ -215,7 +243,9 @@ class LabelLoopingGraphs:
         self.graphs = graphs
         self._captured: dict = {}  # key -> _Captured, oldest first
 
-    def __call__(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+    def __call__(
+        self, h: torch.Tensor, lens: torch.Tensor, frames: bool = False
+    ) -> list[list[int]] | Emissions:
         if self.graphs and h.device.type != "cuda":
             raise ValueError(
                 f"greedy_loop='graphs' replays CUDA graphs and needs a CUDA device, not "
@@ -224,7 +254,7 @@ class LabelLoopingGraphs:
         B, T = h.shape[:2]
         if self.decoder.training or B == 0 or T == 0:
             return label_looping_greedy(
-                self.decoder, h, lens, self.max_symbols, self.rule, self.window
+                self.decoder, h, lens, self.max_symbols, self.rule, self.window, frames
             )
         padded = -(-T // self.bucket) * self.bucket
         key = (
@@ -243,7 +273,7 @@ class LabelLoopingGraphs:
                 self._captured.pop(next(iter(self._captured)))
             captured = _Captured(self, h.new_zeros(B, padded, *h.shape[2:]), lens.to(h.device))
         self._captured[key] = captured  # the newest last
-        return captured.decode(h, lens)
+        return captured.decode(h, lens, frames)
 
 
 def _capture(runs: list, device: torch.device) -> list:
@@ -322,7 +352,9 @@ class _Captured:
             self.steps = self.runs if not search.graphs else _capture(self.runs, h.device)
 
     @torch.no_grad()
-    def decode(self, h: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+    def decode(
+        self, h: torch.Tensor, lens: torch.Tensor, frames: bool = False
+    ) -> list[list[int]] | Emissions:
         T = h.shape[1]
         self.h[:, :T].copy_(h)
         self.h[:, T:].zero_()
@@ -336,15 +368,18 @@ class _Captured:
                 if not bool(more):
                     break
             then()
-        return _collect(self.v["out"], self.v["count"])
+        return _collect(self.v["out"], self.v["count"], self.v["at"] if frames else None)
 
 
-def tdt_greedy(decoder, h, lens, max_symbols: int) -> list[list[int]]:
+def tdt_greedy(
+    decoder, h, lens, max_symbols: int, frames: bool = False
+) -> list[list[int]] | Emissions:
     """TDT's greedy search (Xu et al. 2023, arXiv:2304.06795, Algorithm 2), label-looping
     too: every utterance on a frame of its own. The best token and the best duration; a label
     is emitted; the search moves on by the duration, a blank by its best duration of at least
     one frame (a blank of duration 0 is no edge), and after ``max_symbols`` labels of duration
-    0 on one frame by one. One host read per step (the loop's condition)."""
+    0 on one frame by one. One host read per step (the loop's condition). With ``frames``,
+    each label's frame too (:class:`Emissions`)."""
     joint = decoder.joint
     state = decoder.begin(h, lens)
     B, T = h.shape[:2]
@@ -356,6 +391,7 @@ def tdt_greedy(decoder, h, lens, max_symbols: int) -> list[list[int]]:
     lens = lens.to(device)
     most = T * max_symbols + T + 1  # labels of duration 0 capped per frame, one per moving step
     out = torch.zeros(B, most, dtype=torch.long, device=device)
+    at = torch.zeros_like(out)
     count = torch.zeros_like(t)
     while bool((active := t < lens).any()):
         tokens, durs = joint.frame_tokens_durations(joint.frame_units(state, t, state["g"]))
@@ -367,6 +403,7 @@ def tdt_greedy(decoder, h, lens, max_symbols: int) -> list[list[int]]:
         d = durations[step]
         emitted = active & ~blank
         out.scatter_(1, count.unsqueeze(1), token.unsqueeze(1))
+        at.scatter_(1, count.unsqueeze(1), t.unsqueeze(1))
         count = count + emitted
         state = decoder.commit_masked(state, emitted, token)
         symbols = torch.where(emitted & (d == 0), symbols + 1, 0)
@@ -374,4 +411,4 @@ def tdt_greedy(decoder, h, lens, max_symbols: int) -> list[list[int]]:
         d = torch.where(moved_on, 1, d)
         symbols = torch.where(moved_on, 0, symbols)
         t = torch.where(active, t + d, t)
-    return _collect(out, count)
+    return _collect(out, count, at if frames else None)

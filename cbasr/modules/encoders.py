@@ -13,6 +13,7 @@ __all__ = [
     "RNNEncoder",
     "ConformerEncoder",
     "make_front_end",
+    "chunk_attention_mask",
 ]
 
 
@@ -171,6 +172,25 @@ class RNNEncoder(nn.Module):
         h = self._run_packed(x, lens) if x.is_cuda else self._run_padded(x, lens)
         return self.dropout(h), lens
 
+    @property
+    def stream_block(self) -> int | None:
+        """Frames :meth:`stream_step` takes at a time: any number (1) for a unidirectional
+        stack, None for a bidirectional one (it cannot stream)."""
+        return None if self.rnn.bidirectional else 1
+
+    def stream_begin(self):
+        """The state before an utterance's first frame (the zero state)."""
+        return None
+
+    def stream_step(self, x: torch.Tensor, state) -> tuple[torch.Tensor, object]:
+        """The output of the next frames ``x (B, n, F')`` after the front end, from the
+        recurrent state the last call left (a unidirectional stack: frame ``t`` depends on
+        frames up to ``t`` only); and the state."""
+        if self.rnn.bidirectional:
+            raise ValueError("a bidirectional encoder cannot stream")
+        h, state = self.rnn(x, state)
+        return self.dropout(h), state
+
     def _run_packed(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """The stack on a packed batch: cuDNN's way (one fused call for every layer)."""
         packed = nn.utils.rnn.pack_padded_sequence(
@@ -248,8 +268,21 @@ class ConformerEncoder(nn.Module):
     ``front end -> Linear(d_model) -> dropout -> Conformer layers``. torchaudio's layers have
     no positional encoding (position comes from the convolutions) and convolve over padded
     frames; a masking step before each depthwise convolution keeps padding out (see
-    :class:`_MaskPadding`). Full-context self-attention: for online recognition use a
-    unidirectional :class:`RNNEncoder`.
+    :class:`_MaskPadding`).
+
+    **Chunked (streaming) mode**, ``chunk_size > 0`` or ``dynamic_chunks > 0``, as icefall's
+    and NeMo's streaming Conformers: frame ``t`` of chunk ``c = t // chunk_size`` attends to
+    the frames of chunks ``c - left_chunks .. c`` only (its own chunk whole: the look-ahead
+    is the rest of the chunk, never past it), and every depthwise convolution is causal
+    (``kernel_size - 1`` frames of left padding, none on the right). The output of a chunk
+    then depends on no later input, so :meth:`stream_step` computes it as the chunk arrives,
+    from a state carried from chunk to chunk: per layer the attention inputs of the last
+    ``left_chunks`` chunks and the convolution's last ``kernel_size - 1`` inputs; equal to
+    the whole-utterance forward (``tests/modules/test_encoders.py``). With ``dynamic_chunks``
+    each training batch draws its chunk size from ``1 .. dynamic_chunks`` frames or, half the
+    time, the full context (Zhang et al. 2020, "Unified Streaming and Non-streaming Two-pass
+    End-to-end Model for Speech Recognition", arXiv:2012.05481, dynamic chunk training);
+    evaluation uses ``chunk_size`` (0: the full context, still with causal convolutions).
 
     Args:
         input_dim: feature dimension F (or source vocabulary size with ``subsampling="embed"``).
@@ -257,6 +290,9 @@ class ConformerEncoder(nn.Module):
         ffn_dim: feed-forward hidden width.
         kernel_size: depthwise convolution kernel (odd).
         subsampling: front end, as for :class:`RNNEncoder` (default ``conv``, factor 4).
+        chunk_size: attention chunk in output frames (0: full context).
+        left_chunks: chunks of left context (-1: all of them).
+        dynamic_chunks: the largest chunk a training batch draws (0: always ``chunk_size``).
     """
 
     def __init__(
@@ -272,9 +308,22 @@ class ConformerEncoder(nn.Module):
         stack: int = ConformerEncoderConfig.stack,
         stride: int = ConformerEncoderConfig.stride,
         embedding_dim: int = ConformerEncoderConfig.embedding_dim,
+        chunk_size: int = ConformerEncoderConfig.chunk_size,
+        left_chunks: int = ConformerEncoderConfig.left_chunks,
+        dynamic_chunks: int = ConformerEncoderConfig.dynamic_chunks,
     ):
         super().__init__()
         from torchaudio.models import Conformer
+
+        if chunk_size < 0 or dynamic_chunks < 0 or left_chunks < -1:
+            raise ValueError(
+                f"encoder.chunk_size and encoder.dynamic_chunks must be >= 0 and "
+                f"encoder.left_chunks >= -1, got {chunk_size}, {dynamic_chunks}, {left_chunks}"
+            )
+        self.chunk_size, self.left_chunks = chunk_size, left_chunks
+        self.dynamic_chunks = dynamic_chunks
+        self.chunked = chunk_size > 0 or dynamic_chunks > 0
+        self.kernel_size = kernel_size
 
         if d_model % num_heads:
             raise ValueError(f"num_heads ({num_heads}) must divide d_model ({d_model})")
@@ -290,6 +339,8 @@ class ConformerEncoder(nn.Module):
             # after pointwise conv + GLU, before depthwise
             layer.conv_module.sequential.insert(2, mask)
             self.masks.append(mask)
+            if self.chunked:  # causal: the left padding is added by _conv
+                layer.conv_module.sequential[3].padding = (0,)
         self.output_dim = d_model
 
     def output_lengths(self, lens: torch.Tensor) -> torch.Tensor:
@@ -302,6 +353,10 @@ class ConformerEncoder(nn.Module):
         # torchaudio sizes its attention mask by the longest utterance (at least one frame).
         x = self.proj(x[:, : max(1, int(lens.max()))])  # (B, T', F') -> (B, T'', D)
         valid = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T'')
+        if self.chunked:
+            h = self._chunked(x, valid)
+            h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))
+            return h, lens
         for mask in self.masks:
             mask.mask = valid.unsqueeze(1).to(x.dtype)  # (B, T'') -> (B, 1, T'')
         try:
@@ -312,3 +367,102 @@ class ConformerEncoder(nn.Module):
         # back to (B, T', D)
         h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))
         return h, lens
+
+    def current_chunk(self) -> int:
+        """The attention chunk of this forward call: ``chunk_size`` (0: the full context),
+        or in training with ``dynamic_chunks`` a draw (class docstring)."""
+        if not (self.training and self.dynamic_chunks):
+            return self.chunk_size
+        if torch.rand(()) < 0.5:
+            return 0
+        return int(torch.randint(1, self.dynamic_chunks + 1, ()))
+
+    def _chunked(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The layers in chunked mode on ``x (B, T, D)`` with ``valid (B, T)``."""
+        B, T = valid.shape
+        allowed = chunk_attention_mask(T, self.current_chunk(), self.left_chunks, x.device)
+        # a valid frame attends to valid frames only; a padded one to its chunk (any keys:
+        # it is never read, but softmax needs one)
+        allowed = allowed & (valid.unsqueeze(1) | ~valid.unsqueeze(2))  # (B, T, T)
+        heads = self.conformer.conformer_layers[0].self_attn.num_heads
+        blocked = ~allowed.repeat_interleave(heads, dim=0)  # (B * heads, T, T)
+        for layer in self.conformer.conformer_layers:
+            x, _, _ = self._layer(layer, x, blocked, valid)
+        return x
+
+    def _layer(self, layer, x, blocked, valid, keys=None, conv_cache=None):
+        """One of torchaudio's Conformer layers in chunked mode, on ``x (B, T, D)``: its
+        attention masked by ``blocked`` (True: not attended), after ``keys`` (the attention
+        inputs of earlier frames, streaming), and its convolution causal after ``conv_cache``.
+        Returns the output, the attention inputs (``keys`` and this call's) and the new cache."""
+        x = x + 0.5 * layer.ffn1(x)
+        a = layer.self_attn_layer_norm(x)
+        keys = a if keys is None else torch.cat([keys, a], 1)
+        k = keys.transpose(0, 1)
+        y, _ = layer.self_attn(a.transpose(0, 1), k, k, attn_mask=blocked, need_weights=False)
+        x = x + layer.self_attn_dropout(y.transpose(0, 1))
+        y, conv_cache = self._conv(layer.conv_module, x, valid, conv_cache)
+        x = x + y
+        x = x + 0.5 * layer.ffn2(x)
+        return layer.final_layer_norm(x), keys, conv_cache
+
+    def _conv(self, module, x, valid, cache):
+        """The convolution module, causal: its depthwise convolution reads ``kernel_size - 1``
+        earlier inputs, ``cache (B, D, kernel_size - 1)`` or zeros. Returns the output and the
+        last ``kernel_size - 1`` inputs of the depthwise convolution."""
+        seq = module.sequential  # pointwise, GLU, mask, depthwise, norm, SiLU, pointwise, dropout
+        y = seq[1](seq[0](module.layer_norm(x).transpose(1, 2)))  # (B, D, T)
+        if valid is not None:
+            y = y * valid.unsqueeze(1).to(y.dtype)
+        context = self.kernel_size - 1
+        if cache is None:
+            cache = y.new_zeros(*y.shape[:2], context)
+        y = torch.cat([cache, y], 2)
+        cache = y[:, :, y.shape[2] - context :]
+        for step in seq[3:]:
+            y = step(y)
+        return y.transpose(1, 2), cache
+
+    # streaming: one chunk at a time (see the class docstring)
+
+    @property
+    def stream_block(self) -> int | None:
+        """The frames :meth:`stream_step` takes at a time (its chunk), None if this encoder
+        cannot stream (full-context attention)."""
+        return self.chunk_size if self.chunk_size > 0 else None
+
+    def stream_begin(self) -> list:
+        """The state before an utterance's first chunk: per layer, no attention inputs and
+        a zero convolution history."""
+        return [(None, None) for _ in self.conformer.conformer_layers]
+
+    def stream_step(self, x: torch.Tensor, state: list) -> tuple[torch.Tensor, list]:
+        """The output of the next chunk, ``x (B, n, F')`` after the front end (``n`` frames:
+        :attr:`stream_block`, fewer for the utterance's last), in eval mode; and the state."""
+        if self.chunk_size <= 0:
+            raise ValueError("a full-context Conformer (encoder.chunk_size=0) cannot stream")
+        if x.shape[1] > self.chunk_size:
+            raise ValueError(f"stream_step takes at most one chunk ({self.chunk_size} frames)")
+        x = self.proj(x)
+        keep = None if self.left_chunks < 0 else self.left_chunks * self.chunk_size
+        out = []
+        for layer, (keys, conv_cache) in zip(self.conformer.conformer_layers, state):
+            x, keys, conv_cache = self._layer(layer, x, None, None, keys, conv_cache)
+            if keep is not None:  # the left context of the next chunk
+                keys = keys[:, max(0, keys.shape[1] - keep) :]
+            out.append((keys, conv_cache))
+        return x, out
+
+
+def chunk_attention_mask(T: int, chunk: int, left_chunks: int, device=None) -> torch.Tensor:
+    """``(T, T)`` bool, True where frame ``t`` (row) may attend to frame ``s``: ``s`` in the
+    chunks ``c - left_chunks .. c`` of ``t``'s chunk ``c = t // chunk`` (``left_chunks`` -1:
+    every earlier chunk). ``chunk`` 0: every frame to every frame."""
+    if chunk <= 0:
+        return torch.ones(T, T, dtype=torch.bool, device=device)
+    c = torch.arange(T, device=device) // chunk
+    back = c.unsqueeze(1) - c.unsqueeze(0)  # query chunk - key chunk
+    allowed = back >= 0
+    if left_chunks >= 0:
+        allowed &= back <= left_chunks
+    return allowed

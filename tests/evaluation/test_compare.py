@@ -206,7 +206,9 @@ def test_the_csv_has_repeat_deletion_columns_empty_for_an_old_score(repeat_exper
     compare.main([str(e) for e in repeat_experiments] + ["--csv", str(tmp_path / "t.csv")])
     rows = {r["system"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
     columns = ["repeat_deletions", "repeat_tokens", "other_deletions", "other_tokens"]
-    assert list(rows["rep:test"])[-4:] == columns
+    assert list(rows["rep:test"])[-6:-2] == columns
+    assert list(rows["rep:test"])[-2:] == ["emission_delay_p50_ms", "emission_delay_p90_ms"]
+    assert rows["rep:test"]["emission_delay_p50_ms"] == ""  # no timing.tsv: not measured
     assert [rows["rep:test"][k] for k in columns] == ["4", "4", "1", "12"]
     assert [rows["trn:test"][k] for k in columns] == ["0", "4", "0", "12"]
     assert [rows["old:test"][k] for k in columns] == ["", "", "", ""]
@@ -229,16 +231,19 @@ def test_the_markdown_table_shows_repeat_deletions_on_request(repeat_experiments
     assert "| 0 | 5 | 0 |  |  | 16 |" in lines[4]
 
 
-def test_update_adds_the_repeat_columns_to_an_older_csv(experiments, tmp_path):
+@pytest.mark.parametrize("later", [4 + 2, 2])
+def test_update_adds_the_later_columns_to_an_older_csv(experiments, tmp_path, later):
+    """A CSV written before the repeat and delay columns existed, or before the delay ones."""
     table = tmp_path / "t.csv"
     compare.main([str(e) for e in experiments] + ["--csv", str(table), "--bootstrap", "50"])
     header, *lines = table.read_text().splitlines()
-    cut = lambda line: ",".join(line.split(",")[:-4])  # noqa: E731
+    cut = lambda line: ",".join(line.split(",")[:-later])  # noqa: E731
     table.write_text("\n".join(cut(line) for line in [header, *lines]) + "\n")  # before them
     compare.main([str(experiments[0]), "--csv", str(table), "--update", "--bootstrap", "50"])
     rows = {r["system"]: r for r in csv.DictReader(open(table))}
     assert rows["ctc:test"]["repeat_tokens"] == "0" and rows["ctc:test"]["other_tokens"] == "80"
-    assert rows["cb:test"]["repeat_tokens"] == ""  # the older row, kept, has them empty
+    assert rows["cb:test"]["emission_delay_p50_ms"] == ""  # the older row, kept, has them empty
+    assert (rows["cb:test"]["repeat_tokens"] == "") == (later == 6)
     assert cut(next(line for line in lines if line.startswith("cb:"))) in table.read_text()
 
 

@@ -12,6 +12,7 @@ from cbasr.inference.decode import decode_settings, decode_split, is_decoded
 from cbasr.inference.experiment import Experiment
 from cbasr.search import BeamSearchOptions
 from tests.inference.fake_experiment import make_experiment
+from tests.search import tiny
 
 
 @pytest.fixture(autouse=True)
@@ -206,3 +207,55 @@ def test_an_experiment_without_its_directory_or_checkpoint_is_named(tone_data, t
         Experiment(exp_dir, "last")
     with pytest.raises(FileNotFoundError, match=r"other\.pt not found"):
         Experiment(exp_dir, str(tmp_path / "other.pt"))
+
+
+def test_timing_a_streaming_greedy_search_by_its_blocks_and_the_rest_at_the_end(
+    tone_data, tmp_path
+):
+    """A unidirectional transducer's greedy decoding emits each token when its encoder frame
+    (stacks of 2 feature frames, 10 ms apart, 25 ms windows) is complete; its beam search and a
+    bidirectional one at the utterance's end; the gold ends are the next phones' starts."""
+    from cbasr.evaluation.delay import read_timing
+    from cbasr.evaluation.scoring import read_trn
+
+    corpus = {
+        r["id"]: r
+        for r in map(json.loads, (tone_data / "corpus/dev.jsonl").read_text().splitlines())
+    }
+    streaming = Experiment(
+        make_experiment(tmp_path / "s", tone_data, "hat", "hat", encoder={"bidirectional": False})
+    )
+    offline = Experiment(make_experiment(tmp_path / "o", tone_data, "hat", "hat"))
+    feats = {u: streaming.normalise(f) for u, f in _features(tone_data)}
+    padded = torch.nn.utils.rnn.pad_sequence(list(feats.values()), batch_first=True)
+    lens = torch.tensor([len(f) for f in feats.values()])
+    tiny.emit_about_a_third(streaming.model, padded, lens)
+    info = _decode(streaming, tone_data, tmp_path / "greedy")
+    assert info["emission"] == "streaming"
+    hyps, timing = (
+        read_trn(tmp_path / "greedy/hyp.trn"),
+        read_timing(tmp_path / "greedy/timing.tsv"),
+    )
+    assert sum(map(len, hyps.values())) > 0
+    for u, (ends, emitted) in timing.items():
+        record = corpus[u]
+        assert ends == [*record["phone_starts"][1:], None]
+        found = streaming.model.greedy_emissions(feats[u][None], torch.tensor([len(feats[u])]))
+        assert streaming.vocab.decode(found.labels[0]) == hyps[u]
+        want = [min(record["duration"], (2 * t + 1) * 0.01 + 0.025) for t in found.frames[0]]
+        assert emitted == pytest.approx(want, abs=1e-4)
+    beam = _decode(streaming, tone_data, tmp_path / "beam", options=BeamSearchOptions(beam=2))
+    assert beam["emission"] == "utterance end"
+    assert _decode(offline, tone_data, tmp_path / "offline")["emission"] == "utterance end"
+    for name in ("beam", "offline"):
+        hyps = read_trn(tmp_path / name / "hyp.trn")
+        for u, (_, emitted) in read_timing(tmp_path / name / "timing.tsv").items():
+            assert emitted == pytest.approx([corpus[u]["duration"]] * len(hyps[u]), abs=1e-4)
+
+
+def _features(tone_data):
+    from cbasr.data.source_tokens import open_store
+
+    store = open_store(tone_data / "fbank/dev")
+    corpus = (tone_data / "corpus/dev.jsonl").read_text().splitlines()
+    return [(u, store[u]) for u in (json.loads(line)["id"] for line in corpus)]

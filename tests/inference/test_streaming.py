@@ -10,13 +10,28 @@ import torch
 from cbasr import Recognizer, builder
 from cbasr.cli import transcribe
 from cbasr.data.features import write_feature_settings
-from cbasr.inference.streaming import TransducerStream, streamable
+from cbasr.inference.streaming import TransducerStream, emission_seconds, streamable
 from cbasr.storage.checkpoint import save_checkpoint
 from cbasr.training.options import fbank_options_of
 from tests.inference.fake_experiment import make_experiment
 from tests.search import tiny
 
 ULSTM = {**tiny.ENCODER, "bidirectional": False, "num_layers": 2}
+# a chunked Conformer: chunks of 3 frames, 2 of left context, causal convolutions
+CHUNKED = {
+    "name": "conformer",
+    "d_model": 8,
+    "num_heads": 2,
+    "ffn_dim": 16,
+    "num_layers": 2,
+    "kernel_size": 3,
+    "dropout": 0.0,
+    "subsampling": "stack",
+    "stack": 2,
+    "stride": 2,
+    "chunk_size": 3,
+    "left_chunks": 2,
+}
 
 
 def _model(decoder: str, options: dict | None = None, encoder: dict = ULSTM):
@@ -41,11 +56,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("pieces", [[1], [2, 3, 5], [7], [1000]])
-@pytest.mark.parametrize("decoder,options", CASES)
+@pytest.mark.parametrize(
+    "decoder,options,encoder",
+    [(*case, ULSTM) for case in CASES] + [("hat", {}, CHUNKED), ("transducer", {}, CHUNKED)],
+)
 def test_the_final_hypothesis_is_the_offline_one_however_the_features_arrive(
-    decoder, options, pieces
+    decoder, options, encoder, pieces
 ):
-    model, feats, lens = _model(decoder, options)
+    model, feats, lens = _model(decoder, options, encoder)
     with torch.no_grad():
         offline = model.greedy_decode(feats, lens)
     assert 0 < sum(map(len, offline))
@@ -62,6 +80,9 @@ def test_the_final_hypothesis_is_the_offline_one_however_the_features_arrive(
             assert after[: len(before)] == before  # nothing decided is revised
         frames = [frame for _, frame in stream.emissions]
         assert frames == sorted(frames) and all(0 <= f < -(-n // 2) for f in frames)
+        with torch.no_grad():  # the batch search's frames are the stream's
+            found = model.greedy_emissions(feats[b : b + 1, :n], lens[b : b + 1])
+        assert found == ([final], [frames])
         assert stream.frames == -(-n // 2)  # every encoder frame of the offline encoder
 
 
@@ -69,8 +90,14 @@ def test_what_does_not_stream_is_refused_with_the_reason():
     model, feats, _ = _model("hat")
     bidirectional, _, _ = _model("hat", encoder={**ULSTM, "bidirectional": True})
     assert "unidirectional recurrent encoder (encoder=ulstm)" in streamable(bidirectional)
-    with pytest.raises(ValueError, match=r"RNNEncoder \(bidirectional\): streaming needs"):
+    with pytest.raises(ValueError, match=r"RNNEncoder: streaming needs"):
         TransducerStream(bidirectional)
+    full = _model("hat", encoder={**CHUNKED, "chunk_size": 0})[0]
+    assert "or a chunked Conformer (encoder.chunk_size > 0)" in streamable(full)
+    conv = builder.build_model(
+        {**CHUNKED, "subsampling": "conv"}, tiny.DECODERS["hat"], {"name": "hat"}, 40, 5
+    )
+    assert "Conv2dSubsampling: streaming needs frame stacking" in streamable(conv)
     cb = tiny.build("pointwise")
     assert "streaming decodes RNN-T and HAT models" in streamable(cb)
     stream = TransducerStream(model)
@@ -155,3 +182,19 @@ def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(
     assert partials and all(line.split(" [partial] ")[0] in map(str, wavs) for line in partials)
     with pytest.raises(SystemExit, match="--chunk-ms must be >= 1, got 0"):
         transcribe.main(["--exp-dir", str(exp_dir), "--stream", "--chunk-ms", "0", str(wavs[0])])
+
+
+def test_a_label_is_seen_when_its_block_of_input_is_complete():
+    """Encoder frame t of a chunked Conformer (chunks of 3, over stacks of 3 feature frames
+    2 apart) is computed with its chunk: once the chunk's last stack is complete."""
+    model = builder.build_model(
+        {**CHUNKED, "stack": 3, "stride": 2}, tiny.DECODERS["hat"], {"name": "hat"}, 6, 5
+    )
+    # frames 0 and 2: chunk 0, whose last frame 2 reads feature frames 4..6, complete at
+    # 6 * 10 + 25 ms; frame 4: chunk 1, cut short by the utterance's 5 frames (frame 4 reads
+    # 8..10); the last at most the utterance's end
+    seconds = emission_seconds(model, [0, 2, 4], 5, 0.01, 0.025, 0.2)
+    assert seconds == pytest.approx([0.085, 0.085, 0.125])
+    assert emission_seconds(model, [4], 5, 0.01, 0.025, 0.11) == [0.11]
+    ulstm = builder.build_model(ULSTM, tiny.DECODERS["hat"], {"name": "hat"}, 6, 5)
+    assert emission_seconds(ulstm, [0, 3], 9, 0.01, 0.025, 1.0) == pytest.approx([0.035, 0.095])

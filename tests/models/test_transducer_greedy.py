@@ -18,9 +18,13 @@ def _searches(model, feats, lens, window: int = 4):
     h, h_lens = model.encoder(feats, lens)
     rule, cap = model.greedy, model.max_symbols
     with torch.no_grad():
-        frame = frame_looping_greedy(model.decoder, h, h_lens, cap, rule)
-        label = label_looping_greedy(model.decoder, h, h_lens, cap, rule, window)
-    return frame, label
+        frame = frame_looping_greedy(model.decoder, h, h_lens, cap, rule, frames=True)
+        label = label_looping_greedy(model.decoder, h, h_lens, cap, rule, window, frames=True)
+        assert label_looping_greedy(model.decoder, h, h_lens, cap, rule, window) == label.labels
+    assert label.frames == frame.frames  # each label emitted on the same frame
+    for at, n in zip(frame.frames, h_lens.tolist()):
+        assert at == sorted(at) and all(0 <= t < n for t in at)
+    return frame.labels, label.labels
 
 
 def _blank_bias(model) -> torch.Tensor:
@@ -239,9 +243,10 @@ def _graphs_match(name, rule, max_symbols, device, graphs):
     others = (h.flip(0), h_lens.flip(0).clamp(max=h.shape[1] - 3))  # same padded shape
     for batch in [(h, h_lens), others, (h[:3], h_lens[:3]), (h, h_lens)]:
         with torch.no_grad():
-            frame = frame_looping_greedy(model.decoder, *batch, max_symbols, rule)
-            replayed = search(*batch)
-        assert replayed == frame and sum(map(len, frame)) > 0
+            frame = frame_looping_greedy(model.decoder, *batch, max_symbols, rule, frames=True)
+            replayed = search(*batch, frames=True)
+        assert replayed == frame and sum(map(len, frame.labels)) > 0
+        assert search(*batch) == frame.labels
     assert len(search._captured) == 1
     return model, feats, lens, search(h, h_lens)
 

@@ -162,3 +162,112 @@ def test_padded_rnn_equals_the_packed_rnn(rnn_type, bidirectional, num_layers):
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-12, rtol=1e-10)
     for packed, padded in zip(*grads):
         torch.testing.assert_close(padded, packed, atol=1e-12, rtol=1e-10)
+
+
+# The chunked (streaming) Conformer
+
+
+def _chunked(**options) -> ConformerEncoder:
+    torch.manual_seed(0)
+    kwargs = dict(d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5)
+    kwargs.update(subsampling="none", dropout=0.0, chunk_size=4, left_chunks=1)
+    return ConformerEncoder(20, **{**kwargs, **options}).eval()
+
+
+def test_the_chunk_mask_is_its_definition():
+    for T, chunk, left in [(10, 3, 1), (10, 3, -1), (7, 1, 0), (9, 4, 2), (5, 0, 1)]:
+        mask = encoders.chunk_attention_mask(T, chunk, left)
+        for t in range(T):
+            for s in range(T):
+                if chunk == 0:
+                    want = True
+                else:
+                    back = t // chunk - s // chunk
+                    want = back >= 0 and (left < 0 or back <= left)
+                assert bool(mask[t, s]) == want, (T, chunk, left, t, s)
+
+
+def test_one_chunk_over_the_utterance_is_the_full_context_layer():
+    """One layer, a pointwise convolution (causal or not alike): with a chunk longer than the
+    utterance, the chunked forward is torchaudio's full-context layer's."""
+    enc = _chunked(num_layers=1, kernel_size=1, chunk_size=50, left_chunks=-1)
+    x, lens = torch.randn(2, 13, 20), torch.tensor([13, 9])
+    h, _ = enc(x, lens)
+    layer = enc.conformer.conformer_layers[0]
+    for b, n in enumerate(lens.tolist()):
+        z = enc.proj(x[b : b + 1, :n]).transpose(0, 1)
+        want = layer(z, None).transpose(0, 1)
+        torch.testing.assert_close(h[b, :n], want[0], atol=1e-5, rtol=1e-5)
+
+
+def test_a_chunk_sees_its_own_chunk_and_its_left_context_only():
+    """One layer, a pointwise convolution: a frame's output moves with any frame of its
+    chunk (the look-ahead within the chunk) or of the chunk before it (left context 1), and
+    with nothing else."""
+    enc = _chunked(num_layers=1, kernel_size=1, chunk_size=4, left_chunks=1)
+    x = torch.randn(1, 16, 20)
+    h, _ = enc(x, torch.tensor([16]))
+    for changed in range(16):
+        y = x.clone()
+        y[0, changed] += 1.0
+        g, _ = enc(y, torch.tensor([16]))
+        moved = (g - h).abs().amax(-1)[0] > 1e-6
+        chunk = changed // 4
+        assert moved.tolist() == [t // 4 in (chunk, chunk + 1) for t in range(16)], changed
+
+
+@pytest.mark.parametrize("left", [-1, 0, 2])
+def test_no_output_depends_on_a_later_chunk(left):
+    """Every layer, causal convolutions: changing the input from a chunk on leaves every
+    earlier chunk's output as it was, and changes that chunk's."""
+    enc = _chunked(left_chunks=left)
+    x = torch.randn(1, 20, 20)
+    h, _ = enc(x, torch.tensor([20]))
+    for start in (4, 8, 13):
+        y = x.clone()
+        y[0, start:] = torch.randn(20 - start, 20)
+        g, _ = enc(y, torch.tensor([20]))
+        first = start // 4 * 4
+        torch.testing.assert_close(g[:, :first], h[:, :first])
+        assert not torch.allclose(g[:, first], h[:, first])
+
+
+@pytest.mark.parametrize("left", [-1, 1])
+@pytest.mark.parametrize("subsampling", ["stack", "none"])
+def test_chunked_padding_never_changes_a_result(left, subsampling):
+    _check_padding(_chunked(left_chunks=left, subsampling=subsampling))
+
+
+@pytest.mark.parametrize("left", [-1, 0, 1, 3])
+def test_chunk_by_chunk_with_the_carried_state_is_the_whole_utterance(left):
+    enc = _chunked(left_chunks=left, chunk_size=3)
+    x = torch.randn(1, 23, 20)
+    whole, _ = enc(x, torch.tensor([23]))
+    state, pieces = enc.stream_begin(), []
+    with torch.no_grad():
+        for start in range(0, 23, 3):
+            h, state = enc.stream_step(x[:, start : start + 3], state)
+            pieces.append(h)
+    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="at most one chunk"):
+        enc.stream_step(x[:, :4], enc.stream_begin())
+
+
+def test_dynamic_chunks_draw_in_training_and_evaluation_uses_the_chunk():
+    enc = _chunked(chunk_size=4, dynamic_chunks=6).train()
+    torch.manual_seed(1)
+    draws = [enc.current_chunk() for _ in range(400)]
+    assert set(draws) == set(range(7))  # 0: the full context
+    assert 150 < draws.count(0) < 250
+    assert enc.eval().current_chunk() == 4
+    assert _chunked(chunk_size=4).train().current_chunk() == 4
+    assert _chunked(chunk_size=0, dynamic_chunks=3).stream_block is None
+
+
+def test_bad_chunk_options_are_named():
+    with pytest.raises(ValueError, match="encoder.chunk_size and encoder.dynamic_chunks"):
+        _chunked(chunk_size=-1)
+    with pytest.raises(ValueError, match="left_chunks >= -1"):
+        _chunked(left_chunks=-2)
+    with pytest.raises(ValueError, match="cannot stream"):
+        _chunked(chunk_size=0, dynamic_chunks=3).stream_step(torch.randn(1, 2, 20), [])

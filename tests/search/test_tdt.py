@@ -136,6 +136,7 @@ def test_greedy_counts_the_labels_of_duration_zero_afresh_on_each_frame():
     joint.frame_units = frame_units
     h = torch.zeros(1, 2, joint.encoder_proj.in_features)
     assert model._greedy(h, torch.tensor([2])) == [[1, 2, 2]]
+    assert model._greedy(h, torch.tensor([2]), frames=True) == ([[1, 2, 2]], [[0, 1, 1]])
 
 
 def test_greedy_batch_equals_each_utterance_alone():
