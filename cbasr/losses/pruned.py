@@ -47,6 +47,7 @@ from cbasr.checks import (
     one_read,
 )
 from cbasr.losses.transducer import (
+    _check_fastemit,
     _fused_joint,
     _lattice_nll,
     fused_joint_nll,
@@ -310,6 +311,7 @@ def pruned_transducer_nll(
     target_lengths: torch.Tensor,
     hat: bool = False,
     monotonic: bool = False,
+    fastemit: float = 0.0,
 ) -> torch.Tensor:
     """``-log`` of the summed probability of the paths inside the windows (the module
     docstring's exactness statement), from the joint's scores on the windows.
@@ -327,10 +329,14 @@ def pruned_transducer_nll(
         input_lengths, target_lengths: ``(B,)``.
         hat: HAT's edges instead of RNN-T's.
         monotonic: the one-label-per-frame lattice.
+        fastemit: FastEmit's ``lambda`` (Yu et al. 2021, arXiv:2010.11148): the label edges'
+            gradient scaled by ``1 + lambda`` inside the windows, as on the whole lattice
+            (:func:`~cbasr.losses.transducer.transducer_lattice_nll`); the value unchanged.
 
     Returns:
         ``(B,)`` negative log-probabilities, differentiable once w.r.t. ``units``.
     """
+    _check_fastemit(fastemit)
     check_floating("units", units)
     check_shape("units", units, "(B, T, S, V)", (None, None, None, None))
     B, T, S, V = units.shape
@@ -344,7 +350,7 @@ def pruned_transducer_nll(
     if _fused_joint(units, None, 1 if hat else 0):  # label y is unit y
         return fused_joint_nll(
             units, None, targets, starts, input_lengths, target_lengths, hat, 1 if hat else 0,
-            0, monotonic,
+            0, monotonic, fastemit,
         )  # fmt: skip
     positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
     columns = _label_columns(targets.to(device), target_lengths)  # (B, U + 1)
@@ -361,5 +367,5 @@ def pruned_transducer_nll(
     blank = blank_lp.new_full((B, T, width), _NEG_INF).scatter(2, positions, blank_lp)
     emit = emit_lp.new_full((B, T, width), _NEG_INF).scatter(2, positions, emit_lp)
     return _lattice_nll(
-        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic, 0.0
+        blank[..., :U1], emit[..., : U1 - 1], input_lengths, target_lengths, monotonic, fastemit
     )

@@ -528,3 +528,27 @@ def test_monotonic_windows_follow_the_occupancy_where_it_allows():
 
     assert starts_for(0) == [0, 0, 0, 0, 1, 2]
     assert starts_for(U) == [0, 1, 2, 3, 3, 3]
+
+
+@pytest.mark.parametrize("criterion", CRITERIA)
+def test_fastemit_inside_windows_that_cover_the_lattice_is_the_whole_lattice_s(criterion, device):
+    """FastEmit on the pruned loss: with one window over the whole column, the value and the
+    scaled gradient of FastEmit on the whole lattice (checked against its definition in
+    tests/losses/test_fastemit.py); a smaller window's gradient moves with lambda."""
+    targets, il, tl = _lengths_and_targets(UTTERANCES, device)
+    units = _units(11, device=device)
+    S, hat = units.shape[2], criterion == "hat"
+    starts = torch.zeros(units.shape[:2], dtype=torch.long, device=device)
+    windowed = _pruned_joint(units, starts, S)
+    nll = pruned_transducer_nll(windowed, starts, targets, il, tl, hat, fastemit=0.5)
+    if hat:
+        want = hat_nll_from_logits(None, units, (targets - 1).clamp(min=0), il, tl, fastemit=0.5)
+    else:
+        want = rnnt_lattice_nll(units, targets, il, tl, fastemit=0.5)
+    torch.testing.assert_close(nll, want, rtol=1e-12, atol=1e-12)
+    got, expected = (torch.autograd.grad(x.sum(), units)[0] for x in (nll, want))
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    plain = torch.autograd.grad(_full_nll(units, targets, il, tl, criterion).sum(), units)[0]
+    assert (got - plain).abs().max() > 1e-3  # lambda moved it
+    with pytest.raises(ValueError, match="fastemit .* must be >= 0, got -1"):
+        pruned_transducer_nll(windowed, starts, targets, il, tl, hat, fastemit=-1.0)
