@@ -349,24 +349,19 @@ class ConformerEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.subsampling is not None:
             x, lens = self.subsampling(x, lens)
-        total = x.shape[1]
-        # torchaudio sizes its attention mask by the longest utterance (at least one frame).
-        x = self.proj(x[:, : max(1, int(lens.max()))])  # (B, T', F') -> (B, T'', D)
-        valid = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T'')
-        if self.chunked:
-            h = self._chunked(x, valid)
-            h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))
-            return h, lens
+        x = self.proj(x)  # (B, T', F') -> (B, T', D)
+        if x.shape[1] == 0:
+            return x, lens
+        # shapes from the input's, none from its values: a trace (cbasr-export) serves any T'
+        valid = torch.arange(x.shape[1], device=x.device) < lens.unsqueeze(1)  # (B, T')
         for mask in self.masks:
-            mask.mask = valid.unsqueeze(1).to(x.dtype)  # (B, T'') -> (B, 1, T'')
+            mask.mask = valid.unsqueeze(1).to(x.dtype)  # (B, T') -> (B, 1, T')
         try:
-            h, _ = self.conformer(x, lens.clamp(min=1))
+            h = self._layers(x, valid)
         finally:
             for mask in self.masks:
                 mask.mask = None
-        # back to (B, T', D)
-        h = nn.functional.pad(h * valid.unsqueeze(-1), (0, 0, 0, total - h.shape[1]))
-        return h, lens
+        return h * valid.unsqueeze(-1), lens
 
     def current_chunk(self) -> int:
         """The attention chunk of this forward call: ``chunk_size`` (0: the full context),
@@ -377,48 +372,75 @@ class ConformerEncoder(nn.Module):
             return 0
         return int(torch.randint(1, self.dynamic_chunks + 1, ()))
 
-    def _chunked(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """The layers in chunked mode on ``x (B, T, D)`` with ``valid (B, T)``."""
-        B, T = valid.shape
-        allowed = chunk_attention_mask(T, self.current_chunk(), self.left_chunks, x.device)
-        # a valid frame attends to valid frames only; a padded one to its chunk (any keys:
-        # it is never read, but softmax needs one)
-        allowed = allowed & (valid.unsqueeze(1) | ~valid.unsqueeze(2))  # (B, T, T)
-        heads = self.conformer.conformer_layers[0].self_attn.num_heads
-        blocked = ~allowed.repeat_interleave(heads, dim=0)  # (B * heads, T, T)
+    def _layers(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Every layer on ``x (B, T, D)`` with ``valid (B, T)``: attention over the valid
+        frames (a padded frame's output is never read), within the chunks in chunked mode."""
+        chunk = self.current_chunk() if self.chunked else 0
+        if chunk == 0:  # the full context: the valid keys (at least one a row)
+            first = torch.arange(valid.shape[1], device=x.device) == 0
+            allowed = (valid | first)[:, None, None, :]  # (B, 1, 1, T)
+        else:
+            T = valid.shape[1]
+            allowed = chunk_attention_mask(T, chunk, self.left_chunks, x.device)
+            # a valid frame attends to valid frames only; a padded one to its chunk (any
+            # keys: it is never read, but softmax needs one)
+            allowed = allowed & (valid.unsqueeze(1) | ~valid.unsqueeze(2))  # (B, T, T)
+            allowed = allowed.unsqueeze(1)  # (B, 1, T, T)
         for layer in self.conformer.conformer_layers:
-            x, _, _ = self._layer(layer, x, blocked, valid)
+            x, _, _ = self._layer(layer, x, allowed)
         return x
 
-    def _layer(self, layer, x, blocked, valid, keys=None, conv_cache=None):
-        """One of torchaudio's Conformer layers in chunked mode, on ``x (B, T, D)``: its
-        attention masked by ``blocked`` (True: not attended), after ``keys`` (the attention
-        inputs of earlier frames, streaming), and its convolution causal after ``conv_cache``.
-        Returns the output, the attention inputs (``keys`` and this call's) and the new cache."""
+    def _layer(self, layer, x, allowed, keys=None, conv_cache=None):
+        """One of torchaudio's Conformer layers (its modules and order) on ``x (B, T, D)``:
+        its attention to the keys ``allowed`` (``(B, 1, T or 1, S)``, True: attended; None:
+        all), after ``keys`` (the attention inputs of earlier frames, streaming), and in
+        chunked mode its convolution causal after ``conv_cache``. Returns the output, the
+        attention inputs (``keys`` and this call's) and the new cache."""
         x = x + 0.5 * layer.ffn1(x)
         a = layer.self_attn_layer_norm(x)
         keys = a if keys is None else torch.cat([keys, a], 1)
-        k = keys.transpose(0, 1)
-        y, _ = layer.self_attn(a.transpose(0, 1), k, k, attn_mask=blocked, need_weights=False)
-        x = x + layer.self_attn_dropout(y.transpose(0, 1))
-        y, conv_cache = self._conv(layer.conv_module, x, valid, conv_cache)
+        y = self._attend(layer.self_attn, a, keys, allowed)
+        x = x + layer.self_attn_dropout(y)
+        y, conv_cache = self._conv(layer.conv_module, x, conv_cache)
         x = x + y
         x = x + 0.5 * layer.ffn2(x)
         return layer.final_layer_norm(x), keys, conv_cache
 
-    def _conv(self, module, x, valid, cache):
-        """The convolution module, causal: its depthwise convolution reads ``kernel_size - 1``
-        earlier inputs, ``cache (B, D, kernel_size - 1)`` or zeros. Returns the output and the
-        last ``kernel_size - 1`` inputs of the depthwise convolution."""
+    def _attend(self, mha: nn.MultiheadAttention, queries, keys, allowed):
+        """``mha`` (its projections and dropout) as scaled dot-product attention of
+        ``queries (B, T, D)`` over ``keys (B, S, D)`` (also the values), with every shape taken
+        from the inputs' (``nn.MultiheadAttention``'s own ONNX export fixes them)."""
+        D, H = mha.embed_dim, mha.num_heads
+        w, b = mha.in_proj_weight, mha.in_proj_bias
+
+        def heads(t, i):  # projection i of t, (B, H, L, D / H)
+            return (
+                nn.functional.linear(t, w[i * D : (i + 1) * D], b[i * D : (i + 1) * D])
+                .unflatten(-1, (H, -1))
+                .transpose(1, 2)
+            )
+
+        y = nn.functional.scaled_dot_product_attention(
+            heads(queries, 0),
+            heads(keys, 1),
+            heads(keys, 2),
+            attn_mask=allowed,
+            dropout_p=mha.dropout if self.training else 0.0,
+        )
+        return mha.out_proj(y.transpose(1, 2).flatten(2))
+
+    def _conv(self, module, x, cache):
+        """The convolution module; in chunked mode causal: its depthwise convolution reads
+        ``kernel_size - 1`` earlier inputs, ``cache (B, D, kernel_size - 1)`` or zeros, and
+        the last ``kernel_size - 1`` of its inputs are returned as the next call's cache."""
         seq = module.sequential  # pointwise, GLU, mask, depthwise, norm, SiLU, pointwise, dropout
-        y = seq[1](seq[0](module.layer_norm(x).transpose(1, 2)))  # (B, D, T)
-        if valid is not None:
-            y = y * valid.unsqueeze(1).to(y.dtype)
-        context = self.kernel_size - 1
-        if cache is None:
-            cache = y.new_zeros(*y.shape[:2], context)
-        y = torch.cat([cache, y], 2)
-        cache = y[:, :, y.shape[2] - context :]
+        y = seq[2](seq[1](seq[0](module.layer_norm(x).transpose(1, 2))))  # (B, D, T) masked
+        if self.chunked:
+            context = self.kernel_size - 1
+            if cache is None:
+                cache = y.new_zeros(*y.shape[:2], context)
+            y = torch.cat([cache, y], 2)
+            cache = y[:, :, y.shape[2] - context :]
         for step in seq[3:]:
             y = step(y)
         return y.transpose(1, 2), cache
@@ -447,7 +469,7 @@ class ConformerEncoder(nn.Module):
         keep = None if self.left_chunks < 0 else self.left_chunks * self.chunk_size
         out = []
         for layer, (keys, conv_cache) in zip(self.conformer.conformer_layers, state):
-            x, keys, conv_cache = self._layer(layer, x, None, None, keys, conv_cache)
+            x, keys, conv_cache = self._layer(layer, x, None, keys, conv_cache)
             if keep is not None:  # the left context of the next chunk
                 keys = keys[:, max(0, keys.shape[1] - keep) :]
             out.append((keys, conv_cache))
@@ -464,5 +486,5 @@ def chunk_attention_mask(T: int, chunk: int, left_chunks: int, device=None) -> t
     back = c.unsqueeze(1) - c.unsqueeze(0)  # query chunk - key chunk
     allowed = back >= 0
     if left_chunks >= 0:
-        allowed &= back <= left_chunks
+        allowed = allowed & (back <= left_chunks)
     return allowed

@@ -106,9 +106,9 @@ def test_families_whose_search_reads_the_label_history_are_refused(decoder, loss
         AcousticModel(model)
 
 
-def _experiment(root, tone_data, decoder, loss, options=None):
+def _experiment(root, tone_data, decoder, loss, options=None, encoder=None):
     """A random model's experiment with the feature settings a trained one has."""
-    exp_dir = make_experiment(root, tone_data, decoder, loss, loss_options=options)
+    exp_dir = make_experiment(root, tone_data, decoder, loss, loss_options=options, encoder=encoder)
     write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
     return exp_dir
 
@@ -123,17 +123,40 @@ TRANSDUCERS = [
 ]
 
 
+# Conformers, full-context and chunked (streaming), over stacked frames
+CONFORMER = {
+    "name": "conformer",
+    "d_model": 16,
+    "num_heads": 2,
+    "ffn_dim": 32,
+    "num_layers": 2,
+    "kernel_size": 5,
+    "dropout": 0.0,
+    "subsampling": "stack",
+    "stack": 3,
+    "stride": 3,
+}
+CHUNKED = {**CONFORMER, "chunk_size": 4, "left_chunks": 1}
+
+
 @pytest.mark.parametrize(
-    "decoder,loss,options,fmt",
-    [(*t, "torchscript") for t in TRANSDUCERS] + [(*t, "onnx") for t in TRANSDUCERS[2:4]],
+    "decoder,loss,options,fmt,encoder",
+    [(*t, "torchscript", None) for t in TRANSDUCERS]
+    + [(*t, "onnx", None) for t in TRANSDUCERS[2:4]]
+    + [
+        ("hat", "hat", {}, fmt, enc)
+        for fmt in ("torchscript", "onnx")
+        for enc in (CONFORMER, CHUNKED)
+    ],
 )
 def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
-    decoder, loss, options, fmt, tone_data, tmp_path
+    decoder, loss, options, fmt, encoder, tone_data, tmp_path
 ):
-    """RNN-T and HAT (every joint, label context and greedy rule, both topologies) export as
-    an encoder, a prediction-network step and a joint; the greedy search over the exported
-    parts (TransducerRuntime) gives the eager model's hypotheses on real utterances."""
-    exp = Experiment(_experiment(tmp_path / "exp", tone_data, decoder, loss, options))
+    """RNN-T and HAT (every joint, label context and greedy rule, both topologies; recurrent
+    and Conformer encoders, full-context and chunked) export as an encoder, a
+    prediction-network step and a joint; the greedy search over the exported parts
+    (TransducerRuntime) gives the eager model's hypotheses on real utterances."""
+    exp = Experiment(_experiment(tmp_path / "exp", tone_data, decoder, loss, options, encoder))
     store = FeatureStore(tone_data / "fbank/test")
     utts = [exp.normalise(store[u]) for u in sorted(store.index)[:6]]
     lens = torch.tensor([u.shape[0] for u in utts])

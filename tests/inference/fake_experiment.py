@@ -70,12 +70,14 @@ def make_experiment(
 
     CB models get ``emission_shift`` added to their emission bias (random ones hardly emit);
     ``loss_options`` are added to the loss group (``{"topology": "monotonic"}``), ``encoder``
-    to the encoder group (``{"bidirectional": False}``)."""
+    to the encoder group (``{"bidirectional": False}``), or replace it where they name one
+    (``{"name": "conformer", ...}``)."""
     vocab = Vocabulary.load(tone_data / "lang" / "phones.txt")
     torch.manual_seed(seed)
     loss_cfg = {"name": loss, **({"max_symbols": 3} if loss in ("rnnt", "hat") else {})}
     loss_cfg.update(loss_options or {})
-    encoder_cfg = {**ENCODER, **(encoder or {})}
+    # another encoder by name (a whole config), or options of the default one
+    encoder_cfg = dict(encoder) if "name" in (encoder or {}) else {**ENCODER, **(encoder or {})}
     model = builder.build_model(encoder_cfg, DECODERS[decoder], loss_cfg, 40, len(vocab))
     with torch.no_grad():
         if loss == "cb_marginal":

@@ -271,3 +271,37 @@ def test_bad_chunk_options_are_named():
         _chunked(left_chunks=-2)
     with pytest.raises(ValueError, match="cannot stream"):
         _chunked(chunk_size=0, dynamic_chunks=3).stream_step(torch.randn(1, 2, 20), [])
+
+
+@pytest.mark.parametrize("subsampling", ["stack", "none"])
+def test_the_full_context_layers_are_torchaudio_s_conformer(subsampling):
+    """The encoder runs torchaudio's layers itself (so that a trace serves any length): on
+    the valid frames, torchaudio's own Conformer forward, with the padding masked before each
+    depthwise convolution."""
+    torch.manual_seed(0)
+    enc = ConformerEncoder(
+        20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5, dropout=0.0,
+        subsampling=subsampling,
+    ).eval()  # fmt: skip
+    x, lens = torch.randn(3, 26, 20), torch.tensor([26, 11, 17])
+    h, out_lens = enc(x, lens)
+    z, n = (x, lens) if enc.subsampling is None else enc.subsampling(x, lens)
+    z = enc.proj(z[:, : int(n.max())])
+    valid = torch.arange(z.shape[1]) < n.unsqueeze(1)
+    for mask in enc.masks:
+        mask.mask = valid.unsqueeze(1).float()
+    want, _ = enc.conformer(z, n)
+    for b, m in enumerate(out_lens.tolist()):
+        torch.testing.assert_close(h[b, :m], want[b, :m], atol=1e-5, rtol=1e-5)
+    assert (h[1, out_lens[1] :] == 0).all()
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_a_traced_conformer_serves_other_lengths(chunk):
+    enc = _chunked(chunk_size=chunk, left_chunks=1, subsampling="stack")
+    traced = torch.jit.trace(enc, (torch.randn(2, 30, 20), torch.tensor([30, 21])))
+    x, lens = torch.randn(3, 47, 20), torch.tensor([47, 12, 33])
+    h, n = enc(x, lens)
+    got, got_n = traced(x, lens)
+    assert got_n.tolist() == n.tolist()
+    torch.testing.assert_close(got, h)
