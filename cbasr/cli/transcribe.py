@@ -12,7 +12,8 @@ directory stands for every audio file below it (by extension: .wav .flac .sph .w
 case), a list file (``--list FILE``, ``-`` for stdin) for the paths it lists, one per line.
 Files that cannot be read are named on stderr and counted, and the exit status is then 1.
 ``--stream`` recognises each file as audio arriving in ``--chunk-ms`` pieces (a transducer with
-a unidirectional encoder: :meth:`cbasr.Recognizer.stream`), printing the partial hypothesis on
+a streaming encoder, a unidirectional LSTM or a chunked Conformer:
+:meth:`cbasr.Recognizer.stream`), printing the partial hypothesis on
 stderr whenever it changes and the final one, the offline hypothesis, on stdout.
 """
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         "--stream",
         action="store_true",
         help="recognise each file as a stream of --chunk-ms pieces (a transducer with a "
-        "unidirectional encoder): partial results on stderr as they change, the final on stdout",
+        "streaming encoder): partial results on stderr as they change, the final on stdout",
     )
     parser.add_argument(
         "--chunk-ms", type=int, default=320, help="--stream: the audio pieces' length (ms)"

@@ -234,8 +234,9 @@ class Recognizer:
     def stream(self, name: str = "stream") -> "RecognizerStream":
         """A streaming recognition of one utterance (:class:`RecognizerStream`): feed it audio
         pieces, read the partial hypothesis after each, and the final one at the end. Needs
-        a transducer with a unidirectional recurrent encoder (``encoder=ulstm``), greedy
-        search and features without deltas."""
+        a transducer with a streaming encoder (a unidirectional recurrent one,
+        ``encoder=ulstm``, or a chunked Conformer, ``encoder.chunk_size > 0``), greedy search
+        and features without deltas."""
         return RecognizerStream(self, name)
 
     def _align(self, batch: list[torch.Tensor], hyps: list[list[int]]) -> list:

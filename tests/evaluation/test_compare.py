@@ -317,3 +317,27 @@ def test_seeds_pool_into_one_row_per_experiment_and_decoding():
     assert "| norep:test | 1 | 2.00 (2.00) | 0 / 0 (0.0%) | 3 / 100 (3.0%) |  |" in table
     rows[3]["repeat_deletions"] = 0
     assert "yes: 0.00 <= 0.70 |" in seed_table(rows)
+
+
+def test_emission_delays_reach_the_csv_and_a_last_markdown_column(tmp_path, capsys):
+    """A decoding with timing.tsv: its score's median and 90th percentile delay become the
+    CSV's last columns and the table's last one; a decoding without one leaves them empty."""
+    from cbasr.evaluation.delay import write_timing
+
+    refs = {"u1": ["a", "b"], "u2": ["c"]}
+    timed = _decoding(tmp_path / "timed", "test", refs, refs=refs, score=False)
+    write_timing(timed / "timing.tsv", [("u1", [0.1, 0.2], [0.15, 0.5]), ("u2", [0.3], [0.4])])
+    score_decode_dir(timed, bootstrap_samples=20)  # delays 50, 300 and 100 ms
+    _decoding(tmp_path / "plain", "test", refs, refs=refs)
+    table = tmp_path / "t.csv"
+    runs = [str(tmp_path / "timed"), str(tmp_path / "plain"), "--bootstrap", "20"]
+    compare.main([*runs, "--csv", str(table)])
+    rows = {r["system"]: r for r in csv.DictReader(open(table))}
+    assert float(rows["timed:test"]["emission_delay_p50_ms"]) == pytest.approx(100.0)
+    assert float(rows["timed:test"]["emission_delay_p90_ms"]) == pytest.approx(260.0)
+    assert rows["plain:test"]["emission_delay_p90_ms"] == ""
+    capsys.readouterr()
+    compare.main(runs)
+    head, rule, *lines = capsys.readouterr().out.splitlines()
+    assert head.endswith("| emission delay p50 / p90 (ms) |") and rule.count("|") == head.count("|")
+    assert lines[0].endswith("| 100 / 260 |") and lines[1].endswith("|  |")
