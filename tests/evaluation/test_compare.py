@@ -222,6 +222,7 @@ def test_the_markdown_table_shows_repeat_deletions_on_request(repeat_experiments
         "| system | error rate (%) | 95% CI | sub | del | ins | ref tokens |"
     )
     assert "repeat" not in plain
+    assert "emission delay" not in plain  # no decoding measured one: no column
     compare.main([str(e) for e in repeat_experiments] + ["--bootstrap", "20", "--repeats"])
     lines = capsys.readouterr().out.splitlines()
     assert "| ins | repeats deleted | others deleted | ref tokens |" in lines[0]

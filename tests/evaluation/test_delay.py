@@ -23,6 +23,7 @@ def test_gold_ends_of_words_and_of_phones():
     assert gold_ends(phones, "words", 1) is None  # no word times
     assert gold_ends(words, "words", 3) is None  # a count that does not match: none
     assert gold_ends({"words": "x"}, "chars", 1) is None
+    assert gold_ends({"words": "a b", "phone_starts": [0.1, 0.2]}, "words", 2) is None  # phones'
 
 
 def test_delays_pair_the_correct_tokens_by_their_own_positions():
@@ -67,7 +68,13 @@ def _decoding(tmp_path, refs, hyps, timing):
 def test_the_score_reports_the_delays_of_the_correct_tokens_through_the_token_map(tmp_path):
     refs = {"u1": ["a", "q", "b"], "u2": ["c", "d"]}
     hyps = {"u1": ["a", "q", "b"], "u2": ["d"]}
-    timing = [("u1", [0.2, 0.3, 0.5], [0.25, 0.9, 0.6]), ("u2", [0.1, 0.4], [0.7])]
+    timing = [
+        ("u0", None, [1.0]),  # no gold times: left out
+        ("u1", [0.2, 0.3, 0.5], [0.25, 0.9, 0.6]),
+        ("u2", [0.1, 0.4], [0.7]),
+        ("gone", [0.1], [0.2]),  # not in the references: left out
+    ]
+    refs["u0"], hyps["u0"] = ["a"], ["a"]
     d = _decoding(tmp_path, refs, hyps, timing)
     s = score_decode_dir(d, bootstrap_samples=10)["emission_delay"]
     assert s["units"] == 4 and s["emission"] == "streaming"
