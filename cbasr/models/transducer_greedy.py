@@ -353,7 +353,7 @@ class _Captured:
 
     @torch.no_grad()
     def decode(
-        self, h: torch.Tensor, lens: torch.Tensor, frames: bool = False
+        self, h: torch.Tensor, lens: torch.Tensor, frames: bool
     ) -> list[list[int]] | Emissions:
         T = h.shape[1]
         self.h[:, :T].copy_(h)

@@ -259,3 +259,15 @@ def _features(tone_data):
     store = open_store(tone_data / "fbank/dev")
     corpus = (tone_data / "corpus/dev.jsonl").read_text().splitlines()
     return [(u, store[u]) for u in (json.loads(line)["id"] for line in corpus)]
+
+
+def test_an_offline_token_is_emitted_at_the_utterance_s_end_even_without_a_recorded_duration():
+    """The manifest's duration, else the last feature frame's window end; an utterance
+    without features ends at 0."""
+    from cbasr.inference.decode import _emitted
+
+    frames = {"u": 10, "v": 0}
+    assert _emitted(None, {"id": "u", "duration": 0.2}, ["a"], {}, frames, 0.01, 0.025) == [0.2]
+    got = _emitted(None, {"id": "u"}, ["a", "b"], {}, frames, 0.01, 0.025)
+    assert got == pytest.approx([0.115, 0.115])
+    assert _emitted(None, {"id": "v"}, ["a"], {}, frames, 0.01, 0.025) == [0.0]
