@@ -266,8 +266,9 @@ def test_an_offline_token_is_emitted_at_the_utterance_s_end_even_without_a_recor
     without features ends at 0."""
     from cbasr.inference.decode import _emitted
 
-    frames = {"u": 10, "v": 0}
+    frames = {"u": 10, "v": 0, "w": 1}
     assert _emitted(None, {"id": "u", "duration": 0.2}, ["a"], {}, frames, 0.01, 0.025) == [0.2]
     got = _emitted(None, {"id": "u"}, ["a", "b"], {}, frames, 0.01, 0.025)
     assert got == pytest.approx([0.115, 0.115])
     assert _emitted(None, {"id": "v"}, ["a"], {}, frames, 0.01, 0.025) == [0.0]
+    assert _emitted(None, {"id": "w"}, ["a"], {}, frames, 0.01, 0.025) == [0.025]  # one window
