@@ -266,7 +266,8 @@ class RecognizerStream:
     (:class:`~cbasr.inference.streaming.TransducerStream`: the encoder's and the prediction
     network's states carried) and returns the hypothesis so far; :meth:`finish` returns the
     final one, the recogniser's offline hypothesis of the same audio. ``emissions`` holds each
-    token with the time of the encoder frame that emitted it.
+    token with the time it reached the user (its encoder block complete, as ``cbasr-decode``'s
+    ``timing.tsv``).
     """
 
     def __init__(self, recognizer: Recognizer, name: str = "stream"):
@@ -288,12 +289,15 @@ class RecognizerStream:
         self.window = int(opts.sample_rate * opts.frame_length_ms / 1000)
         self.shift = int(opts.sample_rate * opts.frame_shift_ms / 1000)
         self.samples = torch.zeros(0)  # from the first sample of the next frame on
-        self.period = subsampling_stride(exp.model) * opts.frame_shift_ms / 1000.0
+        self.shift_seconds = opts.frame_shift_ms / 1000.0
+        self.window_seconds = opts.frame_length_ms / 1000.0
+        self.received = 0  # samples
 
     @torch.no_grad()
     def accept(self, samples: torch.Tensor | np.ndarray) -> Transcription:
         """Decode the next audio samples; the partial transcription."""
         piece = torch.as_tensor(samples, dtype=torch.float32).reshape(-1)
+        self.received += piece.numel()
         self.samples = torch.cat([self.samples, piece])
         if self.samples.numel() >= self.window:
             frames = 1 + (self.samples.numel() - self.window) // self.shift
@@ -311,10 +315,22 @@ class RecognizerStream:
 
     @property
     def emissions(self) -> list[tuple[str, float]]:
-        """``(token, seconds)``: each token and the start of the encoder frame that emitted it
-        (when the stream had its audio)."""
+        """``(token, seconds)``: each token and when it reached the user, the audio time at
+        which the encoder block of the frame that emitted it was complete
+        (:func:`~cbasr.inference.streaming.emission_seconds`), at most the audio received."""
+        from cbasr.inference.streaming import emission_seconds
+
         tokens = self.recognizer.experiment.vocab.decode
-        return [(tokens([i])[0], frame * self.period) for i, frame in self.decoder.emissions]
+        labels, frames = zip(*self.decoder.emissions) if self.decoder.emissions else ((), ())
+        seconds = emission_seconds(
+            self.recognizer.experiment.model,
+            list(frames),
+            self.decoder.frames,  # the frames decoded: every block but the last is whole
+            self.shift_seconds,
+            self.window_seconds,
+            self.received / self.recognizer.sample_rate,
+        )
+        return [(tokens([i])[0], s) for i, s in zip(labels, seconds)]
 
     def _transcription(self) -> Transcription:
         exp = self.recognizer.experiment
