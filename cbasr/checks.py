@@ -18,6 +18,8 @@ __all__ = [
     "check_label_ids",
     "check_floating",
     "check_that",
+    "check_none",
+    "check_at_least",
     "one_read",
 ]
 
@@ -64,6 +66,8 @@ def one_read() -> Iterator[None]:
 
 def _read(stats: list[torch.Tensor]) -> list:
     """The values of 0-d tensors on one device, with one copy to the host."""
+    if len(stats) == 1:  # (no stack to launch)
+        return [stats[0].item()]
     return torch.stack(stats).tolist()
 
 
@@ -131,6 +135,36 @@ def check_that(ok: torch.Tensor, fail: Callable[[], None]) -> None:
     if not bool(ok.all()):
         fail()
         raise AssertionError(f"check_that: {fail} did not raise")
+
+
+def check_none(bad: torch.Tensor, fail: Callable[[], None]) -> None:
+    """Call ``fail``, which raises the caller's error, if any entry of the boolean tensor
+    ``bad`` is true (one reduction where :func:`check_that` of its negation takes two); at the
+    end of the enclosing :func:`one_read` block, if any."""
+    if not bad.numel():
+        return
+    found = bad.any()
+    if _deferred():
+        _defer([found], lambda v: not v[0], fail)
+        return
+    if bool(found):
+        fail()
+        raise AssertionError(f"check_none: {fail} did not raise")
+
+
+def check_at_least(values: torch.Tensor, low: int | float, fail: Callable[[], None]) -> None:
+    """Call ``fail``, which raises the caller's error, unless every entry of ``values`` is at
+    least ``low`` (one reduction, a minimum); at the end of the enclosing :func:`one_read`
+    block, if any. NaN fails."""
+    if not values.numel():
+        return
+    least = values.amin() if values.dim() else values
+    if _deferred():
+        _defer([least], lambda v: v[0] >= low, fail)
+        return
+    if not least.item() >= low:
+        fail()
+        raise AssertionError(f"check_at_least: {fail} did not raise")
 
 
 def check_range(name: str, values: torch.Tensor, low: int, high: int) -> None:

@@ -33,9 +33,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = GPUTarget("cuda", 90, 32)
 # pointers that are not of the kernel's float type, by kernel and argument
 POINTERS = {
-    "_tilt_kernel": {"tilt_ptr": "*fp64"},
-    "_id_checking_kernel": {"out_ptr": "*i8"},
-    "_bounded_kernel": {"out_ptr": "*i64"},
+    # the count tables and samplers: the distribution's int64 totals and lengths
+    **{
+        name: {"lengths_ptr": "*i64", "total_ptr": "*i64"}
+        for name in (
+            "_tilt_kernel",
+            "_prefix_kernel",
+            "_inclusion_kernel",
+            "_id_checking_kernel",
+            "_log_prob_backward_kernel",
+        )
+    },
+    "_log_prob_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "codes_ptr": "*i8"},
+    "_suffix_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "possible_ptr": "*i1"},
+    "_bounded_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "out_ptr": "*i64"},
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
     # the loss's own lengths, as the caller passes them (int64)
@@ -103,6 +114,7 @@ def variants(name: str, fn, dtype: str):
             floor = math.log(sys.float_info.min) + 0.5 if dtype == "fp64" else -87.0
             values = {
                 "BLOCK": 64,
+                "FRAMES": 128,
                 "WINDOW": 16,
                 "FLOOR": floor,
                 "ROWS": 8,

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from cbasr.checks import check_that
+from cbasr.checks import check_at_least, check_that
 
 __all__: list[str] = []  # private helpers only
 
@@ -65,17 +65,15 @@ def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
     return frames < lengths.unsqueeze(-1)
 
 
-def value_rows(
-    value: torch.Tensor, batch_shape: torch.Size
-) -> tuple[torch.Tensor, torch.Tensor, torch.Size]:
-    """Flatten a value ``(*sample, *batch, E)`` to rows ``(N, E)`` and their parameter rows.
+def flat_values(value: torch.Tensor, batch_shape: torch.Size) -> tuple[torch.Tensor, torch.Size]:
+    """Flatten a value ``(*sample, *batch, E)`` to rows ``(N, E)``: row ``n`` belongs to
+    parameter row ``n % B``.
 
     ``value`` must broadcast against the parameters' batch shape, with any extra leading
     dimensions being sample dimensions.
 
     Returns:
-        ``(N, E)`` value rows, ``(N,)`` int64 index of each row's parameter row, and the
-        value's full batch shape ``(*sample, *batch)``.
+        ``(N, E)`` value rows and the value's full batch shape ``(*sample, *batch)``.
     """
     event = value.shape[-1:]
     full = torch.broadcast_shapes(value.shape[:-1], batch_shape)
@@ -85,10 +83,37 @@ def value_rows(
             f"batch shape {tuple(batch_shape)}"
         )
     # (*sample, *batch, E) -> (N, E)
-    rows = value.expand(full + event).reshape(full.numel(), event[0])
+    return value.expand(full + event).reshape(full.numel(), event[0]), full
+
+
+def value_rows(
+    value: torch.Tensor, batch_shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor, torch.Size]:
+    """:func:`flat_values` with the ``(N,)`` int64 index of each row's parameter row.
+
+    Returns:
+        ``(N, E)`` value rows, ``(N,)`` their parameter rows, and the value's full batch shape
+        ``(*sample, *batch)``.
+    """
+    rows, full = flat_values(value, batch_shape)
     num_params = batch_shape.numel()
     row_index = torch.arange(rows.shape[0], device=value.device) % max(num_params, 1)
     return rows, row_index, full
+
+
+def constraint_error(distribution, name: str, value: torch.Tensor):
+    """A function that raises the ValueError torch raises when ``distribution``'s argument
+    ``name`` (``value``) breaks its constraint in ``arg_constraints``."""
+    constraint = distribution.arg_constraints[name]
+
+    def fail():
+        raise ValueError(
+            f"Expected parameter {name} ({type(value).__name__} of shape "
+            f"{tuple(value.shape)}) of distribution {distribution!r} to satisfy the "
+            f"constraint {constraint!r}, but found invalid values:\n{value}"
+        )
+
+    return fail
 
 
 def check_arguments(distribution) -> None:
@@ -98,22 +123,15 @@ def check_arguments(distribution) -> None:
     constructed with ``validate_args=False`` for torch, and calls this when it validates."""
     for name, constraint in distribution.arg_constraints.items():
         value = getattr(distribution, name)
-
-        def fail(name=name, constraint=constraint, value=value):
-            raise ValueError(
-                f"Expected parameter {name} ({type(value).__name__} of shape "
-                f"{tuple(value.shape)}) of distribution {distribution!r} to satisfy the "
-                f"constraint {constraint!r}, but found invalid values:\n{value}"
-            )
-
-        check_that(constraint.check(value), fail)
+        check_that(constraint.check(value), constraint_error(distribution, name, value))
 
 
 def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
-    """Raise ValueError unless ``0 <= total <= lengths`` (room for every high)."""
-    bad = (total < 0) | (total > lengths)
+    """Raise ValueError unless ``0 <= total <= lengths`` (room for every high): one reduction
+    to read, of ``min(total, lengths - total)``."""
 
     def fail():
+        bad = (total < 0) | (total > lengths)
         index = int(bad.nonzero()[0, 0])
         raise ValueError(
             "total (number of highs) must satisfy 0 <= total <= lengths; got "
@@ -121,11 +139,11 @@ def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
             f"batch index {index}"
         )
 
-    check_that(~bad, fail)
+    check_at_least(torch.minimum(total, lengths - total), 0, fail)
 
 
 def max_total(total: torch.Tensor, num_frames: int) -> int:
     """The largest total in the batch, clamped to ``[0, T]`` (host sync)."""
     if total.numel() == 0:
         return 0
-    return int(total.max().clamp(0, num_frames))
+    return min(max(int(total.max()), 0), num_frames)

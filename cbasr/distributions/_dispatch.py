@@ -93,3 +93,39 @@ def conditional_normaliser(args: Arguments) -> ConditionalTables:
     return ConditionalTables(
         log_off, log_on, None, None, args.total, args.lengths, valid, normaliser
     )
+
+
+def log_prob_of_rows(tables: ConditionalTables, rows: torch.Tensor) -> torch.Tensor:
+    """``log P(b | k)`` (eq. 4) of value rows ``(S B, T)`` (row ``m`` of parameter row ``m %
+    B``) -> ``(S, B)``, from the tilted weights and normaliser of
+    :func:`conditional_normaliser` and the rows' sums of log weights (eq. 6); ``-inf`` for a
+    row without exactly ``total`` highs."""
+    # Row n belongs to parameter row n % B: as (S, B, T) the parameters broadcast, so their
+    # gradient is a sum over samples rather than an indexed accumulation.
+    B, T = tables.log_on.shape
+    high = rows.view(rows.shape[0] // max(B, 1), B, T) != 0
+    frames = torch.where(high, tables.log_on, tables.log_off).sum(-1)  # (S, B)
+    normaliser = tables.log_normaliser()
+    log_prob = torch.where(normaliser == float("-inf"), float("-inf"), frames - normaliser)
+    return torch.where(high.sum(-1) == tables.total, log_prob, float("-inf"))
+
+
+def fused_log_prob(args: Arguments, rows: torch.Tensor):
+    """``(log P(b | k) (S B,), codes (S B,))`` of value rows ``(S B, T)`` by one Triton kernel
+    each way (:class:`cbasr.distributions._tables_triton.LogProb`: the codes say what is wrong
+    with a row) where the backend is triton and the dtype float32 or float64; None elsewhere
+    (the caller runs :func:`log_prob_of_rows`)."""
+    logits = args.logits
+    if _backends.backend(logits) != "triton" or logits.dtype not in (torch.float32, torch.float64):
+        return None
+    if logits.shape[-1] == 0 or rows.shape[0] == 0:
+        return None
+    from cbasr.distributions import _tables_triton
+
+    def reference(x):  # the same log probabilities, differentiable twice (double backward)
+        return log_prob_of_rows(conditional_normaliser(args._replace(logits=x)), rows).reshape(-1)
+
+    num_states = max_total(args.total, logits.shape[-1]) + 1
+    return _tables_triton.LogProb.apply(
+        logits, args.total, args.lengths, rows, num_states, reference
+    )

@@ -9,15 +9,20 @@ import torch
 from torch.distributions import Distribution, constraints
 from torch.distributions.utils import lazy_property
 
-from cbasr.checks import check_range, check_that, one_read
+from cbasr.checks import check_at_least, check_none, check_range, check_that, one_read
 from cbasr.distributions._arguments import (
     broadcast_arguments,
-    check_arguments,
     check_total,
+    constraint_error,
+    flat_values,
     frame_mask,
-    value_rows,
 )
-from cbasr.distributions._dispatch import conditional_normaliser, conditional_tables
+from cbasr.distributions._dispatch import (
+    conditional_normaliser,
+    conditional_tables,
+    fused_log_prob,
+    log_prob_of_rows,
+)
 from cbasr.distributions._tables import ConditionalTables, inclusion_probabilities
 from cbasr.distributions.samplers import (
     bounded_bernoulli_sample,
@@ -113,10 +118,21 @@ class ConditionalBernoulli(Distribution):
         else:
             self._validate_args = validate_args
         if self._validate_args:
-            with one_read():  # torch's checks of arg_constraints and ours, in one read
-                check_arguments(self)
-                check_range("lengths", args.lengths, 0, T)
-                check_total(args.total, args.lengths)
+            with one_read():  # arg_constraints (as torch words them) and ours, in one read
+                self._check_arguments(total, args, T)
+
+    def _check_arguments(self, total, args, num_frames: int) -> None:
+        """``arg_constraints`` (logits not NaN; ``total`` integers, which a float ``total``
+        must be before it is made int64, and ``lengths``), ``lengths <= T`` and ``0 <= total <=
+        lengths``: five reductions on the device for the enclosing
+        :func:`~cbasr.checks.one_read`."""
+        check_none(args.logits.isnan(), constraint_error(self, "logits", self.logits))
+        if torch.is_tensor(total) and total.is_floating_point():
+            whole = total == total.round()
+            check_that(whole, constraint_error(self, "total", torch.as_tensor(total)))
+        check_at_least(args.lengths, 0, constraint_error(self, "lengths", self.lengths))
+        check_range("lengths", args.lengths, 0, num_frames)
+        check_total(args.total, args.lengths)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
@@ -157,21 +173,21 @@ class ConditionalBernoulli(Distribution):
         (eq. 6 rearranged), which is eq. (4) with the shift cancelled.
         """
         if self._validate_args:
-            self._check_value(value)
-        tables = self._normaliser_tables
-        rows, _, shape = value_rows(value, self.batch_shape)  # (N, T)
-        # Row n belongs to parameter row n % B: as (S, B, T) the parameters broadcast, so
-        # their gradient is a sum over samples rather than an indexed accumulation.
-        B, T = tables.log_on.shape
-        high = rows.view(rows.shape[0] // max(B, 1), B, T) != 0
-        frames = torch.where(high, tables.log_on, tables.log_off).sum(-1)  # (S, B)
-        normaliser = tables.log_normaliser()
-        log_prob = torch.where(normaliser == _NEG_INF, _NEG_INF, frames - normaliser)
-        log_prob = torch.where(high.sum(-1) == tables.total, log_prob, _NEG_INF)
+            self._check_shape(value)
+        rows, shape = flat_values(value, self.batch_shape)  # (N, T)
+        fused = fused_log_prob(self._arguments(), rows)
+        if fused is None:
+            if self._validate_args:
+                self._check_value(value)
+            return log_prob_of_rows(self._normaliser_tables, rows).reshape(shape)
+        log_prob, codes = fused  # the kernel says which rows are outside the support
+        if self._validate_args:
+            check_at_least(-codes, 0, lambda: self._check_value(value))
         return log_prob.reshape(shape)
 
-    def _check_value(self, value: torch.Tensor) -> None:
-        """Raise a ValueError that says what is wrong with ``value``."""
+    def _check_shape(self, value: torch.Tensor) -> None:
+        """Raise a ValueError unless ``value`` has this distribution's event shape and
+        broadcasts with its batch shape."""
         if value.shape[-1:] != self.event_shape:
             raise ValueError(
                 f"value must have shape (*, {self.event_shape[0]}), got {tuple(value.shape)}"
@@ -183,6 +199,10 @@ class ConditionalBernoulli(Distribution):
                 f"value of shape {tuple(value.shape)} does not broadcast with the batch and "
                 f"event shape {tuple(self.batch_shape + self.event_shape)}"
             ) from None
+
+    def _check_value(self, value: torch.Tensor) -> None:
+        """Raise a ValueError that says what is wrong with ``value``."""
+        self._check_shape(value)
         count = (value != 0).sum(-1)
         wrong = count != self.total
 

@@ -263,23 +263,28 @@ def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator)
     """
     with torch.no_grad():
         args = broadcast_arguments(logits, total, lengths)
-        check_total(args.total, args.lengths)
         T = args.logits.shape[-1]
-        tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
         num_rows = torch.Size(sample_shape).numel() * len(args.total)
-        row_index = torch.arange(num_rows, device=args.logits.device) % max(len(args.total), 1)
-        if which == "numba":
-            draw = getattr(_kernels, kind)
-        else:
-            from cbasr.distributions import _tables_triton
-
-            draw = getattr(_tables_triton, kind)
         width = T if kind == "id_checking" else max_total(args.total, T)
         uniform = _uniform_noise(
             (num_rows, width), generator, args.logits.dtype, args.logits.device
         )
-        drawn, possible = draw(args.logits, tilt, args.total, args.lengths, row_index, uniform)
+        if which == "numba":
+            check_total(args.total, args.lengths)
+            tilt = tilt_for_total(args.logits, args.total, frame_mask(args.lengths, T))
+            row_index = torch.arange(num_rows) % max(len(args.total), 1)
+            drawn, possible = getattr(_kernels, kind)(
+                args.logits, tilt, args.total, args.lengths, row_index, uniform
+            )
+        else:  # the total checked by the kernel's table (sample row m of parameter row m % B)
+            from cbasr.distributions import _tables_triton
+
+            tilt = _tables_triton.tilt(args.logits, args.total, args.lengths)
+            drawn, possible = getattr(_tables_triton, kind)(
+                args.logits, tilt, args.total, args.lengths, uniform
+            )
         if not bool(possible.all()):
+            check_total(args.total, args.lengths)  # the more precise error where it applies
             raise ValueError(_CANNOT_MEET)
     if kind == "id_checking":
         drawn = drawn.to(args.logits.dtype)

@@ -189,7 +189,11 @@ def test_draws_equal_the_compiled_kernels_given_the_same_uniforms(sampler, dtype
 
     inputs = _draw_inputs("frames" if sampler == "id_checking" else "highs", dtype)
     want, want_possible = getattr(_kernels, sampler)(*inputs)
-    got, got_possible = getattr(_tables_triton, sampler)(*(x.to(device) for x in inputs))
+    logits, tilt, total, lengths, _, uniform = (x.to(device) for x in inputs)
+    got, got_possible = getattr(_tables_triton, sampler)(logits, tilt, total, lengths, uniform)
+    if sampler == "id_checking":  # 0. / 1. in the logits' dtype
+        assert got.dtype == dtype and ((got == 0) | (got == 1)).all()
+        got = got.bool()
     assert torch.equal(got.cpu(), want) and got.dtype == want.dtype
     assert bool(got_possible.all()) and bool(want_possible.all())
     logits, _, total, lengths, row_index, _ = inputs
@@ -232,3 +236,76 @@ def test_a_total_outside_the_states_has_probability_zero(device):
     got = LogNormaliser.apply(half, half, total, torch.tensor([3, 3, 3], device=device), 4)
     assert got[0] == -math.inf and got[2] == -math.inf  # 4 highs in 3 frames
     torch.testing.assert_close(got[1].cpu(), torch.tensor(math.log(3 / 8), dtype=torch.float64))
+
+
+def _values_and_broken_rows(logits):
+    """Two draws per possible row of ``logits`` ``(2, 7, 9)``, then three rows broken in the
+    second draw: a high moved into padding (row 1), a high added (row 2), a 0.5 (row 4)."""
+    gen = torch.Generator().manual_seed(3)
+    value = id_checking_sample(logits[:-1], TOTALS[:-1], LENGTHS[:-1], (2,), gen)
+    value = torch.cat([value, value.new_zeros(2, 1, value.shape[-1])], dim=1)
+    broken = value.clone()
+    broken[1, 1] = 0
+    broken[1, 1, :4], broken[1, 1, 6] = 1, 1  # 5 highs as the total, one at t = 6 >= 5
+    broken[1, 2, 0] = 1  # one high more than the total (0)
+    broken[1, 4, 0] = 0.5  # not binary
+    return value, broken
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_log_prob_of_samples_and_its_gradient_equal_the_pytorch_recursion(dtype, device):
+    """``log_prob`` of values with a sample dimension (each parameter row's gradient a sum over
+    its samples), rows outside the support among them (``-inf``, no gradient), under a weighted
+    and a summed (expanded: stride 0) incoming gradient, against the PyTorch backend."""
+    logits = _logits(dtype)
+    _, value = _values_and_broken_rows(logits.double())
+    value[1, 4, 0] = 1  # binary, but now one high too many: -inf without validation
+    weights = torch.linspace(0.5, 2.0, value.shape[0] * value.shape[1], dtype=dtype).view(2, -1)
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        x = logits.to(where).requires_grad_()
+        with use_backend(backend):
+            cb = ConditionalBernoulli(x, TOTALS.to(where), LENGTHS.to(where), validate_args=False)
+            log_prob = cb.log_prob(value.to(where, dtype))
+        finite = torch.where(log_prob.isfinite(), log_prob, 0.0)
+        (weighted,) = torch.autograd.grad((finite * weights.to(where)).sum(), x, retain_graph=True)
+        (summed,) = torch.autograd.grad(finite.sum(), x)
+        results[backend] = [t.detach().cpu() for t in (log_prob, weighted, summed)]
+    (got, *got_grads), (want, *want_grads) = results["triton"], results["torch"]
+    assert torch.equal(got.isfinite(), want.isfinite())
+    assert got[1, [1, 2, 4, 6]].eq(-math.inf).all() and got[0, :6].isfinite().all()
+    tolerance = {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {}
+    torch.testing.assert_close(got, want, **tolerance)
+    for got_grad, want_grad in zip(got_grads, want_grads):
+        torch.testing.assert_close(got_grad, want_grad, **tolerance)
+        assert (got_grad[-1] == 0).all() and (got_grad[1, 5:] == 0).all()
+
+
+def test_fused_log_prob_codes_say_what_is_wrong_with_each_value(device):
+    """The kernel's code per value row (3 not binary, 2 a high in padding, 1 not ``k`` highs)
+    and, with validation, each error as the PyTorch backend raises it."""
+    from cbasr.distributions._tables_triton import LogProb
+
+    logits = _logits()
+    good, broken = _values_and_broken_rows(logits)
+    rows = broken.reshape(-1, logits.shape[-1]).to(device)
+    _, codes = LogProb.apply(
+        logits.to(device), TOTALS.to(device), LENGTHS.to(device), rows, 6, None
+    )
+    want = torch.zeros(2, len(TOTALS), dtype=torch.int8)
+    want[1, 1], want[1, 2], want[1, 4] = 2, 1, 3
+    want[:, -1] = 1  # the impossible row: 4 highs wanted, none given
+    assert torch.equal(codes.view(2, -1).cpu(), want)
+    cb = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        with use_backend(backend):
+            cb[backend] = ConditionalBernoulli(
+                logits[:-1].to(where), TOTALS[:-1].to(where), LENGTHS[:-1].to(where)
+            )
+            cb[backend].log_prob(good[:, :-1].to(where))  # no error
+    for row, message in ((1, "padding"), (2, "1 highs but total is 0"), (4, "binary")):
+        value = good.clone()
+        value[1, row] = broken[1, row]
+        for backend, where in (("triton", device), ("torch", "cpu")):
+            with use_backend(backend), pytest.raises(ValueError, match=message):
+                cb[backend].log_prob(value[:, :-1].to(where))
