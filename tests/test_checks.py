@@ -248,3 +248,51 @@ def test_rnnt_nll_takes_an_empty_batch():
     nll = rnnt_nll(logits, torch.zeros(0, 1, dtype=torch.long), empty + 1, empty)
     assert nll.shape == (0,)
     nll.sum().backward()
+
+
+def test_the_pruned_loss_reads_no_values_the_simple_loss_checked(reads):
+    """A model's pruned loss (``values_checked=True``, after the simple loss on the same labels)
+    reads nothing; its shapes are still checked, and alone it checks its values."""
+    B, T, U, V, S = 2, 5, 3, 6, 3
+    targets = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    lens, tlens = torch.tensor([T, T - 1]), torch.tensor([U, U - 1])
+    units, starts = torch.randn(B, T, S, V), torch.zeros(B, T, dtype=torch.long)
+    checked = pruned_transducer_nll(units, starts, targets, lens, tlens, values_checked=True)
+    assert reads[0] == 0
+    assert torch.equal(checked, pruned_transducer_nll(units, starts, targets, lens, tlens))
+    assert reads[0] == 1
+    with pytest.raises(ValueError, match="starts must have shape"):
+        pruned_transducer_nll(units, starts[:1], targets, lens, tlens, values_checked=True)
+    with pytest.raises(ValueError, match=r"targets\[0, 2\] = 6"):
+        pruned_transducer_nll(units, starts, targets * 2, lens, tlens)
+
+
+def test_check_none_and_check_at_least_raise_their_own_errors_outside_a_block(reads):
+    def fail():
+        raise ValueError("the caller's own error")
+
+    with pytest.raises(ValueError, match="the caller's own error"):
+        checks.check_none(LENGTHS > 4, fail)
+    with pytest.raises(ValueError, match="the caller's own error"):
+        checks.check_at_least(LENGTHS, 1, fail)  # the 0
+    checks.check_none(LENGTHS > 5, fail)
+    checks.check_at_least(LENGTHS, 0, fail)
+    checks.check_at_least(torch.tensor(2.5), 2.5, fail)  # a 0-d tensor, at the bound
+    with pytest.raises(ValueError, match="the caller's own error"):
+        checks.check_at_least(torch.tensor([1.0, float("nan")]), 0, fail)  # NaN fails
+    assert reads[0] == 0  # outside a block: each reads on its own
+
+
+def test_one_read_of_one_statistic_launches_no_stack():
+    class Operators(TorchDispatchMode):
+        names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    least = LENGTHS.amin()
+    with Operators() as ops:
+        with one_read():
+            checks.check_at_least(least, 0, lambda: pytest.fail("0 >= 0"))
+    assert "stack" not in ops.names and ops.names.count("_local_scalar_dense") == 1

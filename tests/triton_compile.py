@@ -47,6 +47,20 @@ POINTERS = {
     "_log_prob_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "codes_ptr": "*i8"},
     "_suffix_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "possible_ptr": "*i1"},
     "_bounded_kernel": {"lengths_ptr": "*i64", "total_ptr": "*i64", "out_ptr": "*i64"},
+    # the simple loss: the model's int64 targets and lengths, the windows' int64 starts
+    **{
+        name: {
+            "targets_ptr": "*i64",
+            "input_lengths_ptr": "*i64",
+            "target_lengths_ptr": "*i64",
+        }
+        for name in ("_simple_edges_kernel", "_simple_grad_am_kernel", "_simple_grad_lm_kernel")
+    },
+    "_windows_kernel": {
+        "input_lengths_ptr": "*i64",
+        "target_lengths_ptr": "*i64",
+        "starts_ptr": "*i64",
+    },
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
     # the loss's own lengths, as the caller passes them (int64)

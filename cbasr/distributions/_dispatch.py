@@ -118,8 +118,8 @@ def fused_log_prob(args: Arguments, rows: torch.Tensor):
     logits = args.logits
     if _backends.backend(logits) != "triton" or logits.dtype not in (torch.float32, torch.float64):
         return None
-    if logits.shape[-1] == 0 or rows.shape[0] == 0:
-        return None
+    if rows.dim() != 2 or rows.shape[-1] != logits.shape[-1]:  # (the caller checks values)
+        raise ValueError(f"value rows of {logits.shape[-1]} frames expected, got {rows.shape}")
     from cbasr.distributions import _tables_triton
 
     def reference(x):  # the same log probabilities, differentiable twice (double backward)

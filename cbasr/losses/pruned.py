@@ -38,6 +38,7 @@ indices ``>= 1``.
 import torch
 import torch.nn.functional as F
 
+from cbasr import _backends
 from cbasr.checks import (
     check_floating,
     check_label_ids,
@@ -284,6 +285,14 @@ def simple_transducer_nll(
         check_lengths("input_lengths", input_lengths, B, T, min_len=1)
         _check_labels(targets, target_lengths, V)
         _check_windows(input_lengths, target_lengths, prune_range, monotonic)
+    if _fused_simple(am, lm):  # the Triton kernels: edges, lattice, windows in four launches
+        from cbasr.losses import _pruned_triton
+
+        device = am.device
+        return _pruned_triton.SimpleLoss.apply(
+            am, lm, targets.to(device).long(), input_lengths.to(device).long(),
+            target_lengths.to(device).long(), prune_range, hat, monotonic,
+        )  # fmt: skip
     # padded frames and label positions zeroed first: whatever they hold (NaN) stays out of
     # the normaliser's product and its gradient
     frames = torch.arange(T, device=am.device)[None, :] < input_lengths.to(am.device)[:, None]
@@ -303,6 +312,14 @@ def simple_transducer_nll(
     return nll.detach() + linear - linear.detach(), starts
 
 
+def _fused_simple(am: torch.Tensor, lm: torch.Tensor) -> bool:
+    """Whether :class:`cbasr.losses._pruned_triton.SimpleLoss` takes the simple loss: the
+    Triton backend, and both sides float32 or both float64."""
+    if _backends.backend(am) != "triton" or am.dtype not in (torch.float32, torch.float64):
+        return False
+    return lm.dtype == am.dtype and lm.device == am.device
+
+
 def pruned_transducer_nll(
     units: torch.Tensor,
     starts: torch.Tensor,
@@ -312,6 +329,8 @@ def pruned_transducer_nll(
     hat: bool = False,
     monotonic: bool = False,
     fastemit: float = 0.0,
+    *,
+    values_checked: bool = False,
 ) -> torch.Tensor:
     """``-log`` of the summed probability of the paths inside the windows (the module
     docstring's exactness statement), from the joint's scores on the windows.
@@ -332,6 +351,9 @@ def pruned_transducer_nll(
         fastemit: FastEmit's ``lambda`` (Yu et al. 2021, arXiv:2010.11148): the label edges'
             gradient scaled by ``1 + lambda`` inside the windows, as on the whole lattice
             (:func:`~cbasr.losses.transducer.transducer_lattice_nll`); the value unchanged.
+        values_checked: the lengths and label ids were checked already, by
+            :func:`simple_transducer_nll` on the same ``targets``, lengths and vocabulary (a
+            model's pruned loss): their values are not read again (the shapes still are).
 
     Returns:
         ``(B,)`` negative log-probabilities, differentiable once w.r.t. ``units``.
@@ -343,9 +365,10 @@ def pruned_transducer_nll(
     check_shape("starts", starts, "(B, T)", (B, T))
     check_shape("targets", targets, "(B, U)", (B, None))
     U1 = targets.shape[1] + 1
-    with one_read():
-        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-        _check_labels(targets, target_lengths, V)
+    if not values_checked:
+        with one_read():
+            check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+            _check_labels(targets, target_lengths, V)
     device = units.device
     if _fused_joint(units, None, 1 if hat else 0):  # label y is unit y
         return fused_joint_nll(

@@ -241,9 +241,10 @@ class TransducerModel(AsrModel):
             am, lm, targets, lens, target_lens, S, hat, self.monotonic
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
-        nll = pruned_transducer_nll(
-            units, starts, targets, lens, target_lens, hat, self.monotonic, self.fastemit
-        )
+        nll = pruned_transducer_nll(  # the lengths and labels: checked by the simple loss
+            units, starts, targets, lens, target_lens, hat, self.monotonic, self.fastemit,
+            values_checked=True,
+        )  # fmt: skip
         labels = target_lens.to(simple.device).sum().clamp(min=1)
         stats = {"simple_loss": simple.detach().sum() / labels}
         return LossOutput(nll + self.simple_loss_scale * simple, nll.detach(), stats)

@@ -303,9 +303,57 @@ def test_fused_log_prob_codes_say_what_is_wrong_with_each_value(device):
                 logits[:-1].to(where), TOTALS[:-1].to(where), LENGTHS[:-1].to(where)
             )
             cb[backend].log_prob(good[:, :-1].to(where))  # no error
+    for backend, where in (("triton", device), ("torch", "cpu")):  # checked before any kernel
+        with use_backend(backend), pytest.raises(ValueError, match="value must have shape"):
+            cb[backend].log_prob(good[:, :-1, :-1].to(where))
     for row, message in ((1, "padding"), (2, "1 highs but total is 0"), (4, "binary")):
         value = good.clone()
         value[1, row] = broken[1, row]
         for backend, where in (("triton", device), ("torch", "cpu")):
             with use_backend(backend), pytest.raises(ValueError, match=message):
                 cb[backend].log_prob(value[:, :-1].to(where))
+
+
+@pytest.mark.parametrize("frames", [0, 1, 2])
+def test_fused_log_prob_of_short_and_empty_rows_equals_the_pytorch_recursion(frames, device):
+    """No frames, one, two; and no values at all (a sample shape of 0)."""
+    logits = random_logits(3, frames, seed=8)
+    total = torch.tensor([0, min(1, frames), min(2, frames)])
+    value = torch.zeros(2, 3, frames, dtype=torch.float64)
+    value[:, 1, :1] = 1 if frames else 0
+    value[:, 2, :2] = 1 if frames else 0
+    value[1, 0, :1] = 1 if frames else 0  # a high too many: -inf
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        x = logits.to(where).requires_grad_()
+        with use_backend(backend):
+            cb = ConditionalBernoulli(x, total.to(where), validate_args=False)
+            log_prob = cb.log_prob(value.to(where))
+            none = cb.log_prob(value[:0].to(where))
+        finite = torch.where(log_prob.isfinite(), log_prob, 0.0)
+        (grad,) = torch.autograd.grad(finite.sum(), x)
+        assert none.shape == (0, 3)
+        results[backend] = (log_prob.detach().cpu(), grad.cpu())
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert results["torch"][0].isfinite().sum() == (5 if frames else 6)
+
+
+def test_fused_log_prob_fills_its_block_of_count_states(device):
+    """``max(k) = 15``: 16 count states, the kernel's whole block (no spare lane past the last
+    state), over 40 frames (a state that leaked into its neighbour would reach the normaliser),
+    against the PyTorch recursion, with the gradient."""
+    logits = random_logits(2, 40, seed=11)
+    total, lengths = torch.tensor([15, 4]), torch.tensor([40, 30])
+    value = id_checking_sample(logits, total, lengths, (2,), torch.Generator().manual_seed(2))
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        x = logits.to(where).requires_grad_()
+        with use_backend(backend):
+            log_prob = ConditionalBernoulli(x, total.to(where), lengths.to(where)).log_prob(
+                value.to(where)
+            )
+        (grad,) = torch.autograd.grad(log_prob.sum(), x)
+        results[backend] = (log_prob.detach().cpu(), grad.cpu())
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -91,3 +91,31 @@ def test_label_looping_reads_the_device_once_per_step_of_its_loops(count_launche
     assert label["labels"] == frame["labels"] > 0
     assert frame["reads"] >= label["max_frames"]
     assert label["reads"] <= 3 * (label["max_labels"] + 1) < frame["reads"]
+
+
+def test_the_cb_distribution_and_the_simple_loss_run_in_their_kernels(count_launches):
+    """The CB distribution's log_prob (with its backward and argument checks) and ID-checking
+    sampling, and the pruned loss with its simple loss, each a few PyTorch operators around
+    their Triton kernels (issue targets: <= 25 for the distribution)."""
+    log_prob = count_launches.count_distribution("log_prob")
+    assert log_prob["triton_kernels"] == {"_log_prob_kernel": 1, "_log_prob_backward_kernel": 1}
+    assert log_prob["kernels"] <= 25 and log_prob["reads"] == 3
+    sample = count_launches.count_distribution("id_checking")
+    assert sample["triton_kernels"] == {
+        "_tilt_kernel": 1,
+        "_suffix_kernel": 1,
+        "_id_checking_kernel": 1,
+    }
+    assert sample["kernels"] <= 25
+    pruned = count_launches.count_loss("hat_pruned", (2, 6, 3, 5))
+    assert pruned["triton_kernels"] == {
+        "_simple_edges_kernel": 1,
+        "_lattice_forward_kernel": 2,
+        "_lattice_backward_kernel": 2,
+        "_windows_kernel": 1,
+        "_simple_grad_am_kernel": 1,
+        "_simple_grad_lm_kernel": 1,
+        "_joint_edges_kernel": 1,
+        "_joint_grad_kernel": 1,
+    }
+    assert pruned["kernels"] <= 50 and pruned["reads"] == 2
