@@ -35,10 +35,11 @@ from torch import nn
 from cbasr.data.features import FEATURE_SETTINGS
 from cbasr.inference.experiment import Experiment, subsampling_stride
 from cbasr.inference.transducer_export import (
-    PARTS,
+    STEP,
     LoadedPart,
     TransducerParts,
     TransducerRuntime,
+    _split,
     part_paths,
 )
 from cbasr.models import CBModel, CTCModel, TransducerModel
@@ -134,13 +135,14 @@ def _write_export(acoustic, tmp: Path, fmt: str, feats, lens, dim: int) -> float
     axes = {"feats": {0: "batch", 1: "frames"}, "lens": {0: "batch"}}
     axes.update({name: {0: "batch", 1: "out_frames"} for name in acoustic.output_names})
     axes["out_lens"] = {0: "batch"}
-    _save(acoustic, tmp, fmt, (feats, lens), (["feats", "lens"], acoustic.output_names), axes)
+    names = (["feats", "lens"], acoustic.output_names)
+    _save(acoustic, tmp, fmt, (feats, lens), names, axes.__getitem__)
     return check_export(acoustic, tmp, fmt, dim)
 
 
-def _save(module, path: Path, fmt: str, example: tuple, names: tuple, axes: dict) -> None:
+def _save(module, path: Path, fmt: str, example: tuple, names: tuple, axes) -> None:
     """Trace ``module`` on ``example`` into ``path`` (TorchScript), or export it (ONNX, opset
-    17, the axes ``axes`` dynamic)."""
+    17, the axes ``axes(name)`` of each input and output dynamic)."""
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracers' deprecation and constant-folding notes
         if fmt == "torchscript":
@@ -153,7 +155,7 @@ def _save(module, path: Path, fmt: str, example: tuple, names: tuple, axes: dict
                 str(path),
                 input_names=inputs,
                 output_names=outputs,
-                dynamic_axes={n: axes[n] for n in inputs + outputs},
+                dynamic_axes={n: axes(n) for n in inputs + outputs},
                 opset_version=17,
                 dynamo=False,
             )
@@ -177,7 +179,25 @@ _TRANSDUCER_AXES = {
     "enc_t": {0: "batch"},
     "blank_enc_t": {0: "batch"},
     "blank": {0: "batch"},
+    # the encoder step of a streaming model: a block of frames, the encoder's state
+    "x": {0: "batch", 1: "block_frames"},
+    "filled": {0: "batch"},
+    "filled_out": {0: "batch"},
+    "enc_h": {1: "batch"},
+    "enc_c": {1: "batch"},
+    "enc_h_out": {1: "batch"},
+    "enc_c_out": {1: "batch"},
 }
+
+
+def _axes(name: str) -> dict:
+    """The dynamic axes of a transducer part's tensor ``name`` (a Conformer step's per-layer
+    state, ``keys_i`` and ``conv_i``: its batch)."""
+    if name.startswith(("keys_", "conv_")):
+        return {0: "batch"}
+    if name in ("enc", "blank_enc"):
+        return {0: "batch", 1: "out_frames"}
+    return _TRANSDUCER_AXES[name]
 
 
 def _check_parts(parts: TransducerParts, files: dict, fmt: str, dim: int) -> tuple[float, float]:
@@ -204,12 +224,21 @@ def _check_parts(parts: TransducerParts, files: dict, fmt: str, dim: int) -> tup
 
     def differ(ours: torch.Tensor, theirs: torch.Tensor) -> None:
         nonlocal worst, relative
+        if ours.shape != theirs.shape:
+            raise RuntimeError(f"an exported part's output has shape {tuple(theirs.shape)}, "
+                               f"the eager one {tuple(ours.shape)}")  # fmt: skip
+        if not ours.numel():  # (a Conformer step without left context keeps no frames)
+            return
         gap = float((ours.double() - theirs.double()).abs().max())
         worst = max(worst, gap)
         relative = max(relative, gap / max(1.0, float(ours.double().abs().max())))
 
-    for name in PARTS:
+    for name in parts.exported:
         run = LoadedPart(files[name], fmt, parts.names[name][0])
+        if name == STEP:  # three blocks in a row, each from the state the last one left
+            for ours, theirs in zip(*_step_blocks(parts, run, inputs[STEP])):
+                differ(ours, theirs)
+            continue
         with torch.no_grad():
             eager = parts.modules[name](*inputs[name])
         eager = eager if isinstance(eager, (tuple, list)) else (eager,)
@@ -226,6 +255,23 @@ def _check_parts(parts: TransducerParts, files: dict, fmt: str, dim: int) -> tup
     return worst, relative
 
 
+def _step_blocks(parts: TransducerParts, run, first: tuple) -> tuple[list, list]:
+    """The eager and the exported encoder step's outputs over three blocks of random inputs
+    shaped as ``first``'s, each block from the state its own run left."""
+    generator = torch.Generator().manual_seed(3)
+    x, *state = first
+    eager_state, exported_state = list(state), list(state)
+    eager_out, exported_out = [], []
+    for _ in range(3):
+        block = torch.randn(x.shape, generator=generator)
+        with torch.no_grad():
+            *eager, eager_state = _split(list(parts.modules[STEP](block, *eager_state)), len(state))
+        *exported, exported_state = _split(run(block, *exported_state), len(state))
+        eager_out += [*eager, *eager_state]
+        exported_out += [*exported, *exported_state]
+    return eager_out, exported_out
+
+
 def _export_transducer(exp: Experiment, model, fmt: str, out: Path, tolerance: float) -> dict:
     """:func:`export_model` for RNN-T and HAT: the three parts of
     :mod:`cbasr.inference.transducer_export`, each checked, then the greedy search over them
@@ -234,7 +280,7 @@ def _export_transducer(exp: Experiment, model, fmt: str, out: Path, tolerance: f
     dim = exp.cmvn[0].numel()
     examples = parts.examples(*_example(dim, [200, 150, 90], seed=0))
     final = part_paths(out)
-    files = {name: path.with_name(path.name + ".tmp") for name, path in final.items()}
+    files = {name: final[name].with_name(final[name].name + ".tmp") for name in parts.exported}
     for path in files.values():
         path.write_bytes(b"")  # an unwritable destination fails here, naming it
     description = {
@@ -246,17 +292,22 @@ def _export_transducer(exp: Experiment, model, fmt: str, out: Path, tolerance: f
                 "inputs": parts.names[name][0],
                 "outputs": parts.names[name][1],
             }
-            for name in PARTS
+            for name in parts.exported
         },
         "state": parts.state,
         "start": START,
         "greedy": model.greedy,
         "max_symbols": model.max_symbols,
     }
+    if parts.stream is None:
+        description["stream"] = None
+        description["stream_unavailable"] = parts.why_not_streamed
+    else:
+        description["stream"] = {**parts.stream, "state": parts.step_state}
     try:
-        for name in PARTS:
+        for name in parts.exported:
             _save(parts.modules[name], files[name], fmt, examples[name], parts.names[name],
-                  _TRANSDUCER_AXES)  # fmt: skip
+                  _axes)  # fmt: skip
         worst, relative = _check_parts(parts, files, fmt, dim)
         if relative > tolerance:
             raise RuntimeError(
@@ -266,17 +317,23 @@ def _export_transducer(exp: Experiment, model, fmt: str, out: Path, tolerance: f
         feats, lens = _example(dim, [310, 47, 180, 95, 12], seed=1)
         runtime = TransducerRuntime(out, files, description)
         with torch.no_grad():
-            same = runtime.greedy(feats, lens) == model.greedy_decode(feats, lens)
-        if not same:
+            eager = model.greedy_decode(feats, lens)
+            same = runtime.greedy(feats, lens) == eager
+            if parts.stream is not None:
+                streamed = [runtime.stream_greedy(f[:n]) for f, n in zip(feats, lens.tolist())]
+                description["stream_greedy_matches_eager"] = streamed == eager
+        if not same or not description.get("stream_greedy_matches_eager", True):
             log.warning("%s: the greedy search over the exported parts differs from the eager "
                         "model's on random features (a near tie?)", out)  # fmt: skip
     except BaseException:
         for path in files.values():
             path.unlink(missing_ok=True)  # no partial file left behind
         raise
-    for name in PARTS:
+    for name in parts.exported:
         files[name].replace(final[name])
-    description["outputs"] = [f"{name}: {', '.join(parts.names[name][1])}" for name in PARTS]
+    description["outputs"] = [
+        f"{name}: {', '.join(parts.names[name][1])}" for name in parts.exported
+    ]
     description["max_abs_difference"] = worst
     description["max_relative_difference"] = relative
     description["greedy_matches_eager"] = same

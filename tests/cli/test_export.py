@@ -137,6 +137,7 @@ CONFORMER = {
     "stride": 3,
 }
 CHUNKED = {**CONFORMER, "chunk_size": 4, "left_chunks": 1}
+UNIDIRECTIONAL = {"bidirectional": False}  # the recurrent encoder, streaming
 
 
 @pytest.mark.parametrize(
@@ -147,6 +148,11 @@ CHUNKED = {**CONFORMER, "chunk_size": 4, "left_chunks": 1}
         ("hat", "hat", {}, fmt, enc)
         for fmt in ("torchscript", "onnx")
         for enc in (CONFORMER, CHUNKED)
+    ]
+    + [
+        ("hat_linear", "hat", {}, "onnx", {**CHUNKED, "left_chunks": 0}),
+        ("hat_linear", "hat", {}, "onnx", UNIDIRECTIONAL),
+        ("transducer", "rnnt", {"topology": "monotonic"}, "torchscript", UNIDIRECTIONAL),
     ],
 )
 def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
@@ -155,7 +161,9 @@ def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
     """RNN-T and HAT (every joint, label context and greedy rule, both topologies; recurrent
     and Conformer encoders, full-context and chunked) export as an encoder, a
     prediction-network step and a joint; the greedy search over the exported parts
-    (TransducerRuntime) gives the eager model's hypotheses on real utterances."""
+    (TransducerRuntime) gives the eager model's hypotheses on real utterances. A streaming
+    encoder (chunked Conformer, with and without left context; unidirectional LSTM) also
+    exports its block step, and the greedy search block by block over it gives them too."""
     exp = Experiment(_experiment(tmp_path / "exp", tone_data, decoder, loss, options, encoder))
     store = FeatureStore(tone_data / "fbank/test")
     utts = [exp.normalise(store[u]) for u in sorted(store.index)[:6]]
@@ -165,10 +173,12 @@ def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
     out = tmp_path / f"model.{fmt}"
     meta = export_model(exp, fmt, out)
     parts = {name: part["file"] for name, part in meta["parts"].items()}
+    streams = encoder in (CHUNKED, UNIDIRECTIONAL) or (encoder or {}).get("left_chunks") == 0
     assert parts == {
         "encoder": out.name,
         "predictor": f"model.predictor.{fmt}",
         "joint": f"model.joint.{fmt}",
+        **({"encoder_step": f"model.encoder_step.{fmt}"} if streams else {}),
     }
     assert all((tmp_path / name).is_file() for name in parts.values())
     assert not list(tmp_path.glob("*.tmp"))
@@ -177,8 +187,16 @@ def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
     assert json.loads((tmp_path / f"model.{fmt}.json").read_text())["state"] == meta["state"]
     with torch.no_grad():
         eager = exp.model.greedy_decode(feats, lens)
-    hyps = TransducerRuntime(out).greedy(feats, lens)
+    runtime = TransducerRuntime(out)
+    hyps = runtime.greedy(feats, lens)
     assert hyps == eager
+    if streams:
+        assert meta["stream_greedy_matches_eager"] is True
+        assert [runtime.stream_greedy(f[:n]) for f, n in zip(feats, lens.tolist())] == eager
+    else:
+        assert meta["stream"] is None and "stream" in meta["stream_unavailable"]
+        with pytest.raises(ValueError, match="exports no encoder step"):
+            runtime.stream_greedy(feats[0])
     frames = exp.model.encoder.output_lengths(lens).tolist()
     assert 0 < sum(map(len, hyps)) < sum(n * exp.model.max_symbols for n in frames)
 

@@ -204,3 +204,32 @@ def test_a_label_is_seen_when_its_block_of_input_is_complete():
     assert emission_seconds(model, [4], 5, 0.01, 0.025, 0.11) == [0.11]
     ulstm = builder.build_model(ULSTM, tiny.DECODERS["hat"], {"name": "hat"}, 6, 5)
     assert emission_seconds(ulstm, [0, 3], 9, 0.01, 0.025, 1.0) == pytest.approx([0.035, 0.095])
+
+
+@pytest.mark.parametrize("left_chunks", [0, 1, 2])
+def test_the_export_s_fixed_size_chunk_step_is_the_encoder_s_stream_step(left_chunks):
+    """The encoder step ``cbasr-export`` writes for a chunked Conformer (its left context a
+    fixed buffer, the frames not yet seen masked out): chunk by chunk, the last one short, the
+    eager encoder's stream step with the joint's encoder side; and the unidirectional LSTM's."""
+    from cbasr.inference.transducer_export import STEP, TransducerParts
+
+    for encoder in ({**CHUNKED, "left_chunks": left_chunks}, ULSTM):
+        model, feats, lens = _model("hat_linear", encoder=encoder)
+        model = model.float()
+        parts = TransducerParts(model)
+        step, x = parts.modules[STEP], model.encoder.subsampling(feats[:1].float(), lens[:1])[0]
+        state = list(parts.step_inputs(feats[:1].float(), lens[:1])[1:])
+        eager_state = model.encoder.stream_begin()
+        count = len(state)
+        with torch.no_grad():
+            for start in range(0, 10, 3):  # blocks of 3, 3, 3, 1 frames
+                block = x[:, start : min(start + 3, 10)]
+                out = step(block, *state)
+                got, state = out[: len(out) - count], list(out[len(out) - count :])
+                h, eager_state = model.encoder.stream_step(block, eager_state)
+                side = model.decoder.joint.prepare(h)
+                torch.testing.assert_close(got[0], side["enc"], rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(got[1], side["blank_enc"], rtol=1e-5, atol=1e-6)
+        if encoder is not ULSTM:
+            keep = left_chunks * 3
+            assert state[0].tolist() == [min(10, keep)] and state[1].shape == (1, keep, 8)
