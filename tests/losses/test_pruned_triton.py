@@ -22,7 +22,9 @@ F64 = torch.float64
         pytest.param("rnnt", True, torch.float32, marks=pytest.mark.slow),
     ],
 )
-def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(criterion, monotonic, dtype):
+def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(
+    criterion, monotonic, dtype, device
+):
     """The Triton kernels' simple loss (edges, lattice, windows; the gradient of each side) at
     sizes past their blocks (70 units, 20 label positions, 20 frames), NaN in the padded frames
     and label positions, one utterance without labels: the PyTorch backend's NLLs, windows and
@@ -38,16 +40,14 @@ def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(criterion
     hat = criterion == "hat"
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=dtype)
     results = {}
-    for backend in ("triton", "torch"):
-        a = am.to(dtype).requires_grad_()
-        b = lm.to(dtype).requires_grad_()
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        a = am.to(where, dtype).requires_grad_()
+        b = lm.to(where, dtype).requires_grad_()
+        args = (targets.to(where), il.to(where), tl.to(where), S, hat, monotonic)
         with use_backend(backend):
-            nll, starts = simple_transducer_nll(a, b, targets, il, tl, S, hat, monotonic)
-        results[backend] = (
-            nll.detach(),
-            starts,
-            *torch.autograd.grad((weights * nll).sum(), (a, b)),
-        )
+            nll, starts = simple_transducer_nll(a, b, *args)
+        grads = torch.autograd.grad((weights.to(where) * nll).sum(), (a, b))
+        results[backend] = [t.detach().cpu() for t in (nll, starts, *grads)]
     (nll, starts, grad_am, grad_lm), want = results["triton"], results["torch"]
     assert torch.isfinite(want[0]).all() and nll.dtype == dtype
     assert torch.equal(starts, want[1])
