@@ -327,6 +327,22 @@ def _simple_grad_lm_kernel(
         c0 += COLS
 
 
+def windows(post_blank, post_emit, log_p, input_lengths, target_lengths, prune_range, monotonic):
+    """``(-log P(y) (B,), starts (B, T))`` by :func:`_windows_kernel` from the edge posteriors
+    ``post_blank (B, T, U + 1)``, ``post_emit (B, T, U)`` and ``log P(y) (B,)``; lengths int64
+    on their device."""
+    B, T, U1 = post_blank.shape
+    nll = post_blank.new_empty(B)
+    starts = torch.empty(B, T, dtype=torch.long, device=post_blank.device)
+    if B:
+        size, warps = block(U1)
+        _windows_kernel[(B,)](
+            post_blank.contiguous(), post_emit.contiguous(), log_p, input_lengths, target_lengths,
+            starts, nll, T, U1, prune_range, MONOTONIC=monotonic, BLOCK=size, num_warps=warps,
+        )  # fmt: skip
+    return nll, starts
+
+
 class SimpleLoss(torch.autograd.Function):
     """``(nll (B,), starts (B, T))`` of :func:`cbasr.losses.simple_transducer_nll` on checked
     arguments: ``am (B, T, V)``, ``lm (B, U + 1, V)`` of one float dtype (float32 or float64),
@@ -353,14 +369,9 @@ class SimpleLoss(torch.autograd.Function):
         post_blank, post_emit = _transducer_triton.posteriors(
             blank, emit, lattice, target_lengths, monotonic
         )
-        nll = am.new_empty(B)
-        starts = torch.empty(B, T, dtype=torch.long, device=am.device)
-        if B:
-            size, warps = block(U1)
-            _windows_kernel[(B,)](
-                post_blank, post_emit, log_p, input_lengths, target_lengths, starts, nll, T, U1,
-                prune_range, MONOTONIC=monotonic, BLOCK=size, num_warps=warps,
-            )  # fmt: skip
+        nll, starts = windows(
+            post_blank, post_emit, log_p, input_lengths, target_lengths, prune_range, monotonic
+        )
         ctx.save_for_backward(
             am, lm, targets, input_lengths, target_lengths, lse, post_blank, post_emit
         )

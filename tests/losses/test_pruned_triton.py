@@ -2,6 +2,8 @@
 PyTorch backend (itself checked against the explicit joint and enumeration in test_pruned.py,
 where the Triton backend runs the small cases): on CPU in Triton's interpreter."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -57,3 +59,35 @@ def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(
     torch.testing.assert_close(grad_lm, want[3], **tolerance)
     assert (grad_am[1, 13:] == 0).all() and (grad_lm[1, 9:] == 0).all()
     assert (grad_lm[2, 1:] == 0).all() and grad_lm[2, 0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_the_windows_kernel_is_prune_ranges_where_the_bounds_bind(monotonic, device):
+    """The windows from posteriors whose mass sits low (the last frames must climb to the
+    labels), high (the first frames cannot rise that fast) and at random, with full-block
+    lattices (16 positions) and padded frames: :func:`cbasr.losses.prune_ranges`'s starts, and
+    ``-log P(y)`` (``inf`` where it is ``-inf``)."""
+    from cbasr.losses import _pruned_triton, prune_ranges
+
+    g = torch.Generator().manual_seed(5)
+    B, T, U1 = 4, 12, 16
+    il = torch.tensor([12, 8, 12, 5])
+    for where, S in itertools.product(("low", "high", "random"), (2, 3, 5)):
+        # a full lattice where the windows hold its labels (one label a frame for S = 2)
+        tl = torch.tensor([11 if S == 2 or monotonic else 15, 7, 9, 0])
+        occupancy = torch.rand(B, T, U1, generator=g, dtype=F64) * 1e-3
+        if where == "low":
+            occupancy[:, :, 0] = 1.0
+        if where == "high":
+            occupancy[torch.arange(B), :, tl] = 1.0
+        if where == "random":
+            occupancy = torch.rand(B, T, U1, generator=g, dtype=F64)
+        blank, emit = occupancy / 2, occupancy[..., :-1] / 2  # the kernel sums the two
+        blank[..., -1] = occupancy[..., -1]
+        log_p = torch.tensor([-3.0, float("-inf"), -1.5, 0.0], dtype=F64)
+        want = prune_ranges(occupancy, il, tl, S, monotonic=monotonic)
+        nll, got = _pruned_triton.windows(
+            *(x.to(device) for x in (blank, emit, log_p, il, tl)), S, monotonic
+        )
+        assert torch.equal(got.cpu(), want), (where, S)
+        assert nll.cpu().tolist() == [3.0, float("inf"), 1.5, -0.0]
