@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cbasr._backends import use_backend
-from cbasr.losses import simple_transducer_nll
+from cbasr.losses import _pruned_triton, simple_transducer_nll
 
 pytestmark = pytest.mark.triton
 
@@ -25,7 +25,7 @@ F64 = torch.float64
     ],
 )
 def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(
-    criterion, monotonic, dtype, device
+    criterion, monotonic, dtype, device, monkeypatch
 ):
     """The Triton kernels' simple loss (edges, lattice, windows; the gradient of each side) at
     sizes past their blocks (70 units, 20 label positions, 20 frames), NaN in the padded frames
@@ -42,6 +42,9 @@ def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(
     hat = criterion == "hat"
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=dtype)
     results = {}
+    fused = []  # the Triton backend takes the kernels' path, not the PyTorch one
+    apply = _pruned_triton.SimpleLoss.apply
+    monkeypatch.setattr(_pruned_triton.SimpleLoss, "apply", lambda *a: fused.append(1) or apply(*a))
     for backend, where in (("triton", device), ("torch", "cpu")):
         a = am.to(where, dtype).requires_grad_()
         b = lm.to(where, dtype).requires_grad_()
@@ -50,6 +53,7 @@ def test_fused_simple_loss_over_many_blocks_equals_the_pytorch_backend(
             nll, starts = simple_transducer_nll(a, b, *args)
         grads = torch.autograd.grad((weights.to(where) * nll).sum(), (a, b))
         results[backend] = [t.detach().cpu() for t in (nll, starts, *grads)]
+    assert fused == [1]
     (nll, starts, grad_am, grad_lm), want = results["triton"], results["torch"]
     assert torch.isfinite(want[0]).all() and nll.dtype == dtype
     assert torch.equal(starts, want[1])
