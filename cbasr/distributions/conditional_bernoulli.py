@@ -127,9 +127,9 @@ class ConditionalBernoulli(Distribution):
         lengths``: five reductions on the device for the enclosing
         :func:`~cbasr.checks.one_read`."""
         check_none(args.logits.isnan(), constraint_error(self, "logits", self.logits))
-        if torch.is_tensor(total) and total.is_floating_point():
-            whole = total == total.round()
-            check_that(whole, constraint_error(self, "total", torch.as_tensor(total)))
+        total = torch.as_tensor(total)
+        if total.is_floating_point():
+            check_that(total == total.round(), constraint_error(self, "total", total))
         check_at_least(args.lengths, 0, constraint_error(self, "lengths", self.lengths))
         check_range("lengths", args.lengths, 0, num_frames)
         check_total(args.total, args.lengths)

@@ -138,6 +138,8 @@ def test_validation_raises_clear_errors():
         ConditionalBernoulli(logits, torch.tensor([0, 4]), torch.tensor([5, 3]), validate_args=True)
     with pytest.raises(ValueError, match="Expected parameter total .* IntegerGreaterThan"):
         ConditionalBernoulli(logits, torch.tensor([2.0, 1.5]), validate_args=True)  # not made 1
+    with pytest.raises(ValueError, match="Expected parameter total .* IntegerGreaterThan"):
+        ConditionalBernoulli(logits, 1.5, validate_args=True)  # a Python float, the same
     whole = ConditionalBernoulli(logits, torch.tensor([2.0, 1.0]), validate_args=True)
     assert whole.total.tolist() == [2, 1]
     with pytest.raises(ValueError, match="lengths"):
