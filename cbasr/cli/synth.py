@@ -18,7 +18,12 @@ from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
 from cbasr.corpora.synth.corpus import SIZES, make_corpus
-from cbasr.corpora.synth.digits import DIGITS_SIZES, REPEAT_PROSODIES, make_digits_corpus
+from cbasr.corpora.synth.digits import (
+    DIGITS_SIZES,
+    REPEAT_PROSODIES,
+    TRAIN_REPEATS,
+    make_digits_corpus,
+)
 
 __all__ = ["main"]
 
@@ -98,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         help="digits, repeats split: the range of the gap before a repeated word (default 50 300)",
     )
     parser.add_argument(
+        "--train-repeats",
+        choices=TRAIN_REPEATS,
+        help="digits: natural (the default: train words drawn independently, about one in ten "
+        "repeats its predecessor) or none (no train word repeats its predecessor: a transducer "
+        "then learns that a word never follows itself)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -132,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         "--repeats-utts-per-speaker": args.repeats_utts_per_speaker,
         "--repeat-prosody": args.repeat_prosody,
         "--repeat-gap-ms": args.repeat_gap_ms,
+        "--train-repeats": args.train_repeats,
     }
     if args.profile == "digits":
         if args.snr_db is not None:
@@ -144,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             overrides["repeat_prosody"] = args.repeat_prosody
         if args.repeat_gap_ms is not None:
             overrides["min_repeat_gap_ms"], overrides["max_repeat_gap_ms"] = args.repeat_gap_ms
+        if args.train_repeats is not None:
+            overrides["train_repeats"] = args.train_repeats
     elif given := [flag for flag, value in digits_only.items() if value is not None]:
         parser.error(f"{' and '.join(given)} need --profile digits")
     sizes, make = _PROFILES[args.profile]

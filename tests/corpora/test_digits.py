@@ -212,7 +212,8 @@ def test_rerun_is_a_no_op_and_damage_regenerates(tmp_path, caplog):
     "change",
     [{"min_words": 0}, {"min_words": 5, "max_words": 4}, {"min_gap_ms": 400}, {"max_snr_db": 0.0}]
     + [{"reverb_share": 1.5}, {"train_speakers": -1}, {"min_repeat_gap_ms": 301}]
-    + [{"repeat_prosody": "fresh"}, {"min_words": 1, "max_words": 1}],
+    + [{"repeat_prosody": "fresh"}, {"min_words": 1, "max_words": 1}]
+    + [{"train_repeats": "few"}],
 )
 def test_bad_config_is_refused(change):
     with pytest.raises(ValueError):
@@ -239,15 +240,54 @@ def test_command_line(tmp_path, capsys):
     )
 
 
+def _repeated_words(jobs, split: str) -> tuple[int, int]:
+    """Words of ``split``'s planned utterances that repeat their predecessor, and all words."""
+    texts = [
+        [w.word for w in plan.words]
+        for job in jobs
+        if job.split == split
+        for plan in job.utterances
+    ]
+    return sum(a == b for t in texts for a, b in zip(t, t[1:])), sum(map(len, texts))
+
+
+def test_train_repeats_none_leaves_no_train_word_repeating_its_predecessor(tmp_path):
+    """``train_repeats="none"``: no train word repeats the one before it; about one in ten
+    does with the default, and in the other splits either way (the repeats split: at least
+    one an utterance); the marker records the option only when it is not the default."""
+    config = dataclasses.replace(
+        TINY, train_speakers=6, train_utts_per_speaker=20, test_utts_per_speaker=40
+    )
+    natural = plan_digits(config, tmp_path)
+    none = plan_digits(dataclasses.replace(config, train_repeats="none"), tmp_path)
+    repeated, words = _repeated_words(natural, "train")
+    assert 0.05 < repeated / words < 0.15
+    assert _repeated_words(none, "train")[0] == 0 and _repeated_words(none, "train")[1] > 400
+    assert _repeated_words(none, "test")[0] > 0
+    assert _repeated_words(none, "repeats")[0] >= 2  # TINY: 2 utterances
+    old, new = random.Random(3), random.Random(3)  # the default draws as before the option
+    for _ in range(50):
+        words = []
+        for _ in range(old.randint(config.min_words, config.max_words)):
+            digit = old.randrange(10)
+            words.append(DIGIT_WORDS[digit] if digit or old.random() < 0.5 else "oh")
+        assert digit_words(new, config) == words
+    out = tmp_path / "none"
+    make_digits_corpus(out, dataclasses.replace(TINY, train_repeats="none"), workers=1)
+    assert json.loads((out / MARKER).read_text())["params"]["train_repeats"] == "none"
+    make_digits_corpus(tmp_path / "natural", TINY, workers=1)
+    assert "train_repeats" not in json.loads((tmp_path / "natural" / MARKER).read_text())["params"]
+
+
 def test_command_line_repeats_split_options(tmp_path):
     out = tmp_path / "cli"
     synth_main(
         ["--profile", "digits", "--out", str(out), "--size", "tiny", "--workers", "1"]
         + ["--train-speakers", "1", "--repeats-utts-per-speaker", "3"]
-        + ["--repeat-prosody", "drawn", "--repeat-gap-ms", "60", "70"]
+        + ["--repeat-prosody", "drawn", "--repeat-gap-ms", "60", "70", "--train-repeats", "none"]
     )
     params = json.loads((out / MARKER).read_text())["params"]
-    assert params["repeat_prosody"] == "drawn"
+    assert params["repeat_prosody"] == "drawn" and params["train_repeats"] == "none"
     assert (params["min_repeat_gap_ms"], params["max_repeat_gap_ms"]) == (60, 70)
     repeats = _manifest(out, "repeats")
     assert len(repeats) == 3

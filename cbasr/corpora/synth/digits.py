@@ -85,6 +85,7 @@ __all__ = [
     "FORMAT_VERSION",
     "NOISES",
     "REPEAT_PROSODIES",
+    "TRAIN_REPEATS",
     "DigitsConfig",
     "digit_words",
     "repeated_digit_words",
@@ -95,6 +96,7 @@ __all__ = [
 FORMAT_VERSION = 1
 DIGIT_SPLITS = ("train", "dev", "test", "repeats")
 REPEAT_PROSODIES = ("same", "drawn")
+TRAIN_REPEATS = ("natural", "none")
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "oh")
 NOISES = ("white", "pink", "babble")
 _FILES = ("speakers.json", "words.txt")
@@ -127,6 +129,12 @@ class DigitsConfig:
             as in the other splits.
         min_repeat_gap_ms, max_repeat_gap_ms: in the ``repeats`` split, the gap before a
             repeated word.
+        train_repeats: ``"natural"``: the train split's digits are drawn independently, so
+            about one word in ten repeats the one before it; ``"none"``: no train word repeats
+            its predecessor (each such word is drawn again), which teaches a transducer's
+            prediction network that a word never follows itself. Only the train split's draws
+            change (the later splits' draws follow them in the same stream, so their
+            utterances differ too, drawn the same way).
     """
 
     train_speakers: int = 250
@@ -148,6 +156,7 @@ class DigitsConfig:
     repeat_prosody: str = "same"
     min_repeat_gap_ms: int = 50
     max_repeat_gap_ms: int = 300
+    train_repeats: str = "natural"
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -169,6 +178,10 @@ class DigitsConfig:
         if self.repeat_prosody not in REPEAT_PROSODIES:
             raise ValueError(
                 f"repeat_prosody must be one of {REPEAT_PROSODIES}, not {self.repeat_prosody!r}"
+            )
+        if self.train_repeats not in TRAIN_REPEATS:
+            raise ValueError(
+                f"train_repeats must be one of {TRAIN_REPEATS}, not {self.train_repeats!r}"
             )
         if self.repeats_utts_per_speaker and self.max_words < 2:
             raise ValueError("the repeats split needs max_words >= 2")
@@ -229,13 +242,20 @@ def plan_digits(config: DigitsConfig, corpus_dir: str | Path) -> list[DigitsJob]
     return jobs
 
 
-def digit_words(rng: random.Random, config: DigitsConfig) -> list[str]:
-    """One digit string's words: uniform length, uniform digits, zero as "zero" or "oh"."""
-    words = []
-    for _ in range(rng.randint(config.min_words, config.max_words)):
-        digit = rng.randrange(10)
-        words.append(DIGIT_WORDS[digit] if digit or rng.random() < 0.5 else "oh")
+def digit_words(rng: random.Random, config: DigitsConfig, repeats: bool = True) -> list[str]:
+    """One digit string's words: uniform length, uniform digits, zero as "zero" or "oh";
+    without ``repeats``, a word equal to the one before it is drawn again until it differs."""
+    words = [_digit_word(rng) for _ in range(rng.randint(config.min_words, config.max_words))]
+    if not repeats:
+        for i in range(1, len(words)):
+            while words[i] == words[i - 1]:
+                words[i] = _digit_word(rng)
     return words
+
+
+def _digit_word(rng: random.Random) -> str:
+    digit = rng.randrange(10)
+    return DIGIT_WORDS[digit] if digit or rng.random() < 0.5 else "oh"
 
 
 def repeated_digit_words(rng: random.Random, config: DigitsConfig) -> list[str]:
@@ -259,7 +279,11 @@ def _plan_utterance(
     split: str,
 ) -> DigitsPlan:
     stress = split == "repeats"
-    texts = repeated_digit_words(rng, config) if stress else digit_words(rng, config)
+    if stress:
+        texts = repeated_digit_words(rng, config)
+    else:
+        no_repeats = split == "train" and config.train_repeats == "none"
+        texts = digit_words(rng, config, repeats=not no_repeats)
     words: list[WordPlan] = []
     for i, word in enumerate(texts):
         if stress and i and word == texts[i - 1] and config.repeat_prosody == "same":
@@ -325,6 +349,8 @@ def make_digits_corpus(
         "espeakng_loader": importlib.metadata.version("espeakng-loader"),
         **dataclasses.asdict(config),
     }
+    if config.train_repeats == "natural":  # (as before the option: those corpora stay complete)
+        del params["train_repeats"]
     summary = find_complete(out_dir, params, _FILES, DIGIT_SPLITS)
     if summary is not None:
         _LOG.info(
