@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from cbasr.models.transducer_greedy import best_label
+from cbasr.modules.encoders import FrameStacking
 from cbasr.modules.label_context import START
 
 __all__ = ["TransducerParts", "TransducerRuntime", "part_paths"]
@@ -349,7 +350,11 @@ class TransducerRuntime:
             why = self.description.get("stream_unavailable", "no encoder step was exported")
             raise ValueError(f"this model exports no encoder step: {why}")
         front = self.stream["front_end"]
-        x = feats if front is None else _stack_frames(feats, front["stack"], front["stride"])
+        if front is None:
+            x = feats
+        else:  # the encoder's own front end, from the description's numbers
+            stacking = FrameStacking(feats.shape[1], front["stack"], front["stride"])
+            x = stacking(feats[None], torch.tensor([feats.shape[0]]))[0][0]
         step = self.parts[STEP]
         state = [_initial(s, 1) for s in self.stream["state"]]
         search = _Search(self)
@@ -363,16 +368,6 @@ class TransducerRuntime:
 def _split(outputs: list[torch.Tensor], count: int) -> list:
     """The encoder step's outputs as ``[*encoded, state]`` (the last ``count`` are the state)."""
     return [*outputs[: len(outputs) - count], outputs[len(outputs) - count :]]
-
-
-def _stack_frames(feats: torch.Tensor, stack: int, stride: int) -> torch.Tensor:
-    """:class:`~cbasr.modules.encoders.FrameStacking` of one utterance ``(T, F)``: output
-    frame ``j`` is frames ``j * stride .. j * stride + stack - 1`` side by side, zeros past the
-    end; ``ceil(T / stride)`` of them."""
-    T = feats.shape[0]
-    padded = torch.cat([feats, feats.new_zeros(stack - 1, feats.shape[1])])
-    count = (T + stride - 1) // stride
-    return torch.cat([padded[k : k + (count - 1) * stride + 1 : stride] for k in range(stack)], 1)
 
 
 class _Search:

@@ -11,24 +11,11 @@ from cbasr.inference.experiment import Experiment
 from cbasr.inference.export import export_model
 from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
 from cbasr.training.options import fbank_options_of
+from tests.cli.test_export import CHUNKED
 from tests.inference.fake_experiment import make_experiment
 from tests.search import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
-CHUNKED = {
-    "name": "conformer",
-    "d_model": 16,
-    "num_heads": 2,
-    "ffn_dim": 32,
-    "num_layers": 2,
-    "kernel_size": 5,
-    "dropout": 0.0,
-    "subsampling": "stack",
-    "stack": 3,
-    "stride": 3,
-    "chunk_size": 4,
-    "left_chunks": 1,
-}
 
 
 def _script():
