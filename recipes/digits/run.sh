@@ -5,7 +5,12 @@
 # split `repeats` -> scoring (word error rate) and results table. Every stage skips itself
 # when its outputs are complete; deleting data/ or exp/ and rerunning regenerates them.
 #
-#   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--config NAME] [--exp DIR] [--beam N] [hydra overrides...]
+#   ./run.sh [--stage N] [--stop-stage M] [--size default|tiny] [--train-repeats none|natural]
+#            [--config NAME] [--exp DIR] [--beam N] [hydra overrides...]
+#
+# The train split's transcripts never repeat a word (--train-repeats none, the default): the
+# corpus that reproduces real recordings' deleted repeats (README.md); `natural` draws every
+# digit independently, as dev, test and repeats always are.
 #
 # Stages: 0 corpus, 1 features, 2 vocabulary, 3 training, 4 decoding, 5 scoring.
 # Overrides go to cbasr-train, e.g. ./run.sh --stage 3 encoder.hidden=192 trainer.max_epochs=12
@@ -19,6 +24,7 @@ stage=0
 stop_stage=5
 beam=8
 size=default
+train_repeats=none
 config=blstm_ctc
 exp=""
 workers=2
@@ -29,12 +35,13 @@ while [[ $# -gt 0 ]]; do
     --stage) stage=$2; shift 2 ;;
     --stop-stage) stop_stage=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
+    --train-repeats) train_repeats=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
     --exp) exp=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --beam) beam=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) overrides+=("$1"); shift ;;
   esac
@@ -45,8 +52,9 @@ source ../shared/common.sh
 log "run.sh $all_args (log: $PWD/$logfile)"
 
 if stage_on 0; then
-  log "stage 0: synthetic connected-digits corpus ($size) -> data/digits"
-  cbasr-synth --profile digits --out data/digits --size "$size" --seed "$seed" --workers "$workers"
+  log "stage 0: synthetic connected-digits corpus ($size, train repeats: $train_repeats) -> data/digits"
+  cbasr-synth --profile digits --out data/digits --size "$size" --seed "$seed" --workers "$workers" \
+    --train-repeats "$train_repeats"
 fi
 
 if stage_on 1; then

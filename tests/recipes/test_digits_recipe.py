@@ -46,6 +46,11 @@ def test_data_stages_build_a_word_vocabulary(tmp_path):
     assert (recipe / "data/lang/words.txt").read_text().split()[1:] == words
     train = (recipe / "data/digits/train.jsonl").read_text().splitlines()
     assert (recipe / "data/fbank/train").is_dir() and len(train) == 12
+    # the recipe's corpus: no train word repeats its predecessor (--train-repeats none)
+    assert "train repeats: none" in run.stdout
+    for line in train:
+        words = json.loads(line)["words"].split()
+        assert all(a != b for a, b in zip(words, words[1:])), words
     repeats = (recipe / "data/digits/repeats.jsonl").read_text().splitlines()
     assert (recipe / "data/fbank/repeats").is_dir() and len(repeats) == 2
 
