@@ -182,6 +182,9 @@ class TransducerDecoderConfig:
     # training: each label the prediction network reads is replaced by a uniformly drawn label
     # with this probability, so that the joint cannot delete a repeated word by its history
     history_noise: float = 0.0
+    # training: each label the prediction network reads is replaced by the label after it
+    # with this probability, so that the joint reads words followed by themselves
+    history_repeat: float = 0.0
     # TDT: the durations (frames) a token may cover, predicted beside it (Xu et al. 2023)
     durations: list[int] = field(default_factory=lambda: list(TDT_DURATIONS))
 

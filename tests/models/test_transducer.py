@@ -53,21 +53,23 @@ def test_utterance_checks_name_the_topology_and_the_ctc_alignment():
 
 
 @pytest.mark.parametrize(
-    "name,loss_options",
+    "name,loss_options,history",
     [
-        ("transducer", {}),
-        ("hat", {"topology": "monotonic"}),
-        ("hat", {"prune_range": 2}),
+        ("transducer", {}, {"history_noise": 0.5}),
+        ("hat", {"topology": "monotonic"}, {"history_noise": 0.5}),
+        ("hat", {"prune_range": 2}, {"history_noise": 0.5}),
+        ("transducer", {}, {"history_repeat": 0.5}),
+        ("hat", {"prune_range": 2}, {"history_repeat": 0.5}),
     ],
 )
-def test_history_noise_changes_what_the_joint_reads_not_what_is_scored(name, loss_options):
-    """decoder.history_noise: in training the prediction network reads noisy labels, and the
-    loss is the true labels' loss under that history (the lattice and the pruned loss alike);
-    in evaluation the history is the true one."""
+def test_history_noise_changes_what_the_joint_reads_not_what_is_scored(name, loss_options, history):
+    """decoder.history_noise and history_repeat: in training the prediction network reads
+    changed labels, and the loss is the true labels' loss under that history (the lattice and
+    the pruned loss alike); in evaluation the history is the true one."""
     feats, lens = tiny.batch(seed=3)
-    targets = torch.tensor([[1, 2, 2], [3, 1, 0], [4, 0, 0], [2, 0, 0]])
+    targets = torch.tensor([[1, 2, 3], [3, 1, 0], [4, 0, 0], [2, 0, 0]])
     target_lens = torch.tensor([3, 2, 1, 1])
-    options = {"history_noise": 0.5, "dropout": 0.0}
+    options = {**history, "dropout": 0.0}
     model = tiny.build(name, seed=2, loss_options=loss_options, decoder_options=options)
     clean = tiny.build(name, seed=2, loss_options=loss_options, decoder_options={"dropout": 0.0})
     read = []

@@ -400,3 +400,49 @@ def test_history_noise_draws_uniform_labels_at_its_rate():
     torch.testing.assert_close(read[1], targets)
     with pytest.raises(ValueError, match="history_noise"):
         TransducerDecoder(D, V, history_noise=1.0)
+
+
+def test_history_repeat_reads_the_next_label_at_its_rate_never_padding():
+    """history_repeat: each history label is replaced with probability q by the true label
+    after it (so g_u reads y_{u+1}), never by padding (0), and the last label is kept; only
+    in training. With history_noise too, the repeat copies the true label, not a noisy one."""
+    torch.manual_seed(0)
+    decoder = TransducerDecoder(D, V, joint="rnnt", embed_dim=4, hidden=5, history_repeat=0.25)
+    read = []
+    decoder.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
+    targets = torch.randint(1, V, (400, 50))
+    targets[:200, 30:] = 0  # padding after 30 labels in half the rows
+    decoder.history(targets)
+    history = read[0]
+    assert history.shape == targets.shape
+    copied = (history != targets) & (history == torch.roll(targets, -1, dims=1))
+    changed = history != targets
+    assert bool((changed == copied).all())  # every change is the next label
+    torch.testing.assert_close(history[:, -1], targets[:, -1])
+    torch.testing.assert_close(history[:200, 29:], targets[:200, 29:])  # never padding copied
+    # among the labels whose successor differs, a share q is replaced
+    differs = (targets[:, :-1] != targets[:, 1:]) & (targets[:, 1:] > 0)
+    share = changed[:, :-1][differs].double().mean()
+    assert abs(float(share) - 0.25) < 0.01  # standard deviation about 0.002
+    decoder.eval()
+    decoder.history(targets)
+    torch.testing.assert_close(read[1], targets)
+
+    both = TransducerDecoder(
+        D, V, joint="rnnt", embed_dim=4, hidden=5, history_noise=0.5, history_repeat=0.5
+    )
+    both.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
+    targets = torch.tensor([[1, 2, 3, 4, 5, 6] * 500])
+    both.history(targets)
+    history = read[-1][0]
+    after = targets[0, 1:]
+    is_next = history[:-1] == after
+    assert 0.4 < float(is_next.double().mean()) < 0.7  # q plus what the noise draws
+    targets = torch.randint(1, V, (2000, 2))
+    both.history(targets)  # the last label has no successor: noise still reaches it
+    changed = float((read[-1][:, -1] != targets[:, -1]).double().mean())
+    assert abs(changed - 0.5 * (V - 2) / (V - 1)) < 0.04
+    with pytest.raises(ValueError, match="history_repeat"):
+        TransducerDecoder(D, V, history_repeat=1.0)
+    with pytest.raises(ValueError, match="history_repeat"):
+        TransducerDecoder(D, V, history_repeat=-0.1)

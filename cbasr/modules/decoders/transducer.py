@@ -277,6 +277,10 @@ class TransducerDecoder(nn.Module):
             (:meth:`history`). The joint then cannot learn "the last label is the word I hear,
             so this frame is blank", which deletes a word that repeats its predecessor
             (``recipes/digits/RESULTS.md``); it has to find the word boundary in the encoder.
+        history_repeat: in training only, the probability that each label of the prediction
+            network's input is replaced by the label after it, the one the joint is asked for
+            next (:meth:`history`): the joint reads a word followed by itself even when the
+            transcripts never repeat one, and has to emit it from the sound.
     """
 
     def __init__(
@@ -293,11 +297,14 @@ class TransducerDecoder(nn.Module):
         blank_joint: str = TransducerDecoderConfig.blank_joint.value,
         history_noise: float = TransducerDecoderConfig.history_noise,
         durations: tuple[int, ...] = TDT_DURATIONS,
+        history_repeat: float = TransducerDecoderConfig.history_repeat,
     ):
         super().__init__()
-        if not 0.0 <= history_noise < 1.0:
-            raise ValueError(f"history_noise must be in [0, 1), got {history_noise}")
+        for name, share in (("history_noise", history_noise), ("history_repeat", history_repeat)):
+            if not 0.0 <= share < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {share}")
         self.history_noise = history_noise
+        self.history_repeat = history_repeat
         if joint not in JOINTS:
             raise ValueError(f"joint must be one of {tuple(JOINTS)}, got {joint!r}")
         if blank_joint not in BLANK_JOINTS:
@@ -322,16 +329,27 @@ class TransducerDecoder(nn.Module):
         return self.joint.lattice(h, self.history(targets))
 
     def history(self, targets: torch.Tensor) -> torch.Tensor:
-        """The prediction network over the teacher-forced labels, ``targets (B, U)`` -> ``g (B,
-        U + 1, H)``; in training each input label is first replaced, with probability
-        ``history_noise``, by a label drawn uniformly from ``1 .. V - 1``. The loss still scores
-        the true labels: only what the joint sees of the history is noisy."""
-        if self.training and self.history_noise > 0.0 and targets.numel():
+        """The prediction network over the teacher-forced labels, ``targets (B, U)`` (padded
+        with 0) -> ``g (B, U + 1, H)``. In training each input label is first replaced, with
+        probability ``history_noise``, by a label drawn uniformly from ``1 .. V - 1``; then,
+        with probability ``history_repeat``, by the true label after it (never by padding), so
+        that ``g_u`` reads ``y_{u+1}`` as the last label. The loss still scores the true
+        labels: only what the joint sees of the history changes."""
+        if not (self.training and targets.numel()):
+            return self.prediction(targets)
+        noisy = targets
+        if self.history_noise > 0.0:
             vocab = self.prediction.embedding.num_embeddings
             replace = torch.rand(targets.shape, device=targets.device) < self.history_noise
             drawn = torch.randint_like(targets, 1, vocab)
-            targets = torch.where(replace, drawn, targets)
-        return self.prediction(targets)
+            noisy = torch.where(replace, drawn, noisy)
+        if self.history_repeat > 0.0 and targets.shape[1] > 1:
+            after = targets[:, 1:]
+            repeat = (torch.rand(after.shape, device=targets.device) < self.history_repeat) & (
+                after > 0
+            )
+            noisy = torch.cat([torch.where(repeat, after, noisy[:, :-1]), noisy[:, -1:]], dim=1)
+        return self.prediction(noisy)
 
     def hat_scores(self, h: torch.Tensor, targets: torch.Tensor):
         """HAT's teacher-forced joint unnormalised (:meth:`HatJoint.lattice_scores`): what
