@@ -38,6 +38,7 @@ CHANGES = {
         ("loss", "topology"): "monotonic",
         ("loss", "ctc_weight"): 0.3,
         ("decoder", "history_noise"): 0.4,
+        ("decoder", "history_repeat"): 0.1,
     },
     "rnnt_v1": {("loss", "topology"): "monotonic", ("loss", "ctc_weight"): 0.3},
     # no synth system: the RNN-T's, with the TDT joint and loss
