@@ -47,6 +47,7 @@ CHANGES = {
         ("loss", "name"): "tdt",
         ("loss", "sigma"): 0.05,
         ("loss", "ctc_weight"): 0.3,
+        ("decoder", "history_repeat"): 0.1,
     },
     "cb_monotonic_variable": {("trainer", "max_long_gap_share"): 1.0},
 }
