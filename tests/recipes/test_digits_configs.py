@@ -33,7 +33,7 @@ SYSTEMS = [
 CHANGES = {
     "hat": {("loss", "topology"): "monotonic", ("decoder", "blank_joint"): "linear"},
     "hat_tanh": {("loss", "topology"): "monotonic"},
-    "demo_hat": {("loss", "topology"): "monotonic"},
+    "demo_hat": {("loss", "topology"): "monotonic", ("decoder", "history_repeat"): 0.1},
     "rnnt": {
         ("loss", "topology"): "monotonic",
         ("loss", "ctc_weight"): 0.3,
