@@ -54,6 +54,7 @@ def choice(name: str, *values: str) -> type[Enum]:
 
 RnnType = choice("RnnType", "lstm", "gru")
 Subsampling = choice("Subsampling", "none", "stack", "conv", "embed")
+ChunkConv = choice("ChunkConv", "causal", "chunk")
 Emission = choice("Emission", "encoder", "decoder")
 Joint = choice("Joint", "rnnt", "hat", "tdt")
 BlankJoint = choice("BlankJoint", "tanh", "linear")
@@ -107,6 +108,10 @@ class ConformerEncoderConfig:
     # dynamic chunk training: each training batch draws its chunk size from 1..dynamic_chunks
     # frames, or the full context (half the batches); 0: always ``chunk_size``
     dynamic_chunks: int = 0
+    # the depthwise convolutions of a chunked encoder: ``causal`` (kernel_size - 1 earlier
+    # frames, none later) or ``chunk`` (the full-context kernel, its right half cut at the
+    # chunk's end: the look-ahead of the attention, never past the chunk)
+    chunk_conv: ChunkConv = ChunkConv.causal
 
 
 @dataclass

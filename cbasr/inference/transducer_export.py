@@ -25,10 +25,11 @@ inputs (after the front end's frame stacking, which a runtime does itself: ``<ou
 shape, zeros before the first block: a unidirectional recurrent encoder's ``(h, c)``; a chunked
 Conformer's, per layer, the attention inputs of the last ``left_chunks`` chunks (``keys_i (B,
 left_chunks * chunk, D)``, the newest last, of which ``filled (B,)`` are real: the rest is
-masked out of the attention) and the depthwise convolution's last ``kernel_size - 1`` inputs
-(``conv_i``). A Conformer with unbounded left context (``left_chunks = -1``) has no fixed-size
-state and exports no step. :meth:`TransducerRuntime.stream_greedy` runs the greedy search
-block by block over it.
+masked out of the attention) and the depthwise convolution's last inputs (``conv_i``:
+``kernel_size - 1`` of them, ``(kernel_size - 1) / 2`` with ``encoder.chunk_conv=chunk``). A
+Conformer with unbounded left context (``left_chunks = -1``) has no fixed-size state and
+exports no step. :meth:`TransducerRuntime.stream_greedy` runs the greedy search block by block
+over it.
 
 ``<out>.json`` describes the parts, their inputs, outputs and initial state, the greedy rule
 and the most labels per frame. :class:`TransducerRuntime` loads them (TorchScript or ONNX) and
@@ -122,7 +123,9 @@ class _ConformerStep(nn.Module):
         allowed = allowed[:, None, None, :]  # every query of the chunk: the same keys
         new = []
         for i, layer in enumerate(encoder.conformer.conformer_layers):
-            x, inputs, conv = encoder._layer(layer, x, allowed, state[2 * i], state[2 * i + 1])
+            x, inputs, conv = encoder._layer(
+                layer, x, allowed, state[2 * i], state[2 * i + 1], encoder.chunk_size
+            )
             new += [inputs[:, inputs.shape[1] - self.keep :], conv]
         filled = torch.clamp(filled + n, max=self.keep)
         return (*_encoder_outputs(self.joint, self.linear_blank, x), filled, *new)
@@ -229,7 +232,7 @@ class TransducerParts:
             state = [{"name": "filled", "shape": ["batch"], "dtype": "int64", "init": 0}]
             for i in range(len(encoder.conformer.conformer_layers)):
                 state.append(_zeros(f"keys_{i}", ["batch", keep, D]))
-                state.append(_zeros(f"conv_{i}", ["batch", D, encoder.kernel_size - 1]))
+                state.append(_zeros(f"conv_{i}", ["batch", D, encoder.conv_context]))
         else:
             module = _RecurrentStep(model)
             shape = [encoder.rnn.num_layers, "batch", encoder.rnn.hidden_size]

@@ -278,11 +278,17 @@ class ConformerEncoder(nn.Module):
     then depends on no later input, so :meth:`stream_step` computes it as the chunk arrives,
     from a state carried from chunk to chunk: per layer the attention inputs of the last
     ``left_chunks`` chunks and the convolution's last ``kernel_size - 1`` inputs; equal to
-    the whole-utterance forward (``tests/modules/test_encoders.py``). With ``dynamic_chunks``
+    the whole-utterance forward (``tests/modules/test_encoders.py``). With ``chunk_conv="chunk"``
+    the convolutions keep the full-context kernel and see the rest of the chunk too, as the
+    attention does: frame ``t`` reads ``(kernel_size - 1) / 2`` earlier frames and the later
+    ones up to as many, zeros past its chunk's end (the convolution of each chunk with its
+    left context: icefall's Zipformer makes its convolutions chunk-causal for the same reason);
+    the state then carries ``(kernel_size - 1) / 2`` inputs. With ``dynamic_chunks``
     each training batch draws its chunk size from ``1 .. dynamic_chunks`` frames or, half the
     time, the full context (Zhang et al. 2020, "Unified Streaming and Non-streaming Two-pass
     End-to-end Model for Speech Recognition", arXiv:2012.05481, dynamic chunk training);
-    evaluation uses ``chunk_size`` (0: the full context, still with causal convolutions).
+    evaluation uses ``chunk_size`` (0: the full context, still with causal convolutions, or with
+    ``chunk_conv="chunk"`` the full-context ones).
 
     Args:
         input_dim: feature dimension F (or source vocabulary size with ``subsampling="embed"``).
@@ -293,6 +299,7 @@ class ConformerEncoder(nn.Module):
         chunk_size: attention chunk in output frames (0: full context).
         left_chunks: chunks of left context (-1: all of them).
         dynamic_chunks: the largest chunk a training batch draws (0: always ``chunk_size``).
+        chunk_conv: a chunked encoder's convolutions, ``causal`` or ``chunk`` (see above).
     """
 
     def __init__(
@@ -311,6 +318,7 @@ class ConformerEncoder(nn.Module):
         chunk_size: int = ConformerEncoderConfig.chunk_size,
         left_chunks: int = ConformerEncoderConfig.left_chunks,
         dynamic_chunks: int = ConformerEncoderConfig.dynamic_chunks,
+        chunk_conv: str = ConformerEncoderConfig.chunk_conv.value,
     ):
         super().__init__()
         from torchaudio.models import Conformer
@@ -323,6 +331,9 @@ class ConformerEncoder(nn.Module):
         self.chunk_size, self.left_chunks = chunk_size, left_chunks
         self.dynamic_chunks = dynamic_chunks
         self.chunked = chunk_size > 0 or dynamic_chunks > 0
+        if str(chunk_conv) not in ("causal", "chunk"):
+            raise ValueError(f"encoder.chunk_conv must be causal or chunk, got {chunk_conv!r}")
+        self.chunk_conv = str(chunk_conv)
         self.kernel_size = kernel_size
 
         if d_model % num_heads:
@@ -339,7 +350,7 @@ class ConformerEncoder(nn.Module):
             # after pointwise conv + GLU, before depthwise
             layer.conv_module.sequential.insert(2, mask)
             self.masks.append(mask)
-            if self.chunked:  # causal: the left padding is added by _conv
+            if self.chunked:  # causal or chunk-wise: the padding is added by _conv
                 layer.conv_module.sequential[3].padding = (0,)
         self.output_dim = d_model
 
@@ -387,21 +398,27 @@ class ConformerEncoder(nn.Module):
             allowed = allowed & (valid.unsqueeze(1) | ~valid.unsqueeze(2))  # (B, T, T)
             allowed = allowed.unsqueeze(1)  # (B, 1, T, T)
         for layer in self.conformer.conformer_layers:
-            x, _, _ = self._layer(layer, x, allowed)
+            x, _, _ = self._layer(layer, x, allowed, chunk=chunk)
         return x
 
-    def _layer(self, layer, x, allowed, keys=None, conv_cache=None):
+    @property
+    def conv_context(self) -> int:
+        """The earlier inputs a chunked encoder's depthwise convolution reads (its state)."""
+        return self.kernel_size - 1 if self.chunk_conv == "causal" else self.kernel_size // 2
+
+    def _layer(self, layer, x, allowed, keys=None, conv_cache=None, chunk=None):
         """One of torchaudio's Conformer layers (its modules and order) on ``x (B, T, D)``:
         its attention to the keys ``allowed`` (``(B, 1, T or 1, S)``, True: attended; None:
         all), after ``keys`` (the attention inputs of earlier frames, streaming), and in
-        chunked mode its convolution causal after ``conv_cache``. Returns the output, the
-        attention inputs (``keys`` and this call's) and the new cache."""
+        chunked mode its convolution causal or chunk-wise (chunks of ``chunk`` frames, 0 or
+        None: one) after ``conv_cache``. Returns the output, the attention inputs (``keys``
+        and this call's) and the new cache."""
         x = x + 0.5 * layer.ffn1(x)
         a = layer.self_attn_layer_norm(x)
         keys = a if keys is None else torch.cat([keys, a], 1)
         y = self._attend(layer.self_attn, a, keys, allowed)
         x = x + layer.self_attn_dropout(y)
-        y, conv_cache = self._conv(layer.conv_module, x, conv_cache)
+        y, conv_cache = self._conv(layer.conv_module, x, conv_cache, chunk)
         x = x + y
         x = x + 0.5 * layer.ffn2(x)
         return layer.final_layer_norm(x), keys, conv_cache
@@ -429,19 +446,27 @@ class ConformerEncoder(nn.Module):
         )
         return mha.out_proj(y.transpose(1, 2).flatten(2))
 
-    def _conv(self, module, x, cache):
-        """The convolution module; in chunked mode causal: its depthwise convolution reads
-        ``kernel_size - 1`` earlier inputs, ``cache (B, D, kernel_size - 1)`` or zeros, and
-        the last ``kernel_size - 1`` of its inputs are returned as the next call's cache."""
+    def _conv(self, module, x, cache, chunk=None):
+        """The convolution module; in chunked mode its depthwise convolution reads
+        :attr:`conv_context` earlier inputs, ``cache (B, D, conv_context)`` or zeros, and the
+        last ``conv_context`` of its inputs are returned as the next call's cache: causal, or
+        chunk-wise (``chunk`` frames at a time, the later inputs of a frame's chunk and zeros
+        past it; 0 or None: one chunk)."""
         seq = module.sequential  # pointwise, GLU, mask, depthwise, norm, SiLU, pointwise, dropout
         y = seq[2](seq[1](seq[0](module.layer_norm(x).transpose(1, 2))))  # (B, D, T) masked
         if self.chunked:
-            context = self.kernel_size - 1
+            context = self.conv_context
             if cache is None:
                 cache = y.new_zeros(*y.shape[:2], context)
             y = torch.cat([cache, y], 2)
             cache = y[:, :, y.shape[2] - context :]
-        for step in seq[3:]:
+            if self.chunk_conv == "causal":
+                y = seq[3](y)
+            else:
+                y = _chunk_conv(seq[3], y, context, chunk)
+        else:
+            y = seq[3](y)
+        for step in seq[4:]:
             y = step(y)
         return y.transpose(1, 2), cache
 
@@ -469,11 +494,30 @@ class ConformerEncoder(nn.Module):
         keep = None if self.left_chunks < 0 else self.left_chunks * self.chunk_size
         out = []
         for layer, (keys, conv_cache) in zip(self.conformer.conformer_layers, state):
-            x, keys, conv_cache = self._layer(layer, x, None, keys, conv_cache)
+            x, keys, conv_cache = self._layer(layer, x, None, keys, conv_cache, self.chunk_size)
             if keep is not None:  # the left context of the next chunk
                 keys = keys[:, max(0, keys.shape[1] - keep) :]
             out.append((keys, conv_cache))
         return x, out
+
+
+def _chunk_conv(conv: nn.Conv1d, y: torch.Tensor, context: int, chunk: int | None):
+    """The depthwise convolution ``conv`` (kernel ``2 context + 1``) of ``y (B, D, context +
+    T)`` (``context`` earlier inputs, then ``T`` frames whose chunks of ``chunk`` frames start
+    at frame 0; 0 or None: one chunk), each frame reading its ``context`` earlier inputs and
+    its later ones up to its chunk's end (zeros past it): ``(B, D, T)``. The taps on the past
+    are one convolution; each tap on the future a shifted, masked product (no size arithmetic:
+    a trace serves any length)."""
+    w = conv.weight  # (D, 1, 2 context + 1)
+    out = nn.functional.conv1d(y, w[:, :, : context + 1], conv.bias, groups=w.shape[0])
+    x = y[:, :, context:]  # the frames
+    t = torch.arange(x.shape[2], device=y.device)
+    for j in range(1, context + 1):
+        later = nn.functional.pad(x, (0, j))[:, :, j:]  # frame t + j (zeros past the end)
+        if chunk:
+            later = later * (t % chunk + j < chunk).to(x.dtype)
+        out = out + w[:, :, context + j] * later  # (D, 1): a weight per channel
+    return out
 
 
 def chunk_attention_mask(T: int, chunk: int, left_chunks: int, device=None) -> torch.Tensor:

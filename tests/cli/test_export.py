@@ -137,6 +137,7 @@ CONFORMER = {
     "stride": 3,
 }
 CHUNKED = {**CONFORMER, "chunk_size": 4, "left_chunks": 1}
+CHUNK_CONV = {**CHUNKED, "chunk_conv": "chunk"}  # the convolutions chunk-wise
 UNIDIRECTIONAL = {"bidirectional": False}  # the recurrent encoder, streaming
 
 
@@ -151,6 +152,7 @@ UNIDIRECTIONAL = {"bidirectional": False}  # the recurrent encoder, streaming
     ]
     + [
         ("hat_linear", "hat", {}, "onnx", {**CHUNKED, "left_chunks": 0}),
+        ("hat", "hat", {}, "onnx", CHUNK_CONV),
         ("hat_linear", "hat", {}, "onnx", UNIDIRECTIONAL),
         ("transducer", "rnnt", {"topology": "monotonic"}, "torchscript", UNIDIRECTIONAL),
     ],
@@ -173,7 +175,9 @@ def test_an_exported_transducer_s_parts_give_the_eager_greedy_hypotheses(
     out = tmp_path / f"model.{fmt}"
     meta = export_model(exp, fmt, out)
     parts = {name: part["file"] for name, part in meta["parts"].items()}
-    streams = encoder in (CHUNKED, UNIDIRECTIONAL) or (encoder or {}).get("left_chunks") == 0
+    streams = (
+        encoder in (CHUNKED, CHUNK_CONV, UNIDIRECTIONAL) or (encoder or {}).get("left_chunks") == 0
+    )
     assert parts == {
         "encoder": out.name,
         "predictor": f"model.predictor.{fmt}",

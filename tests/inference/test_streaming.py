@@ -33,6 +33,9 @@ CHUNKED = {
     "left_chunks": 2,
 }
 
+# the same with chunk-wise convolutions (the rest of the chunk seen, as by the attention)
+CHUNK_CONV = {**CHUNKED, "kernel_size": 5, "chunk_conv": "chunk"}
+
 
 def _model(decoder: str, options: dict | None = None, encoder: dict = ULSTM):
     """A tiny random transducer over a unidirectional encoder, emitting now and then."""
@@ -58,7 +61,8 @@ CASES = [
 @pytest.mark.parametrize("pieces", [[1], [2, 3, 5], [7], [1000]])
 @pytest.mark.parametrize(
     "decoder,options,encoder",
-    [(*case, ULSTM) for case in CASES] + [("hat", {}, CHUNKED), ("transducer", {}, CHUNKED)],
+    [(*case, ULSTM) for case in CASES]
+    + [("hat", {}, CHUNKED), ("transducer", {}, CHUNKED), ("hat", {}, CHUNK_CONV)],
 )
 def test_the_final_hypothesis_is_the_offline_one_however_the_features_arrive(
     decoder, options, encoder, pieces

@@ -216,11 +216,12 @@ def test_a_chunk_sees_its_own_chunk_and_its_left_context_only():
         assert moved.tolist() == [t // 4 in (chunk, chunk + 1) for t in range(16)], changed
 
 
+@pytest.mark.parametrize("conv", ["causal", "chunk"])
 @pytest.mark.parametrize("left", [-1, 0, 2])
-def test_no_output_depends_on_a_later_chunk(left):
-    """Every layer, causal convolutions: changing the input from a chunk on leaves every
-    earlier chunk's output as it was, and changes that chunk's."""
-    enc = _chunked(left_chunks=left)
+def test_no_output_depends_on_a_later_chunk(left, conv):
+    """Every layer, causal or chunk-wise convolutions: changing the input from a chunk on
+    leaves every earlier chunk's output as it was, and changes that chunk's."""
+    enc = _chunked(left_chunks=left, chunk_conv=conv)
     x = torch.randn(1, 20, 20)
     h, _ = enc(x, torch.tensor([20]))
     for start in (4, 8, 13):
@@ -232,25 +233,66 @@ def test_no_output_depends_on_a_later_chunk(left):
         assert not torch.allclose(g[:, first], h[:, first])
 
 
+@pytest.mark.parametrize("conv", ["causal", "chunk"])
 @pytest.mark.parametrize("left", [-1, 1])
 @pytest.mark.parametrize("subsampling", ["stack", "none"])
-def test_chunked_padding_never_changes_a_result(left, subsampling):
-    _check_padding(_chunked(left_chunks=left, subsampling=subsampling))
+def test_chunked_padding_never_changes_a_result(left, subsampling, conv):
+    _check_padding(_chunked(left_chunks=left, subsampling=subsampling, chunk_conv=conv))
 
 
+@pytest.mark.parametrize("conv", ["causal", "chunk"])
 @pytest.mark.parametrize("left", [-1, 0, 1, 3])
-def test_chunk_by_chunk_with_the_carried_state_is_the_whole_utterance(left):
-    enc = _chunked(left_chunks=left, chunk_size=3)
-    x = torch.randn(1, 23, 20)
-    whole, _ = enc(x, torch.tensor([23]))
-    state, pieces = enc.stream_begin(), []
-    with torch.no_grad():
-        for start in range(0, 23, 3):
-            h, state = enc.stream_step(x[:, start : start + 3], state)
-            pieces.append(h)
-    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
+def test_chunk_by_chunk_with_the_carried_state_is_the_whole_utterance(left, conv):
+    """Chunk by chunk, the last one of 2 frames or of 1 (fewer than the chunk-wise kernel's
+    2 later taps), the outputs are the whole utterance's."""
+    enc = _chunked(left_chunks=left, chunk_size=3, chunk_conv=conv)
+    for T in (23, 22):
+        x = torch.randn(1, T, 20)
+        whole, _ = enc(x, torch.tensor([T]))
+        state, pieces = enc.stream_begin(), []
+        with torch.no_grad():
+            for start in range(0, T, 3):
+                h, state = enc.stream_step(x[:, start : start + 3], state)
+                pieces.append(h)
+        torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="at most one chunk"):
         enc.stream_step(x[:, :4], enc.stream_begin())
+
+
+def test_chunk_wise_convolutions_read_their_kernel_up_to_the_chunk_s_end():
+    """One layer, no attention across chunks (left context 0), kernel 5: a frame's output
+    moves with every frame of its chunk, with the chunk before it only where its kernel
+    reaches back into it (the first two frames of a chunk), and with nothing later; a causal
+    kernel of 5 reaches back from every frame but the last."""
+    for conv, back in (("chunk", 2), ("causal", 4)):
+        enc = _chunked(num_layers=1, kernel_size=5, chunk_size=4, left_chunks=0, chunk_conv=conv)
+        x = torch.randn(1, 16, 20)
+        h, _ = enc(x, torch.tensor([16]))
+        for changed in range(16):
+            y = x.clone()
+            y[0, changed] += 1.0
+            g, _ = enc(y, torch.tensor([16]))
+            moved = (g - h).abs().amax(-1)[0] > 1e-6
+            c = changed // 4
+            want = [t // 4 == c or (t // 4 == c + 1 and t % 4 < back) for t in range(16)]
+            assert moved.tolist() == want, (conv, changed)
+    assert _chunked(kernel_size=5, chunk_conv="chunk").conv_context == 2
+    assert _chunked(kernel_size=5).conv_context == 4
+
+
+@pytest.mark.parametrize("subsampling", ["stack", "none"])
+def test_chunk_wise_convolutions_at_the_full_context_are_torchaudio_s(subsampling):
+    """A dynamic-chunk encoder with chunk-wise convolutions evaluated at the full context
+    (chunk_size 0) is the full-context encoder with the same weights: the chunk-wise kernel
+    is the full-context one, cut only at a chunk's end."""
+    full = _chunked(chunk_size=0, left_chunks=-1, subsampling=subsampling)
+    dynamic = _chunked(chunk_size=0, dynamic_chunks=4, chunk_conv="chunk", subsampling=subsampling)
+    dynamic.load_state_dict(full.state_dict())
+    x, lens = torch.randn(3, 26, 20), torch.tensor([26, 11, 17])
+    h, n = full(x, lens)
+    g, m = dynamic(x, lens)
+    assert m.tolist() == n.tolist()
+    torch.testing.assert_close(g, h, atol=1e-5, rtol=1e-5)
 
 
 def test_dynamic_chunks_draw_in_training_and_evaluation_uses_the_chunk():
@@ -269,6 +311,8 @@ def test_bad_chunk_options_are_named():
         _chunked(chunk_size=-1)
     with pytest.raises(ValueError, match="left_chunks >= -1"):
         _chunked(left_chunks=-2)
+    with pytest.raises(ValueError, match="encoder.chunk_conv must be causal or chunk"):
+        _chunked(chunk_conv="lookahead")
     with pytest.raises(ValueError, match="cannot stream"):
         _chunked(chunk_size=0, dynamic_chunks=3).stream_step(torch.randn(1, 2, 20), [])
 
@@ -296,9 +340,10 @@ def test_the_full_context_layers_are_torchaudio_s_conformer(subsampling):
     assert (h[1, out_lens[1] :] == 0).all()
 
 
+@pytest.mark.parametrize("conv", ["causal", "chunk"])
 @pytest.mark.parametrize("chunk", [0, 4])
-def test_a_traced_conformer_serves_other_lengths(chunk):
-    enc = _chunked(chunk_size=chunk, left_chunks=1, subsampling="stack")
+def test_a_traced_conformer_serves_other_lengths(chunk, conv):
+    enc = _chunked(chunk_size=chunk, left_chunks=1, subsampling="stack", chunk_conv=conv)
     traced = torch.jit.trace(enc, (torch.randn(2, 30, 20), torch.tensor([30, 21])))
     x, lens = torch.randn(3, 47, 20), torch.tensor([47, 12, 33])
     h, n = enc(x, lens)
