@@ -258,6 +258,11 @@ class TransducerLossConfig:
     # RNN-T and HAT: FastEmit's lambda (Yu et al. 2021): the label edges' gradient scaled by
     # 1 + lambda, for earlier emissions (0: off; with prune_range, inside the windows)
     fastemit_lambda: float = 0.0
+    # RNN-T and HAT over a chunked Conformer: dual-mode training (Yu et al. 2021), every batch
+    # through the streaming and the full-context encoder (shared weights), both losses added;
+    # distill_weight: the streaming joint distilled from the full-context one in place
+    dual_mode: bool = False
+    distill_weight: float = 0.0
 
 
 @dataclass

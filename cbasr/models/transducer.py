@@ -62,6 +62,18 @@ class TransducerModel(AsrModel):
             gradient of every label edge scaled by ``1 + lambda``
             (:func:`cbasr.losses.transducer_lattice_nll`; with the pruned loss, the label edges
             inside the windows, not the trivial joint's); the loss reported is the NLL.
+        dual_mode: RNN-T and HAT over a chunked Conformer: dual-mode training (Yu et al.
+            2021, "Dual-mode ASR: Unify and Improve Streaming ASR with Full-context Modeling",
+            arXiv:2010.06030): each training batch goes through the encoder twice, streaming
+            and full-context (:meth:`ConformerEncoder.full_context`, the same weights), and
+            the two modes' losses are added; the model decodes in its streaming mode.
+        distill_weight: with ``dual_mode``, in-place distillation (the same paper, with the
+            three-way distributions of Panchapagesan et al. 2021, "Efficient Knowledge
+            Distillation for RNN-Transducer Models", arXiv:2011.06110): at every node
+            ``(t, u)`` of the lattice the full-context joint's ``P(blank)``, ``P(y_{u+1})``
+            and the rest teach the streaming one's, ``KL(full || streaming)``, the teacher's
+            side without gradient. Per utterance, the nodes' mean times its labels (the NLL's
+            scale), added with this weight.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -83,6 +95,8 @@ class TransducerModel(AsrModel):
         ctc_weight: float = 0.0,
         sigma: float = 0.0,
         fastemit_lambda: float = 0.0,
+        dual_mode: bool = False,
+        distill_weight: float = 0.0,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -112,6 +126,19 @@ class TransducerModel(AsrModel):
                 "topology applies to the rnnt and hat losses; TDT's lattice has its own durations"
             )
         self.sigma = sigma
+        if not distill_weight >= 0:
+            raise ValueError(f"distill_weight must be >= 0, got {distill_weight}")
+        if distill_weight and not dual_mode:
+            raise ValueError("distill_weight needs dual_mode (the full-context mode teaches)")
+        if dual_mode and not hasattr(encoder, "full_context"):
+            raise ValueError("dual_mode needs a chunked Conformer encoder (encoder.chunk_size > 0)")
+        if dual_mode and not (encoder.chunked and criterion in ("rnnt", "hat")):
+            raise ValueError(
+                "dual_mode trains the rnnt and hat losses over a chunked Conformer "
+                f"(encoder.chunk_size > 0), got loss {criterion!r}, chunk_size "
+                f"{getattr(encoder, 'chunk_size', None)}"
+            )
+        self.dual_mode, self.distill_weight = bool(dual_mode), distill_weight
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
@@ -180,7 +207,54 @@ class TransducerModel(AsrModel):
 
     def loss(self, feats, feat_lens, targets, target_lens):
         h, lens = self.encoder(feats, feat_lens)
-        return self._loss(h, lens, targets, target_lens)
+        if not (self.dual_mode and self.training):
+            return self._loss(h, lens, targets, target_lens)
+        with self.encoder.full_context():
+            full, _ = self.encoder(feats, feat_lens)
+        out = self._loss(h, lens, targets, target_lens)
+        other = self._loss(full, lens, targets, target_lens)
+        labels = target_lens.to(out.nll.device).sum().clamp(min=1)
+        stats = {**out.stats, "full_context_loss": other.nll.sum() / labels}
+        loss = out.loss + other.loss
+        if self.distill_weight:
+            kd = self.distillation(full, h, lens, targets, target_lens)
+            stats["distill"] = kd.detach().sum() / labels
+            loss = loss + self.distill_weight * kd
+        return LossOutput(loss, out.nll, stats)
+
+    def distillation(self, teacher, student, lens, targets, target_lens) -> torch.Tensor:
+        """The in-place distillation term of ``dual_mode`` (``distill_weight``, class
+        docstring), ``(B,)``: the encoder outputs ``teacher`` and ``student`` ``(B, T, D)``
+        through the same prediction network outputs."""
+        g = self.decoder.history(targets)
+        with torch.no_grad():
+            want = self._three_way(teacher, g.detach(), targets)
+        got = self._three_way(student, g, targets)
+        kl = (want.exp() * (want - got)).sum(-1)  # (B, T, U + 1)
+        T, U1 = kl.shape[1], kl.shape[2]
+        lens, target_lens = lens.to(kl.device), target_lens.to(kl.device)
+        valid = (torch.arange(T, device=kl.device) < lens[:, None])[:, :, None] & (
+            torch.arange(U1, device=kl.device) <= target_lens[:, None]
+        )[:, None, :]
+        nodes = (lens * (target_lens + 1)).clamp(min=1)
+        return (kl * valid).sum((1, 2)) / nodes * target_lens.clamp(min=1)
+
+    def _three_way(self, h, g, targets) -> torch.Tensor:
+        """``(B, T, U + 1, 3)`` log probabilities at every node: the blank, the next label
+        ``y_{u+1}`` (any fixed label past the last, the same for both modes) and the rest."""
+        B, U = targets.shape
+        nxt = torch.cat([targets, targets.new_ones(B, 1)], 1).clamp(min=1)  # (B, U + 1)
+        T = h.shape[1]
+        index = nxt[:, None, :, None].expand(B, T, U + 1, 1)
+        if self.criterion == "hat":
+            blank, labels = self.decoder.joint.lattice(h, g)  # labels: units 1.. as 0..
+            lb = nn.functional.logsigmoid(blank)
+            ly = nn.functional.logsigmoid(-blank) + labels.gather(-1, index - 1).squeeze(-1)
+        else:
+            log_probs = self.decoder.joint.lattice(h, g).log_softmax(dim=-1)
+            lb, ly = log_probs[..., 0], log_probs.gather(-1, index).squeeze(-1)
+        used = torch.logaddexp(lb, ly).clamp(max=-1e-7)
+        return torch.stack([lb, ly, torch.log(-torch.expm1(used))], -1)
 
     @torch.no_grad()
     def validate_batch(self, feats, feat_lens, targets, target_lens):

@@ -1,5 +1,7 @@
 """Acoustic encoders. Every encoder maps ``(x (B, T, F), lens (B,))`` to ``(h (B, T', D), lens' (B,))``."""
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -374,9 +376,22 @@ class ConformerEncoder(nn.Module):
                 mask.mask = None
         return h * valid.unsqueeze(-1), lens
 
+    @contextlib.contextmanager
+    def full_context(self):
+        """Within it, the forward attends over the whole utterance (the full-context mode of
+        dual-mode training; the convolutions stay as ``chunk_conv`` makes them at chunk 0)."""
+        self._full_context = True
+        try:
+            yield self
+        finally:
+            self._full_context = False
+
     def current_chunk(self) -> int:
         """The attention chunk of this forward call: ``chunk_size`` (0: the full context),
-        or in training with ``dynamic_chunks`` a draw (class docstring)."""
+        or in training with ``dynamic_chunks`` a draw (class docstring); 0 inside
+        :meth:`full_context`."""
+        if getattr(self, "_full_context", False):
+            return 0
         if not (self.training and self.dynamic_chunks):
             return self.chunk_size
         if torch.rand(()) < 0.5:
