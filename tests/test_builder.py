@@ -95,3 +95,30 @@ def test_the_readme_builder_example_runs():
     model = namespace["model"]
     assert isinstance(model, TransducerModel) and model.criterion == "hat"
     assert model.encoder.output_dim == 320 and model.decoder.joint.name == "hat"
+
+
+@pytest.mark.parametrize("group", ["encoder", "decoder", "loss"])
+def test_the_constructors_defaults_are_the_schemas(group):
+    """A model built in Python without an option gets the default a config gets (where the
+    class's configs agree on it: CBModel's num_samples is 4 for REINFORCE, 16 for cb_mc)."""
+    import dataclasses
+    import inspect
+
+    from cbasr.builder import DECODERS, ENCODERS, LOSSES, SCHEMAS
+
+    classes = {"encoder": ENCODERS, "decoder": DECODERS}.get(group)
+    by_class = {}  # class -> field -> the defaults its configs give
+    for name, schema in SCHEMAS[group].items():
+        cls = classes[name] if classes else LOSSES[name][0]
+        for field in dataclasses.fields(schema):
+            if field.default is not dataclasses.MISSING:
+                by_class.setdefault(cls, {}).setdefault(field.name, set()).add(field.default)
+    checked = 0
+    for cls, fields in by_class.items():
+        params = inspect.signature(cls.__init__).parameters
+        for field, defaults in fields.items():
+            if field in params and len(defaults) == 1:
+                got, want = params[field].default, next(iter(defaults))
+                assert got == want, (group, cls.__name__, field, got, want)
+                checked += 1
+    assert checked >= 5
