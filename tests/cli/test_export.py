@@ -235,3 +235,31 @@ def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(
         )
         exec(compile(source, "README.md", "exec"), namespace)
         assert namespace["text"] == hyps[wav.stem]
+
+
+@pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
+def test_a_hat_joint_s_label_scores_survive_a_confident_blank_in_onnx(blank_joint, tmp_path):
+    """Under a blank logit of 20 to 60 the exported joint's label scores are the eager ones,
+    finite: onnxruntime's Log(Sigmoid(x)), what logsigmoid exports as, is -inf there."""
+    from cbasr.inference.export import _axes, _save
+    from cbasr.inference.transducer_export import LoadedPart, TransducerParts
+
+    options = {"blank_joint": blank_joint}
+    model = tiny.build("hat", decoder_options=options)
+    joint = model.decoder.joint
+    with torch.no_grad():  # the blank logit far up
+        if blank_joint == "linear":
+            joint.blank_encoder.bias.add_(40.0)
+        else:
+            joint.out[-1].bias[0].add_(40.0)
+    parts = TransducerParts(model)
+    inputs = parts.examples(*tiny.batch(seed=1))["joint"]
+    path = tmp_path / "joint.onnx"
+    _save(parts.modules["joint"], path, "onnx", inputs, parts.names["joint"], _axes)
+    blank, labels = LoadedPart(path, "onnx", parts.names["joint"][0])(*inputs)
+    with torch.no_grad():
+        want_blank, want_labels = parts.modules["joint"](*inputs)
+    assert float(-want_labels.max()) > 15  # the blank is confident: labels below e^-15
+    assert torch.isfinite(labels).all()
+    torch.testing.assert_close(labels, want_labels, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(blank, want_blank, atol=1e-5, rtol=1e-5)

@@ -77,6 +77,14 @@ def per_row(v: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
     return v.view(v.shape[0], *[1] * (t.dim() - 1), *v.shape[1:])
 
 
+def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """``log sigmoid(x)`` as ``min(x, 0) - log1p(exp(-|x|))``: PyTorch's own formula, written
+    out so that an ONNX export keeps it (``logsigmoid`` exports as ``Log(Sigmoid(x))``, which
+    onnxruntime computes to -inf from ``x`` of about -20 on: a HAT joint's label scores under a
+    confident blank)."""
+    return x.clamp(max=0) - torch.log1p(torch.exp(-x.abs()))
+
+
 class Joint(nn.Module, metaclass=abc.ABCMeta):
     """``J(f_t + g_u)`` with ``J(x) = W_o tanh(x)``: both sides projected to ``joint_dim``.
 
@@ -202,8 +210,8 @@ class HatJoint(Joint):
         blank, labels = self._split(self.frame_units(state, t, g))
         if self.linear_blank:
             blank = at_frames(state["blank_enc"], t) + per_row(self.blank_label(g).squeeze(-1), t)
-        labels = nn.functional.logsigmoid(-blank).unsqueeze(-1) + labels.log_softmax(dim=-1)
-        return nn.functional.logsigmoid(blank), labels  # eq. (4)
+        labels = log_sigmoid(-blank).unsqueeze(-1) + labels.log_softmax(dim=-1)
+        return log_sigmoid(blank), labels  # eq. (4)
 
     def internal_lm(self, g: torch.Tensor) -> torch.Tensor:
         """``log softmax(J(g2))`` over the label units (section 3.2): ``g (..., H)`` ->
