@@ -72,8 +72,8 @@ class TransducerModel(AsrModel):
             Distillation for RNN-Transducer Models", arXiv:2011.06110): at every node
             ``(t, u)`` of the lattice the full-context joint's ``P(blank)``, ``P(y_{u+1})``
             and the rest teach the streaming one's, ``KL(full || streaming)``, the teacher's
-            side without gradient. Per utterance, the nodes' mean times its labels (the NLL's
-            scale), added with this weight.
+            side without gradient. Per utterance, the nodes' mean times its labels, at least
+            one (the NLL's scale), added with this weight.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:

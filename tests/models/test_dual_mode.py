@@ -89,33 +89,38 @@ def _oracle_three_way(model, h, targets, target_lens):
     return out
 
 
+@pytest.mark.parametrize("empty", [False, True])  # the third utterance without labels
 @pytest.mark.parametrize("decoder", ["transducer", "hat", "hat_linear"])
-def test_the_distillation_is_the_kl_of_the_three_way_distributions(decoder):
+def test_the_distillation_is_the_kl_of_the_three_way_distributions(decoder, empty):
     """The distillation term, per utterance: the mean over the valid nodes of KL(full ||
-    streaming) between the (blank, next label, rest) distributions, times the labels; the
-    distributions equal the search's step-wise scores; no gradient reaches the teacher."""
+    streaming) between the (blank, next label, rest) distributions, times the labels (at least
+    one: an utterance without labels still has its blanks); the distributions equal the
+    search's step-wise scores; no gradient reaches the teacher."""
     model = _model(decoder, dual_mode=True, distill_weight=0.5).eval()
     feats, lens = _batch()
     student, out_lens = model.encoder(feats, lens)
     with model.encoder.full_context():
         teacher, _ = model.encoder(feats, lens)
     teacher.requires_grad_(True)
-    kd = model.distillation(teacher, student, out_lens, TARGETS, TARGET_LENS)
-    p = _oracle_three_way(model, teacher.detach(), TARGETS, TARGET_LENS)
-    q = _oracle_three_way(model, student.detach(), TARGETS, TARGET_LENS)
+    targets, target_lens = TARGETS.clone(), TARGET_LENS.clone()
+    if empty:
+        targets[2], target_lens[2] = 0, 0
+    kd = model.distillation(teacher, student, out_lens, targets, target_lens)
+    p = _oracle_three_way(model, teacher.detach(), targets, target_lens)
+    q = _oracle_three_way(model, student.detach(), targets, target_lens)
     for b in range(4):
-        T, U = int(out_lens[b]), int(TARGET_LENS[b])
+        T, U = int(out_lens[b]), int(target_lens[b])
         pb, qb = p[b, :T, : U + 1], q[b, :T, : U + 1]
         torch.testing.assert_close(pb.logsumexp(-1), torch.zeros(T, U + 1, dtype=pb.dtype))
         kl = (pb.exp() * (pb - qb)).sum(-1)
-        want = kl.sum() / (T * (U + 1)) * U
+        want = kl.sum() / (T * (U + 1)) * max(U, 1)
         assert float(kd[b]) == pytest.approx(float(want), rel=1e-9, abs=1e-12)
     # utterances of more than one chunk differ between the modes; one of 2 frames does not
     assert out_lens.tolist() == [12, 9, 5, 2] and float(kd[:3].min()) > 0
     assert abs(float(kd[3])) < 1e-12
     kd.sum().backward()
     assert teacher.grad is None or teacher.grad.abs().max() == 0
-    same = model.distillation(student, student, out_lens, TARGETS, TARGET_LENS)
+    same = model.distillation(student, student, out_lens, targets, target_lens)
     assert same.abs().max() < 1e-12
 
 

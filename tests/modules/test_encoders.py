@@ -171,7 +171,18 @@ def _chunked(**options) -> ConformerEncoder:
     torch.manual_seed(0)
     kwargs = dict(d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5)
     kwargs.update(subsampling="none", dropout=0.0, chunk_size=4, left_chunks=1)
-    return ConformerEncoder(20, **{**kwargs, **options}).eval()
+    return _trained_norms(ConformerEncoder(20, **{**kwargs, **options}).eval())
+
+
+def _trained_norms(enc: ConformerEncoder) -> ConformerEncoder:
+    """Running statistics away from a fresh BatchNorm's (mean 0, variance 1: the identity in
+    evaluation), so that a convolution module that skipped its norm would show."""
+    g = torch.Generator().manual_seed(7)
+    for module in enc.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            module.running_mean.copy_(torch.randn(module.num_features, generator=g))
+            module.running_var.copy_(torch.rand(module.num_features, generator=g) + 0.5)
+    return enc
 
 
 def test_the_chunk_mask_is_its_definition():
@@ -327,6 +338,7 @@ def test_the_full_context_layers_are_torchaudio_s_conformer(subsampling):
         20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5, dropout=0.0,
         subsampling=subsampling,
     ).eval()  # fmt: skip
+    _trained_norms(enc)
     x, lens = torch.randn(3, 26, 20), torch.tensor([26, 11, 17])
     h, out_lens = enc(x, lens)
     z, n = (x, lens) if enc.subsampling is None else enc.subsampling(x, lens)
