@@ -5,23 +5,11 @@ import pytest
 import torch
 
 from cbasr import builder
+from tests.inference.test_streaming import CHUNKED as STREAMING_CHUNKED
 from tests.search import tiny
 
-CHUNKED = {
-    "name": "conformer",
-    "d_model": 8,
-    "num_heads": 2,
-    "ffn_dim": 16,
-    "num_layers": 2,
-    "kernel_size": 3,
-    "dropout": 0.0,
-    "subsampling": "stack",
-    "stack": 2,
-    "stride": 2,
-    "chunk_size": 3,
-    "left_chunks": 1,
-    "chunk_conv": "chunk",
-}
+# test_streaming's chunked Conformer with 1 chunk of left context, chunk-wise convolutions
+CHUNKED = {**STREAMING_CHUNKED, "left_chunks": 1, "chunk_conv": "chunk"}
 TARGETS = torch.tensor([[1, 2, 2], [3, 1, 0], [4, 0, 0], [2, 0, 0]])
 TARGET_LENS = torch.tensor([3, 2, 1, 1])
 LOSS = {"transducer": "rnnt", "hat": "hat", "hat_linear": "hat"}

@@ -216,15 +216,20 @@ def test_a_chunk_sees_its_own_chunk_and_its_left_context_only():
     chunk (the look-ahead within the chunk) or of the chunk before it (left context 1), and
     with nothing else."""
     enc = _chunked(num_layers=1, kernel_size=1, chunk_size=4, left_chunks=1)
-    x = torch.randn(1, 16, 20)
-    h, _ = enc(x, torch.tensor([16]))
-    for changed in range(16):
+    for changed, moved in _moved_outputs(enc, 16):
+        chunk = changed // 4
+        assert moved == [t // 4 in (chunk, chunk + 1) for t in range(16)], changed
+
+
+def _moved_outputs(enc: ConformerEncoder, T: int):
+    """``(s, [whether output t moved for t < T])`` for each input frame ``s`` nudged."""
+    x = torch.randn(1, T, 20)
+    h, _ = enc(x, torch.tensor([T]))
+    for changed in range(T):
         y = x.clone()
         y[0, changed] += 1.0
-        g, _ = enc(y, torch.tensor([16]))
-        moved = (g - h).abs().amax(-1)[0] > 1e-6
-        chunk = changed // 4
-        assert moved.tolist() == [t // 4 in (chunk, chunk + 1) for t in range(16)], changed
+        g, _ = enc(y, torch.tensor([T]))
+        yield changed, ((g - h).abs().amax(-1)[0] > 1e-6).tolist()
 
 
 @pytest.mark.parametrize("conv", ["causal", "chunk"])
@@ -277,16 +282,10 @@ def test_chunk_wise_convolutions_read_their_kernel_up_to_the_chunk_s_end():
     kernel of 5 reaches back from every frame but the last."""
     for conv, back in (("chunk", 2), ("causal", 4)):
         enc = _chunked(num_layers=1, kernel_size=5, chunk_size=4, left_chunks=0, chunk_conv=conv)
-        x = torch.randn(1, 16, 20)
-        h, _ = enc(x, torch.tensor([16]))
-        for changed in range(16):
-            y = x.clone()
-            y[0, changed] += 1.0
-            g, _ = enc(y, torch.tensor([16]))
-            moved = (g - h).abs().amax(-1)[0] > 1e-6
+        for changed, moved in _moved_outputs(enc, 16):
             c = changed // 4
             want = [t // 4 == c or (t // 4 == c + 1 and t % 4 < back) for t in range(16)]
-            assert moved.tolist() == want, (conv, changed)
+            assert moved == want, (conv, changed)
     assert _chunked(kernel_size=5, chunk_conv="chunk").conv_context == 2
     assert _chunked(kernel_size=5).conv_context == 4
 
