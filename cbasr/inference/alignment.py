@@ -124,20 +124,12 @@ def ctc_alignment(
 def _lattice_weights(
     model: TransducerModel, h, lens, y, y_lens
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(blank (B, T, U + 1), label (B, T, U))`` log weights of the transducer lattice edges."""
-    index = (y - 1).clamp(min=0) if model.criterion == "hat" else y
-    if model.criterion == "rnnt":
-        log_probs = model.decoder(h, lens, y).log_softmax(dim=-1)  # (B, T, U + 1, V)
-        blank = log_probs[..., 0]
-    else:
-        blank_logits, log_probs = model.decoder(h, lens, y)  # HAT eq. (4)
-        blank = F.logsigmoid(blank_logits)
-        log_probs = log_probs + F.logsigmoid(-blank_logits).unsqueeze(-1)
+    """``(blank (B, T, U + 1), label (B, T, U))`` log weights of the transducer lattice edges
+    (padding's label edges: label 1's, never read)."""
     U = y.shape[1]
-    picked = log_probs[:, :, :U].gather(
-        3, index[:, None, :, None].expand(-1, log_probs.shape[1], -1, 1)
-    )
-    return blank, picked.squeeze(-1)
+    labels = F.pad(y, (0, 1)).clamp(min=1)  # (B, U + 1): none after the last
+    blank, picked = model.lattice_log_probs(h, model.decoder.history(y), labels)
+    return blank, picked[:, :, :U]
 
 
 @torch.no_grad()

@@ -242,19 +242,23 @@ class TransducerModel(AsrModel):
     def _three_way(self, h, g, targets) -> torch.Tensor:
         """``(B, T, U + 1, 3)`` log probabilities at every node: the blank, the next label
         ``y_{u+1}`` (any fixed label past the last, the same for both modes) and the rest."""
-        B, U = targets.shape
+        B = targets.shape[0]
         nxt = torch.cat([targets, targets.new_ones(B, 1)], 1).clamp(min=1)  # (B, U + 1)
-        T = h.shape[1]
-        index = nxt[:, None, :, None].expand(B, T, U + 1, 1)
-        if self.criterion == "hat":
-            blank, labels = self.decoder.joint.lattice(h, g)  # labels: units 1.. as 0..
-            lb = nn.functional.logsigmoid(blank)
-            ly = nn.functional.logsigmoid(-blank) + labels.gather(-1, index - 1).squeeze(-1)
-        else:
-            log_probs = self.decoder.joint.lattice(h, g).log_softmax(dim=-1)
-            lb, ly = log_probs[..., 0], log_probs.gather(-1, index).squeeze(-1)
+        lb, ly = self.lattice_log_probs(h, g, nxt)
         used = torch.logaddexp(lb, ly).clamp(max=-1e-7)
         return torch.stack([lb, ly, torch.log(-torch.expm1(used))], -1)
+
+    def lattice_log_probs(self, h, g, labels) -> tuple[torch.Tensor, torch.Tensor]:
+        """RNN-T and HAT: at every node ``(t, u)`` of the lattice of encoder outputs ``h (B,
+        T, D)`` and prediction outputs ``g (B, U + 1, H)``, ``log P(blank)`` and ``log
+        P(labels[:, u])`` (``labels (B, U + 1)``, ids >= 1), each ``(B, T, U + 1)``."""
+        index = labels[:, None, :, None].expand(-1, h.shape[1], -1, 1)
+        if self.criterion == "hat":  # eq. (4): the labels' softmax under log(1 - b)
+            blank, log_probs = self.decoder.joint.lattice(h, g)  # labels: units 1.. as 0..
+            picked = log_probs.gather(-1, index - 1).squeeze(-1)
+            return nn.functional.logsigmoid(blank), nn.functional.logsigmoid(-blank) + picked
+        log_probs = self.decoder.joint.lattice(h, g).log_softmax(dim=-1)
+        return log_probs[..., 0], log_probs.gather(-1, index).squeeze(-1)
 
     @torch.no_grad()
     def validate_batch(self, feats, feat_lens, targets, target_lens):
