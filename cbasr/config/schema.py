@@ -263,6 +263,10 @@ class TransducerLossConfig:
     # distill_weight: the streaming joint distilled from the full-context one in place
     dual_mode: bool = False
     distill_weight: float = 0.0
+    # HAT over a chunked Conformer: in training, no label edge on the last n frames
+    # of each attention chunk (but an utterance's last): a label whose evidence runs past its
+    # chunk waits for the next chunk instead of being guessed (0: off)
+    chunk_end_blank: int = 0
 
 
 @dataclass

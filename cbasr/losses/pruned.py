@@ -65,7 +65,7 @@ __all__ = [
 _NEG_INF = float("-inf")
 
 
-def _label_columns(targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+def label_columns(targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
     """``(B, U + 1)``: the unit of label ``y_{u+1}`` at each position ``u`` (0 where there is
     none: padding and ``u = U_b``), for gathering."""
     U = targets.shape[1]
@@ -145,7 +145,7 @@ def _trivial_joint(am, lm, targets, target_lengths, hat):
         (a[..., start:] - a_max).exp(), (b[..., start:] - b_max).exp().transpose(1, 2)
     )
     lse = products.clamp(min=torch.finfo(torch.float64).tiny).log() + a_max + b_max.transpose(1, 2)
-    columns = _label_columns(targets, target_lengths).to(am.device)  # (B, U + 1)
+    columns = label_columns(targets, target_lengths).to(am.device)  # (B, U + 1)
     label_am = a.gather(-1, columns[:, None, :].expand(B, T, U1))  # (B, T, U + 1)
     label_lm = b.gather(-1, columns[..., None]).transpose(1, 2)  # (B, 1, U + 1)
     label = label_am + label_lm
@@ -376,7 +376,7 @@ def pruned_transducer_nll(
             0, monotonic, fastemit,
         )  # fmt: skip
     positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
-    columns = _label_columns(targets.to(device), target_lengths)  # (B, U + 1)
+    columns = label_columns(targets.to(device), target_lengths)  # (B, U + 1)
     label_units = columns.gather(1, positions.clamp(max=U1 - 1).flatten(1)).view(B, T, S)
     index = torch.stack([torch.zeros_like(label_units), label_units], dim=-1)
     picked, lse = gather_logsumexp(units.contiguous(), index, 1 if hat else 0)

@@ -15,6 +15,7 @@ from cbasr.losses import (
     rnnt_nll,
     simple_transducer_nll,
 )
+from cbasr.losses.pruned import label_columns
 from cbasr.losses.tdt import tdt_nll
 from cbasr.models.base import AsrModel, LossOutput
 from cbasr.models.transducer_greedy import (
@@ -74,6 +75,17 @@ class TransducerModel(AsrModel):
             and the rest teach the streaming one's, ``KL(full || streaming)``, the teacher's
             side without gradient. Per utterance, the nodes' mean times its labels, at least
             one (the NLL's scale), added with this weight.
+        chunk_end_blank: HAT over a chunked Conformer, the standard topology: in training,
+            the streaming loss's lattice has no label edge on the last ``n`` frames of every
+            attention chunk but an utterance's last (blank only there), so that a label whose
+            evidence runs past its chunk is emitted in the next chunk, which sees it, rather
+            than guessed; the model learns to emit blank there, and its searches and exports
+            are unchanged. Our own construction: a label-edge mask, as Mahadeokar et al. 2021
+            ("Alignment Restricted Streaming Recurrent Neural Network Transducer",
+            arXiv:2011.03072) bound emissions by gold times, here by the chunk's end. The next
+            label's score gets ``-1e4`` there; HAT's blank is a sigmoid of its own, so its
+            probability stays (an RNN-T softmax would renormalise it: refused). Validation
+            and the full-context mode of ``dual_mode`` keep the whole lattice.
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -97,6 +109,7 @@ class TransducerModel(AsrModel):
         fastemit_lambda: float = 0.0,
         dual_mode: bool = False,
         distill_weight: float = 0.0,
+        chunk_end_blank: int = 0,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -139,6 +152,9 @@ class TransducerModel(AsrModel):
                 f"{getattr(encoder, 'chunk_size', None)}"
             )
         self.dual_mode, self.distill_weight = bool(dual_mode), distill_weight
+        self.chunk_end_blank = self._check_chunk_end_blank(
+            chunk_end_blank, encoder, criterion, topology
+        )
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
@@ -154,6 +170,49 @@ class TransducerModel(AsrModel):
             units = joint.out[-1].out_features
             self.simple_am = nn.Linear(joint.encoder_proj.in_features, units)
             self.simple_lm = nn.Linear(joint.label_proj.in_features, units, bias=False)
+
+    @staticmethod
+    def _check_chunk_end_blank(n: int, encoder, criterion: str, topology: str) -> int:
+        if n == 0:
+            return 0
+        chunk = getattr(encoder, "chunk_size", 0)
+        if not 0 < n < chunk or getattr(encoder, "dynamic_chunks", 0):
+            raise ValueError(
+                "loss.chunk_end_blank bars label emissions on the last frames of a fixed "
+                f"attention chunk: it needs 0 < chunk_end_blank < encoder.chunk_size and no "
+                f"encoder.dynamic_chunks, got {n}, chunk_size {chunk}, dynamic_chunks "
+                f"{getattr(encoder, 'dynamic_chunks', None)}"
+            )
+        if criterion != "hat" or topology != "standard":
+            raise ValueError(
+                "loss.chunk_end_blank applies to the hat loss on the standard topology (HAT's "
+                "blank keeps its probability when a label edge goes), got loss "
+                f"{criterion!r}, topology {topology!r}"
+            )
+        return n
+
+    def barred_frames(self, T: int, lens: torch.Tensor) -> torch.Tensor | None:
+        """``(B, T)``: True on the frames whose label edges ``chunk_end_blank`` removes in
+        training (the last ``n`` frames of each chunk but an utterance's last, for encoder
+        output lengths ``lens``); None where it removes none (off, or evaluating)."""
+        n = self.chunk_end_blank
+        if not (n and self.training):
+            return None
+        C = self.encoder.chunk_size
+        t = torch.arange(T, device=lens.device)
+        chunk_end = t % C >= C - n  # (T,)
+        followed = (t // C + 1) * C < lens[:, None]  # a later chunk of the utterance: (B, T)
+        return chunk_end & followed
+
+    @staticmethod
+    def _bar_labels(units, label_units, barred, offset: int = 0) -> torch.Tensor:
+        """``units (B, T, S, K)`` with ``-1e4`` added to the next label's column (unit
+        ``label_units (B, T, S)`` at column ``unit - offset``; unit 0: none) on the frames
+        ``barred (B, T)``."""
+        hit = barred[:, :, None] & (label_units > 0)  # (B, T, S)
+        column = (label_units - offset).clamp(min=0).unsqueeze(-1)
+        bias = torch.where(hit, -1.0e4, 0.0).to(units.dtype).unsqueeze(-1)
+        return units + torch.zeros_like(units).scatter(-1, column, bias)
 
     @classmethod
     def supports(cls, decoder, criterion: str = "rnnt", prune_range: int = 0, **loss_options):
@@ -207,11 +266,12 @@ class TransducerModel(AsrModel):
 
     def loss(self, feats, feat_lens, targets, target_lens):
         h, lens = self.encoder(feats, feat_lens)
+        barred = self.barred_frames(h.shape[1], lens)
         if not (self.dual_mode and self.training):
-            return self._loss(h, lens, targets, target_lens)
+            return self._loss(h, lens, targets, target_lens, barred)
         with self.encoder.full_context():
             full, _ = self.encoder(feats, feat_lens)
-        out = self._loss(h, lens, targets, target_lens)
+        out = self._loss(h, lens, targets, target_lens, barred)
         other = self._loss(full, lens, targets, target_lens)
         labels = target_lens.to(out.nll.device).sum().clamp(min=1)
         stats = {**out.stats, "full_context_loss": other.nll.sum() / labels}
@@ -265,11 +325,13 @@ class TransducerModel(AsrModel):
         h, lens = self.encoder(feats, feat_lens)
         return self._loss(h, lens, targets, target_lens), self._greedy(h, lens)
 
-    def _loss(self, h, lens, targets, target_lens) -> LossOutput:
+    def _loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
+        """The loss on encoder outputs ``h``; ``barred (B, T)``: frames without label edges
+        (:meth:`barred_frames`)."""
         if self.prune_range and self.training:
-            out = self._pruned_loss(h, lens, targets, target_lens)
+            out = self._pruned_loss(h, lens, targets, target_lens, barred)
         else:
-            out = self._lattice_loss(h, lens, targets, target_lens)
+            out = self._lattice_loss(h, lens, targets, target_lens, barred)
         if not (self.ctc_weight and self.training):
             return out
         log_probs = self.ctc_head(h).log_softmax(dim=-1)  # (B, T, V)
@@ -278,7 +340,7 @@ class TransducerModel(AsrModel):
         stats = {**out.stats, "ctc_loss": ctc.detach().sum() / labels}
         return LossOutput(out.loss + self.ctc_weight * ctc, out.nll, stats)
 
-    def _lattice_loss(self, h, lens, targets, target_lens) -> LossOutput:
+    def _lattice_loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
         """The transducer's loss on the whole lattice."""
         if self.criterion == "rnnt":
             logits = self.decoder(h, lens, targets)
@@ -298,6 +360,10 @@ class TransducerModel(AsrModel):
             nll = tdt_nll(tokens, durations, targets, lens, target_lens, joint.durations, sigma)
             return LossOutput(nll, nll.detach(), {})
         blank_logits, units = self.decoder.hat_scores(h, targets)
+        if barred is not None:  # label y at column y, or y - 1 beside a linear blank's logits
+            label_units = label_columns(targets, target_lens)[:, None, :].expand_as(units[..., 0])
+            offset = 0 if blank_logits is None else 1
+            units = self._bar_labels(units, label_units, barred, offset)
         nll = hat_nll_from_logits(
             blank_logits,
             units,
@@ -309,7 +375,7 @@ class TransducerModel(AsrModel):
         )
         return LossOutput(nll, nll.detach(), {})
 
-    def _pruned_loss(self, h, lens, targets, target_lens) -> LossOutput:
+    def _pruned_loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
         """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
@@ -319,6 +385,12 @@ class TransducerModel(AsrModel):
             am, lm, targets, lens, target_lens, S, hat, self.monotonic
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
+        if barred is not None:  # the windows' labels (the trivial joint's loss keeps them)
+            B, T, U = starts.shape[0], starts.shape[1], targets.shape[1]
+            positions = (starts[..., None] + torch.arange(S, device=starts.device)).clamp(max=U)
+            columns = label_columns(targets, target_lens).to(starts.device)
+            label_units = columns.gather(1, positions.flatten(1)).view(B, T, S)
+            units = self._bar_labels(units, label_units, barred.to(units.device))
         nll = pruned_transducer_nll(  # the lengths and labels: checked by the simple loss
             units, starts, targets, lens, target_lens, hat, self.monotonic, self.fastemit,
             values_checked=True,
