@@ -48,11 +48,12 @@ def test_the_barred_frames_are_each_chunks_last_but_the_utterances_last_chunks()
         [],
     ]
     assert model.eval().barred_frames(12, lens) is None
+    assert _model("hat").train().barred_frames(12, lens) is None  # off by default
 
 
 @pytest.mark.parametrize("dual", [False, True])
-@pytest.mark.parametrize(  # prune 4: windows over every position of these labels
-    ("decoder", "prune"), [("hat", 0), ("hat", 4), ("hat_linear", 0)]
+@pytest.mark.parametrize(  # prune 5: windows over every position of these labels, and past
+    ("decoder", "prune"), [("hat", 0), ("hat", 5), ("hat_linear", 0)]
 )
 def test_the_streaming_loss_sums_the_paths_without_label_edges_at_chunk_ends(decoder, prune, dual):
     """In training, the NLL (the streaming mode's, with ``dual_mode``) is the lattice sum with
