@@ -1,17 +1,10 @@
 """scripts/bench_lm_text.py: the generated LM text it measures."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
 
 def _bench_lm_text():
-    path = ROOT / "scripts/bench_lm_text.py"
-    spec = importlib.util.spec_from_file_location("bench_lm_text", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_lm_text")
 
 
 def test_the_text_has_the_words_it_says_in_lines_of_5_to_35(tmp_path):

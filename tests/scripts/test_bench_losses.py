@@ -1,21 +1,16 @@
 """scripts/bench_losses.py: the tensor-bytes memory counter (``--cpu-memory tensors``)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
+
 MIB = 2**20
 
 
 @pytest.fixture(scope="module")
 def bench_losses():
-    spec = importlib.util.spec_from_file_location("bench_losses", ROOT / "scripts/bench_losses.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_losses")
 
 
 def test_tensor_peak_counts_the_largest_simultaneous_holding(bench_losses):

@@ -1,6 +1,5 @@
 """scripts/bench_train.py: the random corpora, the synchronising operations' sites, the floor."""
 
-import importlib.util
 import json
 import sys
 import types
@@ -10,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def bench_train():
     sys.path.insert(0, str(ROOT / "scripts"))  # it imports conformer_floor beside it
     try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_train", ROOT / "scripts/bench_train.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script("bench_train")
     finally:
         sys.path.remove(str(ROOT / "scripts"))
 

@@ -1,9 +1,6 @@
 """scripts/chunk_errors.py: a chunked transducer's greedy labels by their position in the chunk,
 and its error rate attending to other chunks, against the model's own greedy search."""
 
-import importlib.util
-from pathlib import Path
-
 import jiwer
 import pytest
 import torch
@@ -17,16 +14,12 @@ from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
 from cbasr.training.options import fbank_options_of
 from tests.cli.test_export import CHUNKED
 from tests.inference.fake_experiment import make_experiment
+from tests.scripts import load_script
 from tests.search import tiny
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("chunk_errors", ROOT / "scripts/chunk_errors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("chunk_errors")
 
 
 def _greedy(exp, manifest, features, full: bool) -> tuple[list[str], list[str], int]:

@@ -1,6 +1,5 @@
 """scripts/count_launches.py: kernels, Triton launches and device reads, counted on the CPU."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 import torch
 
 from cbasr._backends import triton_interpreted
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,11 +21,7 @@ pytestmark = [
 def count_launches():
     sys.path.insert(0, str(ROOT / "scripts"))  # it imports bench_losses beside it
     try:
-        path = ROOT / "scripts/count_launches.py"
-        spec = importlib.util.spec_from_file_location("count_launches", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script("count_launches")
     finally:
         sys.path.remove(str(ROOT / "scripts"))
 

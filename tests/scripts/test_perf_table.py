@@ -1,20 +1,16 @@
 """scripts/perf_table.py: the performance targets' ratios from benchmark JSON lines."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def perf_table():
-    spec = importlib.util.spec_from_file_location("perf_table", ROOT / "scripts" / "perf_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("perf_table")
 
 
 def _write(path: Path, rows: list[dict], extra: str = "") -> None:

@@ -1,9 +1,6 @@
 """scripts/stream_export_check.py: a split decoded over an exported encoder step, against the
 eager model."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
 from cbasr.data.features import write_feature_settings
@@ -13,16 +10,12 @@ from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
 from cbasr.training.options import fbank_options_of
 from tests.cli.test_export import CHUNKED
 from tests.inference.fake_experiment import make_experiment
+from tests.scripts import load_script
 from tests.search import tiny
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("check", ROOT / "scripts/stream_export_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("stream_export_check")
 
 
 def test_the_check_counts_the_same_hypotheses_and_fails_on_a_different_one(
