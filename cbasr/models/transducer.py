@@ -84,8 +84,10 @@ class TransducerModel(AsrModel):
             ("Alignment Restricted Streaming Recurrent Neural Network Transducer",
             arXiv:2011.03072) bound emissions by gold times, here by the chunk's end. The next
             label's score gets ``-1e4`` there; HAT's blank is a sigmoid of its own, so its
-            probability stays (an RNN-T softmax would renormalise it: refused). Validation
-            and the full-context mode of ``dual_mode`` keep the whole lattice.
+            probability stays (an RNN-T softmax would renormalise it: refused). That loss is
+            the whole lattice's, even with ``prune_range`` (windows chosen by the trivial
+            joint need not hold a path that waits out the barred frames); validation and the
+            full-context mode of ``dual_mode`` keep every edge (and their pruning).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -206,10 +208,10 @@ class TransducerModel(AsrModel):
 
     @staticmethod
     def _bar_labels(units, label_units, barred, offset: int = 0) -> torch.Tensor:
-        """``units (B, T, S, K)`` with ``-1e4`` added to the next label's column (unit
-        ``label_units (B, T, S)`` at column ``unit - offset``; unit 0: none) on the frames
+        """``units (B, T, U + 1, K)`` with ``-1e4`` added to the next label's column (unit
+        ``label_units (B, T, U + 1)`` at column ``unit - offset``; unit 0: none) on the frames
         ``barred (B, T)``."""
-        hit = barred[:, :, None] & (label_units > 0)  # (B, T, S)
+        hit = barred[:, :, None] & (label_units > 0)  # (B, T, U + 1)
         column = (label_units - offset).clamp(min=0).unsqueeze(-1)
         bias = torch.where(hit, -1.0e4, 0.0).to(units.dtype).unsqueeze(-1)
         return units + torch.zeros_like(units).scatter(-1, column, bias)
@@ -328,8 +330,8 @@ class TransducerModel(AsrModel):
     def _loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
         """The loss on encoder outputs ``h``; ``barred (B, T)``: frames without label edges
         (:meth:`barred_frames`)."""
-        if self.prune_range and self.training:
-            out = self._pruned_loss(h, lens, targets, target_lens, barred)
+        if self.prune_range and self.training and barred is None:
+            out = self._pruned_loss(h, lens, targets, target_lens)
         else:
             out = self._lattice_loss(h, lens, targets, target_lens, barred)
         if not (self.ctc_weight and self.training):
@@ -375,7 +377,7 @@ class TransducerModel(AsrModel):
         )
         return LossOutput(nll, nll.detach(), {})
 
-    def _pruned_loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
+    def _pruned_loss(self, h, lens, targets, target_lens) -> LossOutput:
         """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
@@ -385,12 +387,6 @@ class TransducerModel(AsrModel):
             am, lm, targets, lens, target_lens, S, hat, self.monotonic
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
-        if barred is not None:  # the windows' labels (the trivial joint's loss keeps them)
-            B, T, U = starts.shape[0], starts.shape[1], targets.shape[1]
-            positions = (starts[..., None] + torch.arange(S, device=starts.device)).clamp(max=U)
-            columns = label_columns(targets, target_lens).to(starts.device)
-            label_units = columns.gather(1, positions.flatten(1)).view(B, T, S)
-            units = self._bar_labels(units, label_units, barred.to(units.device))
         nll = pruned_transducer_nll(  # the lengths and labels: checked by the simple loss
             units, starts, targets, lens, target_lens, hat, self.monotonic, self.fastemit,
             values_checked=True,
