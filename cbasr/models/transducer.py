@@ -207,7 +207,7 @@ class TransducerModel(AsrModel):
         return chunk_end & followed
 
     @staticmethod
-    def _bar_labels(units, label_units, barred, offset: int = 0) -> torch.Tensor:
+    def _bar_labels(units, label_units, barred, offset: int) -> torch.Tensor:
         """``units (B, T, U + 1, K)`` with ``-1e4`` added to the next label's column (unit
         ``label_units (B, T, U + 1)`` at column ``unit - offset``; unit 0: none) on the frames
         ``barred (B, T)``."""
