@@ -77,14 +77,15 @@ class TransducerModel(AsrModel):
             one (the NLL's scale), added with this weight.
         chunk_end_blank: HAT over a chunked Conformer, the standard topology: in training,
             the streaming loss's lattice has no label edge on the last ``n`` frames of every
-            attention chunk but an utterance's last (blank only there), so that a label whose
-            evidence runs past its chunk is emitted in the next chunk, which sees it, rather
-            than guessed; the model learns to emit blank there, and its searches and exports
-            are unchanged. Our own construction: a label-edge mask, as Mahadeokar et al. 2021
-            ("Alignment Restricted Streaming Recurrent Neural Network Transducer",
-            arXiv:2011.03072) bound emissions by gold times, here by the chunk's end. The next
-            label's score gets ``-1e4`` there; HAT's blank is a sigmoid of its own, so its
-            probability stays (an RNN-T softmax would renormalise it: refused). That loss is
+            attention chunk but an utterance's last (blank only there), meant to make a label
+            whose evidence runs past its chunk wait for the next chunk, which sees it; the
+            model learns to emit blank there, and its searches and exports are unchanged (on
+            the synth recipe it emits such labels earlier instead, and errs more). Our own
+            construction: a label-edge mask, as Mahadeokar et al. 2021 ("Alignment Restricted
+            Streaming Recurrent Neural Network Transducer", arXiv:2011.03072) bound emissions
+            by gold times, here by the chunk's end. The next label's score gets ``-1e4``
+            there; HAT's blank is a sigmoid of its own, so its probability stays (an RNN-T
+            softmax would renormalise it: refused). That loss is
             the whole lattice's, even with ``prune_range`` (windows chosen by the trivial
             joint need not hold a path that waits out the barred frames); validation and the
             full-context mode of ``dual_mode`` keep every edge (and their pruning).
