@@ -263,9 +263,10 @@ class TransducerLossConfig:
     # distill_weight: the streaming joint distilled from the full-context one in place
     dual_mode: bool = False
     distill_weight: float = 0.0
-    # HAT over a chunked Conformer: in training, no label edge on the last n frames
-    # of each attention chunk (but an utterance's last): a label whose evidence runs past its
-    # chunk waits for the next chunk instead of being guessed (0: off)
+    # HAT over a chunked Conformer: in training, no label edge on the last n frames of each
+    # attention chunk (but an utterance's last), meant to make a label whose evidence runs
+    # past its chunk wait for the next chunk (0: off; on the synth recipe the model emits such
+    # labels earlier instead, and errs more)
     chunk_end_blank: int = 0
 
 

@@ -85,10 +85,10 @@ class TransducerModel(AsrModel):
             Streaming Recurrent Neural Network Transducer", arXiv:2011.03072) bound emissions
             by gold times, here by the chunk's end. The next label's score gets ``-1e4``
             there; HAT's blank is a sigmoid of its own, so its probability stays (an RNN-T
-            softmax would renormalise it: refused). That loss is
-            the whole lattice's, even with ``prune_range`` (windows chosen by the trivial
-            joint need not hold a path that waits out the barred frames); validation and the
-            full-context mode of ``dual_mode`` keep every edge (and their pruning).
+            softmax would renormalise it: refused). That loss is the whole lattice's, even
+            with ``prune_range`` (windows chosen by the trivial joint need not hold a path
+            that waits out the barred frames); validation and the full-context mode of
+            ``dual_mode`` keep every edge (and their pruning).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
