@@ -1,6 +1,9 @@
 """scripts/chunk_errors.py: a chunked transducer's greedy labels by their position in the chunk,
 and its error rate attending to other chunks, against the model's own greedy search."""
 
+import collections
+import types
+
 import jiwer
 import pytest
 import torch
@@ -10,6 +13,7 @@ from cbasr.data.manifest import read_manifest
 from cbasr.data.source_tokens import open_store
 from cbasr.data.vocab import tokens_of
 from cbasr.inference.experiment import Experiment
+from cbasr.models.transducer_greedy import Emissions
 from cbasr.storage.checkpoint import load_checkpoint, save_checkpoint
 from cbasr.training.options import fbank_options_of
 from tests.cli.test_export import CHUNKED
@@ -64,16 +68,53 @@ def test_the_report_counts_the_greedy_labels_and_their_error_rate(
     assert ("decoded attending to the full context" in out) == (attend == "full")
 
 
-def test_attend_is_checked(tone_data, tmp_path):
+def test_attend_and_the_chunk_are_checked(tone_data, tmp_path):
     exp_dir = make_experiment(tmp_path / "exp", tone_data, "hat", "hat", encoder=CHUNKED)
     write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
-    args = [
-        "--exp-dir",
-        str(exp_dir),
-        "--manifest",
-        "m",
-        "--features",
-        str(tone_data / "fbank/test"),
-    ]
-    with pytest.raises(SystemExit, match="--attend takes a number of frames"):
-        _script().main([*args, "--attend", "0"])
+    manifest, features = tone_data / "corpus/test.jsonl", tone_data / "fbank/test"
+    args = ["--exp-dir", str(exp_dir), "--manifest", str(manifest), "--features", str(features)]
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit, match="--attend takes a number of frames"):
+            _script().main([*args, "--attend", bad])
+    _script().main([*args, "--attend", "1"])  # chunks of one frame: a valid choice
+    offline = make_experiment(tmp_path / "offline", tone_data, "hat", "hat")  # recurrent
+    write_feature_settings(offline, fbank_options_of(tone_data / "fbank/train", 40), True)
+    args[1] = str(offline)
+    with pytest.raises(SystemExit, match="not a chunked encoder"):
+        _script().main(args)
+    with pytest.raises(SystemExit, match="--attend needs a chunked Conformer"):
+        _script().main([*args, "--chunk", "3", "--attend", "full"])
+
+
+class _Vocab:
+    def decode(self, ids):
+        return ["-abcx"[i] for i in ids]
+
+
+class _Model:
+    def __init__(self, labels, frames):
+        self.found = Emissions([labels], [frames])
+
+    def greedy_emissions(self, feats, lens):
+        return self.found
+
+
+def test_tally_counts_labels_errors_and_lags_by_position_on_a_hand_built_utterance():
+    """Reference a b c d (gold ends 0.5, 1.0, 1.5 s, the last none); hypothesis a x c emitted
+    on encoder frames 3, 5 and 9 of 0.25 s, in chunks of 4: positions 3, 1, 1; x is wrong; a
+    is emitted 1 frame after its gold end (frame 2), c 3 frames after (frame 6)."""
+    tally = _script()._tally
+    exp = types.SimpleNamespace(
+        units="phones", normalise=lambda f: f, vocab=_Vocab(), model=_Model([1, 4, 3], [3, 5, 9])
+    )
+    record = {"id": "u", "phones": list("abcd"), "phone_starts": [0.0, 0.5, 1.0, 1.5]}
+    counters = collections.Counter(), collections.Counter(), collections.Counter()
+    refs, hyps = [], []
+    tally(exp, {"u": torch.zeros(12, 2)}, record, 4, 0.25, counters, refs, hyps)
+    assert counters == ({3: 1, 1: 2}, {3: 0, 1: 1}, {1: 1, 3: 1})
+    assert (refs, hyps) == (["a b c d"], ["a x c"])
+    untimed = {"id": "v", "phones": list("abcd")}  # no gold times: no lags
+    tally(exp, {"v": torch.zeros(12, 2)}, untimed, 4, 0.25, counters, refs, hyps)
+    assert counters == ({3: 2, 1: 4}, {3: 0, 1: 2}, {1: 1, 3: 1})
+    tally(exp, {}, {"id": "w", "phones": ["a"]}, 4, 0.25, counters, refs, hyps)  # no features
+    assert len(refs) == 2
