@@ -268,6 +268,10 @@ class TransducerLossConfig:
     # past its chunk wait for the next chunk (0: off; on the synth recipe the model emits such
     # labels earlier instead, and errs more)
     chunk_end_blank: int = 0
+    # HAT, the standard topology: alignment-restricted training's left buffer (Mahadeokar et
+    # al. 2021), in encoder frames: in training, no label is emitted before the frame of its
+    # gold end (the manifest's phone or word times) minus this many (null: off)
+    align_restrict_left: int | None = None
 
 
 @dataclass

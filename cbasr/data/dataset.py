@@ -26,6 +26,7 @@ from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frame
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
+from cbasr.evaluation.delay import gold_ends
 
 __all__ = ["Batch", "AsrDataset", "collate"]
 
@@ -42,25 +43,29 @@ class Batch:
     feat_lens: torch.Tensor  # (B,)
     targets: torch.Tensor  # (B, L), zero beyond target_lens
     target_lens: torch.Tensor  # (B,)
+    # (B, L): each label's gold end in seconds of the (perturbed) features, NaN where unknown
+    # and beyond target_lens; only from a dataset with ``label_times``
+    label_ends: torch.Tensor | None = None
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
-        return Batch(
-            self.ids,
-            self.feats.to(device, non_blocking=non_blocking),
-            self.feat_lens.to(device, non_blocking=non_blocking),
-            self.targets.to(device, non_blocking=non_blocking),
-            self.target_lens.to(device, non_blocking=non_blocking),
-        )
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "Batch":
         """Page-locked copies, for asynchronous host-to-GPU transfer (the data loader calls this)."""
-        return Batch(
-            self.ids,
-            self.feats.pin_memory(),
-            self.feat_lens.pin_memory(),
-            self.targets.pin_memory(),
-            self.target_lens.pin_memory(),
-        )
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, f) -> "Batch":
+        tensors = (self.feats, self.feat_lens, self.targets, self.target_lens)
+        ends = None if self.label_ends is None else f(self.label_ends)
+        return Batch(self.ids, *map(f, tensors), ends)
+
+    def label_end_frames(self, period: float) -> torch.Tensor:
+        """``(B, L)`` long: the frame of ``period`` seconds that holds each label's gold end
+        (its segment's last instant: frame ``ceil(end / period) - 1``), -1 where unknown."""
+        if self.label_ends is None:
+            raise ValueError("this batch has no label times (a dataset without label_times)")
+        frames = torch.ceil(self.label_ends / period) - 1
+        return torch.nan_to_num(frames, nan=-1.0).long()
 
 
 class AsrDataset(torch.utils.data.Dataset):
@@ -82,6 +87,10 @@ class AsrDataset(torch.utils.data.Dataset):
         augmentation: speed perturbation and SpecAugment for training; None: off.
         seed: with ``augmentation``, the seed of every utterance's draws (with the epoch, see
             :meth:`set_epoch`, and the utterance's index).
+        label_times: each item also carries its labels' gold end times (seconds, scaled by
+            its speed perturbation; NaN where unknown), from the manifest's phone or word
+            times (:func:`cbasr.evaluation.delay.gold_ends`); an utterance without them is
+            counted and logged, a manifest with none is an error.
     """
 
     def __init__(
@@ -95,6 +104,7 @@ class AsrDataset(torch.utils.data.Dataset):
         fbank: FbankOptions | None = None,
         augmentation: Augmentation | None = None,
         seed: int = 0,
+        label_times: bool = False,
     ):
         self.manifest = Path(manifest)
         self.fbank = fbank
@@ -133,6 +143,7 @@ class AsrDataset(torch.utils.data.Dataset):
                 len(self.skipped) + len(self.records),
             )
         self.target_lens = [len(t) for t in self.targets]
+        self.label_ends = self._label_ends(units) if label_times else None
         # Faster speech has fewer frames: an utterance that would then fail ``check`` keeps speed 1.
         fastest = max(augmentation.speed_factors, default=1.0) if augmentation is not None else 1.0
         margin = 1 if fbank is not None else 0  # on the fly, resampled audio may lose a frame
@@ -141,6 +152,30 @@ class AsrDataset(torch.utils.data.Dataset):
             or check is None
             or check(perturbed_frames(n, fastest) - margin, y) is None
             for n, y in zip(self.num_frames, self.targets)
+        ]
+
+    def _label_ends(self, units: str) -> list[torch.Tensor]:
+        ends = [gold_ends(r, units, len(y)) for r, y in zip(self.records, self.targets)]
+        missing = [r["id"] for r, e in zip(self.records, ends) if e is None]
+        if self.records and len(missing) == len(self.records):
+            raise ValueError(
+                f"{self.manifest}: no utterance has gold {units} times (phone_starts or "
+                "word_ends matching its transcript), which the label times need"
+            )
+        if missing:
+            log.warning(
+                "%s: %d of %d utterances have no gold %s times (their labels are not "
+                "bounded), e.g. %s",
+                self.manifest,
+                len(missing),
+                len(self.records),
+                units,
+                missing[:3],
+            )
+        nan = float("nan")
+        return [
+            torch.tensor([nan if v is None else v for v in e or [None] * len(y)])
+            for y, e in zip(self.targets, ends)
         ]
 
     def _num_frames(self, record: dict) -> int:
@@ -193,8 +228,9 @@ class AsrDataset(torch.utils.data.Dataset):
             return None
         return feats
 
-    def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor] | None:
-        """``(id, feats (T, F), targets (L,))``, or None when the audio cannot be read (on the fly)."""
+    def __getitem__(self, i: int) -> tuple | None:
+        """``(id, feats (T, F), targets (L,))`` (with ``label_times``, and the labels' end times
+        ``(L,)``), or None when the audio cannot be read (on the fly)."""
         aug = self.augmentation
         generator = utterance_generator(self.seed, self.epoch, i) if aug is not None else None
         speed = aug.draw_speed(generator) if aug is not None else 1.0
@@ -207,18 +243,26 @@ class AsrDataset(torch.utils.data.Dataset):
             feats = (feats - self.cmvn[0]) / self.cmvn[1]
         if aug is not None:
             feats = aug.mask(feats, generator)
-        return self.records[i]["id"], feats, torch.tensor(self.targets[i], dtype=torch.long)
+        item = self.records[i]["id"], feats, torch.tensor(self.targets[i], dtype=torch.long)
+        if self.label_ends is None:
+            return item
+        return *item, self.label_ends[i] / speed  # faster speech: earlier ends
 
 
-def collate(items: list[tuple[str, torch.Tensor, torch.Tensor] | None]) -> Batch:
-    """Zero-padded batch of :meth:`AsrDataset.__getitem__` items (None items, unreadable audio, left out)."""
+def collate(items: list[tuple | None]) -> Batch:
+    """Zero-padded batch of :meth:`AsrDataset.__getitem__` items (None items, unreadable audio,
+    left out); label end times, where the items carry them, NaN-padded."""
     items = [item for item in items if item is not None]
-    ids = [utt_id for utt_id, _, _ in items]
+    ids = [item[0] for item in items]
     if not items:
         empty = torch.zeros(0, dtype=torch.long)
         return Batch([], torch.zeros(0, 0, 0), empty, torch.zeros(0, 0, dtype=torch.long), empty)
-    feats = torch.nn.utils.rnn.pad_sequence([f for _, f, _ in items], batch_first=True)
-    targets = torch.nn.utils.rnn.pad_sequence([y for _, _, y in items], batch_first=True)
-    feat_lens = torch.tensor([f.shape[0] for _, f, _ in items], dtype=torch.long)
-    target_lens = torch.tensor([y.shape[0] for _, _, y in items], dtype=torch.long)
-    return Batch(ids, feats, feat_lens, targets, target_lens)
+    pad = torch.nn.utils.rnn.pad_sequence
+    feats = pad([item[1] for item in items], batch_first=True)
+    targets = pad([item[2] for item in items], batch_first=True)
+    feat_lens = torch.tensor([item[1].shape[0] for item in items], dtype=torch.long)
+    target_lens = torch.tensor([item[2].shape[0] for item in items], dtype=torch.long)
+    ends = None
+    if len(items[0]) > 3:
+        ends = pad([item[3] for item in items], batch_first=True, padding_value=float("nan"))
+    return Batch(ids, feats, feat_lens, targets, target_lens, ends)

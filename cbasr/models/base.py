@@ -69,10 +69,12 @@ class AsrModel(nn.Module, metaclass=abc.ABCMeta):
         feat_lens: torch.Tensor,
         targets: torch.Tensor,
         target_lens: torch.Tensor,
+        **extra,
     ) -> LossOutput:
-        """The training forward pass is :meth:`loss`, so that wrappers that hook ``forward``
+        """The training forward pass is :meth:`loss` (with a model's own ``extra`` inputs,
+        e.g. a transducer's ``label_ends``), so that wrappers that hook ``forward``
         (``DistributedDataParallel``, ``torch.compile``) see the whole step."""
-        return self.loss(feats, feat_lens, targets, target_lens)
+        return self.loss(feats, feat_lens, targets, target_lens, **extra)
 
     @abc.abstractmethod
     def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> list[list[int]]:

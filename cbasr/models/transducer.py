@@ -89,6 +89,15 @@ class TransducerModel(AsrModel):
             with ``prune_range`` (windows chosen by the trivial joint need not hold a path
             that waits out the barred frames); validation and the full-context mode of
             ``dual_mode`` keep every edge (and their pruning).
+        align_restrict_left: HAT, the standard topology: alignment-restricted training's
+            lower bound (Mahadeokar et al. 2021, arXiv:2011.03072, its left buffer ``b_l``;
+            not its upper one): in training, label ``u`` has no edge on the frames before
+            ``e_u - align_restrict_left``, ``e_u`` the encoder frame holding the end of the
+            label's gold segment (``label_ends`` of :meth:`loss`, from the corpus's phone or
+            word times; a label without one is not bounded). None: off. Meant for a streaming
+            model that emits a label before its segment is over, on a chunk that does not hold
+            its end. Barred as ``chunk_end_blank`` bars (the two combine), with the same
+            whole-lattice loss and the same scope (the streaming mode of ``dual_mode``).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -113,6 +122,7 @@ class TransducerModel(AsrModel):
         dual_mode: bool = False,
         distill_weight: float = 0.0,
         chunk_end_blank: int = 0,
+        align_restrict_left: int | None = None,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -158,6 +168,14 @@ class TransducerModel(AsrModel):
         self.chunk_end_blank = self._check_chunk_end_blank(
             chunk_end_blank, encoder, criterion, topology
         )
+        if align_restrict_left is not None:
+            if align_restrict_left < 0:
+                raise ValueError(
+                    f"loss.align_restrict_left must be >= 0 frames (or null: off), got "
+                    f"{align_restrict_left}"
+                )
+            self._check_barrable("align_restrict_left", criterion, topology)
+        self.align_restrict_left = align_restrict_left
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
@@ -186,13 +204,38 @@ class TransducerModel(AsrModel):
                 f"encoder.dynamic_chunks, got {n}, chunk_size {chunk}, dynamic_chunks "
                 f"{getattr(encoder, 'dynamic_chunks', None)}"
             )
+        TransducerModel._check_barrable("chunk_end_blank", criterion, topology)
+        return n
+
+    @staticmethod
+    def _check_barrable(option: str, criterion: str, topology: str) -> None:
         if criterion != "hat" or topology != "standard":
             raise ValueError(
-                "loss.chunk_end_blank applies to the hat loss on the standard topology (HAT's "
+                f"loss.{option} applies to the hat loss on the standard topology (HAT's "
                 "blank keeps its probability when a label edge goes), got loss "
                 f"{criterion!r}, topology {topology!r}"
             )
-        return n
+
+    @property
+    def needs_label_ends(self) -> bool:
+        """Whether training wants each label's gold end frame (``align_restrict_left``)."""
+        return self.align_restrict_left is not None
+
+    def barred_edges(self, T: int, lens: torch.Tensor, label_ends=None) -> torch.Tensor | None:
+        """``(B, T, 1)`` or ``(B, T, U + 1)``: True where the label edge of node ``(t, u)``
+        is removed in training: ``chunk_end_blank``'s frames (:meth:`barred_frames`) and,
+        with ``align_restrict_left``, the frames before ``label_ends (B, U)`` (the encoder
+        frame of each label's gold end, negative for none) minus that buffer, clamped to an
+        utterance's last frame (``lens``) so that a path is left; None where none is removed."""
+        barred = self.barred_frames(T, lens)
+        barred = None if barred is None else barred[:, :, None]
+        if not (self.training and self.needs_label_ends and label_ends is not None):
+            return barred
+        lens = lens.to(label_ends.device)
+        earliest = torch.minimum(label_ends - self.align_restrict_left, lens[:, None] - 1)
+        earliest = nn.functional.pad(earliest, (0, 1), value=0)  # node U: no label edge
+        early = torch.arange(T, device=lens.device)[None, :, None] < earliest[:, None, :]
+        return early if barred is None else early | barred
 
     def barred_frames(self, T: int, lens: torch.Tensor) -> torch.Tensor | None:
         """``(B, T)``: True on the frames whose label edges ``chunk_end_blank`` removes in
@@ -210,9 +253,9 @@ class TransducerModel(AsrModel):
     @staticmethod
     def _bar_labels(units, label_units, barred, offset: int) -> torch.Tensor:
         """``units (B, T, U + 1, K)`` with ``-1e4`` added to the next label's column (unit
-        ``label_units (B, T, U + 1)`` at column ``unit - offset``; unit 0: none) on the frames
-        ``barred (B, T)``."""
-        hit = barred[:, :, None] & (label_units > 0)  # (B, T, U + 1)
+        ``label_units (B, T, U + 1)`` at column ``unit - offset``; unit 0: none) on the nodes
+        ``barred`` (:meth:`barred_edges`, ``(B, T, 1)`` or ``(B, T, U + 1)``)."""
+        hit = barred & (label_units > 0)  # (B, T, U + 1)
         column = (label_units - offset).clamp(min=0).unsqueeze(-1)
         bias = torch.where(hit, -1.0e4, 0.0).to(units.dtype).unsqueeze(-1)
         return units + torch.zeros_like(units).scatter(-1, column, bias)
@@ -267,9 +310,11 @@ class TransducerModel(AsrModel):
             )
         return None
 
-    def loss(self, feats, feat_lens, targets, target_lens):
+    def loss(self, feats, feat_lens, targets, target_lens, label_ends=None):
+        """``label_ends (B, L)``: for ``align_restrict_left``, the encoder frame of each
+        label's gold end, negative for none (:meth:`barred_edges`); ignored without it."""
         h, lens = self.encoder(feats, feat_lens)
-        barred = self.barred_frames(h.shape[1], lens)
+        barred = self.barred_edges(h.shape[1], lens, label_ends)
         if not (self.dual_mode and self.training):
             return self._loss(h, lens, targets, target_lens, barred)
         with self.encoder.full_context():
@@ -329,8 +374,8 @@ class TransducerModel(AsrModel):
         return self._loss(h, lens, targets, target_lens), self._greedy(h, lens)
 
     def _loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
-        """The loss on encoder outputs ``h``; ``barred (B, T)``: frames without label edges
-        (:meth:`barred_frames`)."""
+        """The loss on encoder outputs ``h``; ``barred``: the nodes without a label edge
+        (:meth:`barred_edges`)."""
         if self.prune_range and self.training and barred is None:
             out = self._pruned_loss(h, lens, targets, target_lens)
         else:

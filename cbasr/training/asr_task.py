@@ -22,6 +22,7 @@ from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_setti
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.evaluation.scoring import error_counts
+from cbasr.inference.experiment import frame_shift_seconds, subsampling_stride
 from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.files import write_json
 from cbasr.training import distributed
@@ -121,6 +122,11 @@ class AsrTask:
         fbank = None
         if data.features == "on_the_fly":
             fbank = fbank_options_of(Path(data.feature_dir) / data.train_split, self.input_dim)
+        label_times = getattr(self.model, "needs_label_ends", False)
+        if label_times:  # seconds per encoder frame, for the labels' gold end frames
+            split_dir = Path(data.feature_dir) / data.train_split
+            shift = fbank.frame_shift_ms / 1000.0 if fbank else frame_shift_seconds(split_dir)
+            self.frame_period = subsampling_stride(self.model) * shift
         self.train_set, self.valid_set = (
             AsrDataset(
                 Path(data.manifest_dir) / f"{split}.jsonl",
@@ -132,10 +138,11 @@ class AsrTask:
                 fbank=fbank,
                 augmentation=augmentation,
                 seed=seed,
+                label_times=times,
             )
-            for split, augmentation in (
-                (data.train_split, augmentation_of(data)),
-                (data.valid_split, None),
+            for split, augmentation, times in (
+                (data.train_split, augmentation_of(data), label_times),
+                (data.valid_split, None, False),
             )
         )
         if len(self.train_set) == 0:
@@ -198,7 +205,10 @@ class AsrTask:
         if not batch.ids:
             return None
         batch = batch.to(self.device, non_blocking=True)
-        out = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+        extra = {}
+        if batch.label_ends is not None:
+            extra["label_ends"] = batch.label_end_frames(self.frame_period)
+        out = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens, **extra)
         return TaskOutput(out.loss, out.nll, batch.ids, out.stats)
 
     @torch.no_grad()

@@ -166,3 +166,58 @@ def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(
         assert f"skipping {utt}: non-finite stored features" in caplog.text
     assert "skipped 5 of 8" in caplog.text
     assert all(torch.isfinite(ds[i][1]).all() for i in range(len(ds)))
+
+
+def test_label_times_are_each_labels_gold_end_scaled_by_the_speed(tmp_path, caplog):
+    corpus, records = _prepare(tmp_path)
+    vocab = Vocabulary(["a", "b", "c", "d", "e"])
+    del records[5]["phone_starts"]  # an utterance without times: counted, logged, not bounded
+    (corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with caplog.at_level(logging.WARNING):
+        timed = AsrDataset(
+            corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=True
+        )
+    assert "1 of 5 utterances have no gold phones times" in caplog.text
+    assert records[5]["id"] in caplog.text
+    by_id = {r["id"]: r for r in records}
+    for i in range(len(timed)):
+        utt_id, _, targets, ends = timed[i]
+        starts = by_id[utt_id].get("phone_starts")
+        if starts is None:
+            assert ends.isnan().all() and ends.numel() == targets.numel()
+        else:  # a phone ends where the next starts; the last phone's end is unknown
+            torch.testing.assert_close(ends[:-1], torch.tensor(starts[1:]))
+            assert ends[-1].isnan()
+    assert len(AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones")[0]) == 3
+    fast = AsrDataset(
+        corpus / "train.jsonl",
+        tmp_path / "f",
+        vocab,
+        "phones",
+        augmentation=Augmentation(speed_factors=(1.25,)),
+        label_times=True,
+    )
+    torch.testing.assert_close(fast[0][3], timed[0][3] / 1.25, equal_nan=True)
+    for record in records:
+        record.pop("phone_starts", None)
+    (corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match="train.jsonl: no utterance has gold phones times"):
+        AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=True)
+
+
+def test_collate_pads_label_times_with_nan_and_gives_their_frames():
+    feats = torch.zeros(5, 2), torch.zeros(3, 2)
+    items = [
+        ("a", feats[0], torch.tensor([1, 2, 3]), torch.tensor([0.05, 0.06, float("nan")])),
+        ("b", feats[1], torch.tensor([4]), torch.tensor([0.0901])),
+    ]
+    batch = collate(items)
+    assert batch.label_ends.shape == (2, 3)
+    assert batch.label_ends[1, 1:].isnan().all()
+    # 30 ms frames: an end at 50 ms is in frame 1, at exactly 60 ms the end of frame 1
+    assert batch.label_end_frames(0.03).tolist() == [[1, 1, -1], [3, -1, -1]]
+    assert batch.to(torch.device("cpu")).label_ends is not None
+    plain = collate([item[:3] for item in items])
+    assert plain.label_ends is None and plain.to(torch.device("cpu")).label_ends is None
+    with pytest.raises(ValueError, match="no label times"):
+        plain.label_end_frames(0.03)

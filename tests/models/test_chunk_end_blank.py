@@ -17,16 +17,18 @@ def _no_dropout(model):
     return model
 
 
-def _oracle_nll(edges, T: int, U: int, barred: set[int]) -> float:
+def _oracle_nll(edges, T: int, U: int, barred: set[int], earliest=()) -> float:
     """``-log`` of the summed paths of the standard lattice over ``edges (T, U + 1, 3)`` (log
-    blank, log next label, log rest), no label edge on the frames ``barred``."""
+    blank, log next label, log rest), no label edge on the frames ``barred``, nor label ``u``'s
+    (0-based) on the frames before ``earliest[u]`` where given."""
     alpha = torch.full((T, U + 1), float("-inf"), dtype=torch.float64)
     for t in range(T):
         for u in range(U + 1):
             terms = [torch.tensor(0.0, dtype=torch.float64)] if t == u == 0 else []
             if t > 0:
                 terms.append(alpha[t - 1, u] + edges[t - 1, u, 0])
-            if u > 0 and t not in barred:
+            early = 0 < u <= len(earliest) and t < earliest[u - 1]
+            if u > 0 and t not in barred and not early:
                 terms.append(alpha[t, u - 1] + edges[t, u - 1, 1])
             if terms:
                 alpha[t, u] = torch.stack(terms).logsumexp(0)

@@ -1,0 +1,133 @@
+"""loss.align_restrict_left: in training, no label edge before the frame of the label's gold
+end minus the buffer, against a lattice sum in float64 over the search's step-wise scores."""
+
+import math
+
+import pytest
+import torch
+
+from cbasr.data.dataset import collate
+from cbasr.inference.experiment import subsampling_stride
+from cbasr.training.asr_task import asr_trainer
+from tests.models.test_chunk_end_blank import _no_dropout, _oracle_nll
+from tests.models.test_dual_mode import TARGET_LENS, TARGETS, _batch, _model
+from tests.models.test_dual_mode import _oracle_three_way as oracle_edges
+from tests.search import tiny
+from tests.training.test_trainer import make_cfg
+
+# each label's gold end frame, -1 unknown; utterance lengths 12, 9, 5, 2 encoder frames
+ENDS = torch.tensor([[3, 6, 11], [4, -1, 0], [7, 0, 0], [5, 0, 0]])
+LENS = torch.tensor([12, 9, 5, 2])
+
+
+def _earliest(left: int) -> list[list[int]]:
+    """Each label's first frame with an edge: its end minus ``left``, at most the last frame."""
+    return [
+        [min(int(e) - left, int(n) - 1) for e in ends[:u]]
+        for ends, u, n in zip(ENDS, TARGET_LENS, LENS)
+    ]
+
+
+def test_the_barred_edges_are_the_frames_before_each_labels_end_minus_the_buffer():
+    model = _model("hat", align_restrict_left=1).train()
+    got = model.barred_edges(12, LENS, ENDS)
+    assert got.shape == (4, 12, 4)
+    for b, first in enumerate(_earliest(1)):
+        for u in range(4):  # node u's label edge emits label u; column U has none
+            frames = got[b, :, u].nonzero().flatten().tolist()
+            assert frames == list(range(first[u] if u < len(first) else 0)), (b, u)
+    assert got[1, :, 1].sum() == 0  # an unknown end bars nothing
+    assert got[3, :, 0].nonzero().flatten().tolist() == [0]  # end 5 - 1 clamped to frame 1
+    both = _model("hat", align_restrict_left=1, chunk_end_blank=1).train()
+    assert torch.equal(
+        both.barred_edges(12, LENS, ENDS), got | both.barred_frames(12, LENS)[..., None]
+    )
+    assert model.barred_edges(12, LENS) is None  # no ends given
+    assert model.eval().barred_edges(12, LENS, ENDS) is None
+    assert _model("hat").train().barred_edges(12, LENS, ENDS) is None  # off by default
+    assert not _model("hat").needs_label_ends and model.needs_label_ends
+
+
+@pytest.mark.parametrize("dual", [False, True])
+@pytest.mark.parametrize(("decoder", "prune"), [("hat", 0), ("hat", 2), ("hat_linear", 0)])
+@pytest.mark.parametrize("left", [0, 2])
+def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
+    decoder, prune, dual, left
+):
+    """In training, the NLL (the streaming mode's, with ``dual_mode``) is the lattice sum with
+    no edge of label ``u`` before its bound; evaluation, and training without the ends, keep
+    every edge."""
+    model = _no_dropout(
+        _model(decoder, align_restrict_left=left, prune_range=prune, dual_mode=dual)
+    )
+    feats, lens = _batch()
+    out = model.train().loss(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
+    plain = model.loss(feats, lens, TARGETS, TARGET_LENS)
+    with torch.no_grad():
+        h, out_lens = model.encoder(feats, lens)
+        edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
+    assert out_lens.tolist() == LENS.tolist()
+    for b, first in enumerate(_earliest(left)):
+        T, U = int(LENS[b]), int(TARGET_LENS[b])
+        want = _oracle_nll(edges[b], T, U, set(), first)
+        whole = _oracle_nll(edges[b], T, U, set())
+        assert float(out.nll[b]) == pytest.approx(want, rel=1e-6)
+        assert want > whole + 1e-6  # every utterance here has a label bounded past frame 0
+        if not prune:
+            assert float(plain.nll[b]) == pytest.approx(whole, rel=1e-6)
+    with torch.no_grad():
+        evaluated = model.eval().loss(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
+        edges = oracle_edges(model, model.encoder(feats, lens)[0], TARGETS, TARGET_LENS)
+    for b in range(4):
+        T, U = int(LENS[b]), int(TARGET_LENS[b])
+        assert float(evaluated.nll[b]) == pytest.approx(
+            _oracle_nll(edges[b], T, U, set()), rel=1e-6
+        )
+
+
+def test_a_full_context_model_is_bounded_too_and_forward_passes_the_ends():
+    model = _no_dropout(_model("hat", encoder=tiny.ENCODER, align_restrict_left=0)).train()
+    feats, lens = _batch()
+    out = model(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
+    with torch.no_grad():
+        h, out_lens = model.encoder(feats, lens)
+        edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
+    for b in range(4):
+        T, U = int(out_lens[b]), int(TARGET_LENS[b])
+        first = [min(int(e), T - 1) for e in ENDS[b, :U]]
+        assert float(out.nll[b]) == pytest.approx(
+            _oracle_nll(edges[b], T, U, set(), first), rel=1e-6
+        )
+
+
+def test_align_restrict_left_options_are_checked_and_named():
+    with pytest.raises(ValueError, match="align_restrict_left must be >= 0 frames.*got -1"):
+        _model("hat", align_restrict_left=-1)
+    with pytest.raises(ValueError, match="loss.align_restrict_left applies.*topology 'monotonic'"):
+        _model("hat", align_restrict_left=0, topology="monotonic")
+    with pytest.raises(ValueError, match="loss.align_restrict_left applies.*got loss 'rnnt'"):
+        _model("transducer", align_restrict_left=0)
+
+
+def test_training_gives_the_model_each_labels_gold_end_frame(tone_data, tmp_path, monkeypatch):
+    """The task reads the training manifest's phone times (not the validation split's) and
+    hands the model the encoder frame of each label's end."""
+    overrides = ["decoder=hat", "loss=hat", "loss.align_restrict_left=1"]
+    trainer = asr_trainer(make_cfg(tone_data, tmp_path, *overrides), tmp_path)
+    task, model = trainer.task, trainer.model
+    assert task.valid_set.label_ends is None and task.train_set.label_ends is not None
+    period = subsampling_stride(model) * 0.010
+    assert subsampling_stride(model) > 1 and task.frame_period == pytest.approx(period)
+    seen, loss = {}, model.loss
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return loss(*args, **kwargs)
+
+    monkeypatch.setattr(model, "loss", spy)
+    batch = collate([task.train_set[0], task.train_set[1]])
+    assert task.forward(model, batch).loss.isfinite().all()
+    record = task.train_set.records[0]
+    second = math.ceil(record["phone_starts"][2] / period) - 1  # the 2nd label's end frame
+    assert seen["label_ends"][0, 1] == second
+    assert torch.equal(seen["label_ends"], batch.label_end_frames(period))
