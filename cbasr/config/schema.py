@@ -272,6 +272,9 @@ class TransducerLossConfig:
     # al. 2021), in encoder frames: in training, no label is emitted before the frame of its
     # gold end (the manifest's phone or word times) minus this many (null: off)
     align_restrict_left: int | None = None
+    # with align_restrict_left over fixed chunks: each bound moved back to its chunk's first
+    # frame (every frame of a chunk sees the whole chunk: only the chunk is restricted)
+    align_restrict_chunk: bool = False
 
 
 @dataclass

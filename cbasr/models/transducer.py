@@ -98,6 +98,11 @@ class TransducerModel(AsrModel):
             model that emits a label before its segment is over, on a chunk that does not hold
             its end. Barred as ``chunk_end_blank`` bars (the two combine), with the same
             whole-lattice loss and the same scope (the streaming mode of ``dual_mode``).
+        align_restrict_chunk: with ``align_restrict_left`` over a chunked Conformer of fixed
+            chunks: each bound moved back to the first frame of its chunk. Every frame of a
+            chunk sees the whole chunk, so this bars exactly the chunks before the one that
+            holds a label's end (less the buffer), and leaves the frame within it free (our
+            own variant).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -123,6 +128,7 @@ class TransducerModel(AsrModel):
         distill_weight: float = 0.0,
         chunk_end_blank: int = 0,
         align_restrict_left: int | None = None,
+        align_restrict_chunk: bool = False,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -176,6 +182,19 @@ class TransducerModel(AsrModel):
                 )
             self._check_barrable("align_restrict_left", criterion, topology)
         self.align_restrict_left = align_restrict_left
+        if align_restrict_chunk and (
+            align_restrict_left is None
+            or not getattr(encoder, "chunk_size", 0)
+            or getattr(encoder, "dynamic_chunks", 0)
+        ):
+            raise ValueError(
+                "loss.align_restrict_chunk moves loss.align_restrict_left's bounds to their "
+                "chunk's start: it needs align_restrict_left and fixed chunks "
+                f"(encoder.chunk_size > 0, no dynamic_chunks), got {align_restrict_left}, "
+                f"chunk_size {getattr(encoder, 'chunk_size', None)}, dynamic_chunks "
+                f"{getattr(encoder, 'dynamic_chunks', None)}"
+            )
+        self.align_restrict_chunk = bool(align_restrict_chunk)
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
@@ -225,14 +244,19 @@ class TransducerModel(AsrModel):
         """``(B, T, 1)`` or ``(B, T, U + 1)``: True where the label edge of node ``(t, u)``
         is removed in training: ``chunk_end_blank``'s frames (:meth:`barred_frames`) and,
         with ``align_restrict_left``, the frames before ``label_ends (B, U)`` (the encoder
-        frame of each label's gold end, negative for none) minus that buffer, clamped to an
-        utterance's last frame (``lens``) so that a path is left; None where none is removed."""
+        frame of each label's gold end, negative for none) minus that buffer (with
+        ``align_restrict_chunk``, before that frame's chunk), clamped to an utterance's last
+        frame (``lens``) so that a path is left; None where none is removed."""
         barred = self.barred_frames(T, lens)
         barred = None if barred is None else barred[:, :, None]
         if not (self.training and self.needs_label_ends and label_ends is not None):
             return barred
         lens = lens.to(label_ends.device)
-        earliest = torch.minimum(label_ends - self.align_restrict_left, lens[:, None] - 1)
+        earliest = label_ends - self.align_restrict_left
+        if self.align_restrict_chunk:  # the first frame of the bound's chunk
+            C = self.encoder.chunk_size
+            earliest = torch.div(earliest, C, rounding_mode="floor") * C
+        earliest = torch.minimum(earliest, lens[:, None] - 1)
         earliest = nn.functional.pad(earliest, (0, 1), value=0)  # node U: no label edge
         early = torch.arange(T, device=lens.device)[None, :, None] < earliest[:, None, :]
         return early if barred is None else early | barred

@@ -10,7 +10,7 @@ from cbasr.data.dataset import collate
 from cbasr.inference.experiment import subsampling_stride
 from cbasr.training.asr_task import asr_trainer
 from tests.models.test_chunk_end_blank import _no_dropout, _oracle_nll
-from tests.models.test_dual_mode import TARGET_LENS, TARGETS, _batch, _model
+from tests.models.test_dual_mode import CHUNKED, TARGET_LENS, TARGETS, _batch, _model
 from tests.models.test_dual_mode import _oracle_three_way as oracle_edges
 from tests.search import tiny
 from tests.training.test_trainer import make_cfg
@@ -20,10 +20,11 @@ ENDS = torch.tensor([[3, 6, 11], [4, -1, 0], [7, 0, 0], [5, 0, 0]])
 LENS = torch.tensor([12, 9, 5, 2])
 
 
-def _earliest(left: int) -> list[list[int]]:
-    """Each label's first frame with an edge: its end minus ``left``, at most the last frame."""
+def _earliest(left: int, chunk: int = 1) -> list[list[int]]:
+    """Each label's first frame with an edge: its end minus ``left`` (the first frame of that
+    one's ``chunk``), at most the last frame."""
     return [
-        [min(int(e) - left, int(n) - 1) for e in ends[:u]]
+        [min((int(e) - left) // chunk * chunk, int(n) - 1) for e in ends[:u]]
         for ends, u, n in zip(ENDS, TARGET_LENS, LENS)
     ]
 
@@ -46,20 +47,24 @@ def test_the_barred_edges_are_the_frames_before_each_labels_end_minus_the_buffer
     assert model.eval().barred_edges(12, LENS, ENDS) is None
     assert _model("hat").train().barred_edges(12, LENS, ENDS) is None  # off by default
     assert not _model("hat").needs_label_ends and model.needs_label_ends
+    chunked = _model("hat", align_restrict_left=0, align_restrict_chunk=True).train()
+    got = chunked.barred_edges(12, LENS, ENDS)  # chunks of 3 frames
+    assert [got[b, :, 0].sum().item() for b in range(4)] == [3, 3, 4, 1]
+    assert [got[0, :, u].sum().item() for u in range(4)] == [3, 6, 9, 0]
+    assert _earliest(0, 3) == [[3, 6, 9], [3, -3], [4], [1]]
 
 
 @pytest.mark.parametrize("dual", [False, True])
 @pytest.mark.parametrize(("decoder", "prune"), [("hat", 0), ("hat", 2), ("hat_linear", 0)])
-@pytest.mark.parametrize("left", [0, 2])
+@pytest.mark.parametrize(("left", "chunk"), [(0, False), (2, False), (0, True), (1, True)])
 def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
-    decoder, prune, dual, left
+    decoder, prune, dual, left, chunk
 ):
     """In training, the NLL (the streaming mode's, with ``dual_mode``) is the lattice sum with
-    no edge of label ``u`` before its bound; evaluation, and training without the ends, keep
-    every edge."""
-    model = _no_dropout(
-        _model(decoder, align_restrict_left=left, prune_range=prune, dual_mode=dual)
-    )
+    no edge of label ``u`` before its bound (with ``align_restrict_chunk``, before its chunk);
+    evaluation, and training without the ends, keep every edge."""
+    options = {"align_restrict_left": left, "align_restrict_chunk": chunk}
+    model = _no_dropout(_model(decoder, prune_range=prune, dual_mode=dual, **options))
     feats, lens = _batch()
     out = model.train().loss(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
     plain = model.loss(feats, lens, TARGETS, TARGET_LENS)
@@ -67,7 +72,7 @@ def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
         h, out_lens = model.encoder(feats, lens)
         edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
     assert out_lens.tolist() == LENS.tolist()
-    for b, first in enumerate(_earliest(left)):
+    for b, first in enumerate(_earliest(left, 3 if chunk else 1)):
         T, U = int(LENS[b]), int(TARGET_LENS[b])
         want = _oracle_nll(edges[b], T, U, set(), first)
         whole = _oracle_nll(edges[b], T, U, set())
@@ -107,6 +112,13 @@ def test_align_restrict_left_options_are_checked_and_named():
         _model("hat", align_restrict_left=0, topology="monotonic")
     with pytest.raises(ValueError, match="loss.align_restrict_left applies.*got loss 'rnnt'"):
         _model("transducer", align_restrict_left=0)
+    with pytest.raises(ValueError, match="align_restrict_chunk .* got None, chunk_size 3"):
+        _model("hat", align_restrict_chunk=True)
+    with pytest.raises(ValueError, match="got 0, chunk_size None, dynamic_chunks None"):
+        _model("hat", encoder=tiny.ENCODER, align_restrict_left=0, align_restrict_chunk=True)
+    with pytest.raises(ValueError, match="got 0, chunk_size 3, dynamic_chunks 4"):
+        encoder = {**CHUNKED, "dynamic_chunks": 4}
+        _model("hat", encoder=encoder, align_restrict_left=0, align_restrict_chunk=True)
 
 
 def test_training_gives_the_model_each_labels_gold_end_frame(tone_data, tmp_path, monkeypatch):
