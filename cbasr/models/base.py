@@ -43,6 +43,9 @@ class LossOutput:
 class AsrModel(nn.Module, metaclass=abc.ABCMeta):
     """Encoder and decoder; subclasses add the loss and the search."""
 
+    # whether training hands :meth:`loss` each label's gold end frame (``label_ends``)
+    needs_label_ends = False
+
     def __init__(self, encoder: nn.Module, decoder: nn.Module):
         super().__init__()
         self.encoder = encoder

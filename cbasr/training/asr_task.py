@@ -122,7 +122,7 @@ class AsrTask:
         fbank = None
         if data.features == "on_the_fly":
             fbank = fbank_options_of(Path(data.feature_dir) / data.train_split, self.input_dim)
-        label_times = getattr(self.model, "needs_label_ends", False)
+        label_times = self.model.needs_label_ends
         if label_times:  # seconds per encoder frame, for the labels' gold end frames
             split_dir = Path(data.feature_dir) / data.train_split
             shift = fbank.frame_shift_ms / 1000.0 if fbank else frame_shift_seconds(split_dir)

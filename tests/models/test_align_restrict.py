@@ -121,10 +121,14 @@ def test_align_restrict_left_options_are_checked_and_named():
         _model("hat", encoder=encoder, align_restrict_left=0, align_restrict_chunk=True)
 
 
-def test_training_gives_the_model_each_labels_gold_end_frame(tone_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("features", ["cached", "on_the_fly"])
+def test_training_gives_the_model_each_labels_gold_end_frame(
+    tone_data, tmp_path, monkeypatch, features
+):
     """The task reads the training manifest's phone times (not the validation split's) and
-    hands the model the encoder frame of each label's end."""
+    hands the model the encoder frame of each label's end, features cached or computed."""
     overrides = ["decoder=hat", "loss=hat", "loss.align_restrict_left=1"]
+    overrides.append(f"data.features={features}")
     trainer = asr_trainer(make_cfg(tone_data, tmp_path, *overrides), tmp_path)
     task, model = trainer.task, trainer.model
     assert task.valid_set.label_ends is None and task.train_set.label_ends is not None
