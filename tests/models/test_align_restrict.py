@@ -9,7 +9,11 @@ import torch
 from cbasr.data.dataset import collate
 from cbasr.inference.experiment import subsampling_stride
 from cbasr.training.asr_task import asr_trainer
-from tests.models.test_chunk_end_blank import _no_dropout, _oracle_nll
+from tests.models.test_chunk_end_blank import (
+    _no_dropout,
+    _oracle_nll,
+    assert_evaluation_keeps_every_edge,
+)
 from tests.models.test_dual_mode import CHUNKED, TARGET_LENS, TARGETS, _batch, _model
 from tests.models.test_dual_mode import _oracle_three_way as oracle_edges
 from tests.search import tiny
@@ -80,14 +84,7 @@ def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
         assert want > whole + 1e-6  # every utterance here has a label bounded past frame 0
         if not prune:
             assert float(plain.nll[b]) == pytest.approx(whole, rel=1e-6)
-    with torch.no_grad():
-        evaluated = model.eval().loss(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
-        edges = oracle_edges(model, model.encoder(feats, lens)[0], TARGETS, TARGET_LENS)
-    for b in range(4):
-        T, U = int(LENS[b]), int(TARGET_LENS[b])
-        assert float(evaluated.nll[b]) == pytest.approx(
-            _oracle_nll(edges[b], T, U, set()), rel=1e-6
-        )
+    assert_evaluation_keeps_every_edge(model, feats, lens, label_ends=ENDS)
 
 
 def test_a_full_context_model_is_bounded_too_and_forward_passes_the_ends():

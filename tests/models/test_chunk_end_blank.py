@@ -85,9 +85,15 @@ def test_the_streaming_loss_sums_the_paths_without_label_edges_at_chunk_ends(dec
             assert out.stats["full_context_loss"] > sum(whole) / 7
         else:
             assert out.stats["full_context_loss"] == pytest.approx(sum(whole) / 7, rel=1e-6)
-    with torch.no_grad():  # evaluation: the whole lattice (and BatchNorm's running statistics)
-        evaluated = model.eval().loss(feats, lens, TARGETS, TARGET_LENS)
-        edges = oracle_edges(model, model.encoder(feats, lens)[0], TARGETS, TARGET_LENS)
+    assert_evaluation_keeps_every_edge(model, feats, lens)
+
+
+def assert_evaluation_keeps_every_edge(model, feats, lens, **inputs):
+    """In evaluation the loss is the whole lattice's (and BatchNorm's running statistics)."""
+    with torch.no_grad():
+        evaluated = model.eval().loss(feats, lens, TARGETS, TARGET_LENS, **inputs)
+        h, out_lens = model.encoder(feats, lens)
+        edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
     for b in range(4):
         T, U = int(out_lens[b]), int(TARGET_LENS[b])
         assert float(evaluated.nll[b]) == pytest.approx(
