@@ -97,12 +97,16 @@ class TransducerModel(AsrModel):
             word times; a label without one is not bounded). None: off. Meant for a streaming
             model that emits a label before its segment is over, on a chunk that does not hold
             its end. Barred as ``chunk_end_blank`` bars (the two combine), with the same
-            whole-lattice loss and the same scope (the streaming mode of ``dual_mode``).
+            whole-lattice loss and the same scope (the streaming mode of ``dual_mode``). On
+            the synth recipe's streaming HAT, 1 frame moves emissions about two frames later
+            and PER by less than the seed's noise; 0 errs more (labels emitted twice across a
+            chunk boundary).
         align_restrict_chunk: with ``align_restrict_left`` over a chunked Conformer of fixed
             chunks: each bound moved back to the first frame of its chunk. Every frame of a
             chunk sees the whole chunk, so this bars exactly the chunks before the one that
             holds a label's end (less the buffer), and leaves the frame within it free (our
-            own variant).
+            own variant; on the synth recipe it errs more: at a chunk's last frame the model
+            has to judge whether a phone ends in this chunk or the next).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
