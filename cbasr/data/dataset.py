@@ -26,7 +26,6 @@ from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frame
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
-from cbasr.evaluation.delay import gold_ends
 
 __all__ = ["Batch", "AsrDataset", "collate"]
 
@@ -88,9 +87,10 @@ class AsrDataset(torch.utils.data.Dataset):
         seed: with ``augmentation``, the seed of every utterance's draws (with the epoch, see
             :meth:`set_epoch`, and the utterance's index).
         label_times: each item also carries its labels' gold end times (seconds, scaled by
-            its speed perturbation; NaN where unknown), from the manifest's phone or word
-            times (:func:`cbasr.evaluation.delay.gold_ends`); an utterance without them is
-            counted and logged, a manifest with none is an error.
+            its speed perturbation; NaN where unknown), which this function reads from a
+            record and its token count (None where the record has none, e.g.
+            :func:`cbasr.evaluation.delay.gold_ends`); an utterance without them is counted
+            and logged, a manifest with none is an error.
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class AsrDataset(torch.utils.data.Dataset):
         fbank: FbankOptions | None = None,
         augmentation: Augmentation | None = None,
         seed: int = 0,
-        label_times: bool = False,
+        label_times: Callable[[dict, int], list[float | None] | None] | None = None,
     ):
         self.manifest = Path(manifest)
         self.fbank = fbank
@@ -143,7 +143,7 @@ class AsrDataset(torch.utils.data.Dataset):
                 len(self.skipped) + len(self.records),
             )
         self.target_lens = [len(t) for t in self.targets]
-        self.label_ends = self._label_ends(units) if label_times else None
+        self.label_ends = None if label_times is None else self._label_ends(label_times, units)
         # Faster speech has fewer frames: an utterance that would then fail ``check`` keeps speed 1.
         fastest = max(augmentation.speed_factors, default=1.0) if augmentation is not None else 1.0
         margin = 1 if fbank is not None else 0  # on the fly, resampled audio may lose a frame
@@ -154,8 +154,8 @@ class AsrDataset(torch.utils.data.Dataset):
             for n, y in zip(self.num_frames, self.targets)
         ]
 
-    def _label_ends(self, units: str) -> list[torch.Tensor]:
-        ends = [gold_ends(r, units, len(y)) for r, y in zip(self.records, self.targets)]
+    def _label_ends(self, label_times, units: str) -> list[torch.Tensor]:
+        ends = [label_times(r, len(y)) for r, y in zip(self.records, self.targets)]
         missing = [r["id"] for r, e in zip(self.records, ends) if e is None]
         if self.records and len(missing) == len(self.records):
             raise ValueError(

@@ -12,6 +12,7 @@ import torch
 from cbasr.builder import build_model, model_configs
 from cbasr.data.source_tokens import experiment_input
 from cbasr.data.vocab import Vocabulary
+from cbasr.models.base import subsampling_stride
 from cbasr.storage.checkpoint import load_checkpoint
 
 __all__ = ["Experiment", "subsampling_stride", "frame_shift_seconds", "frame_seconds"]
@@ -65,11 +66,6 @@ class Experiment:
             return feats
         mean, std = self.cmvn
         return (feats - mean) / std
-
-
-def subsampling_stride(model, probe: int = 3000) -> int:
-    """Input frames per encoder frame, from the encoder's output lengths."""
-    return max(1, round(probe / max(model.output_frames(probe), 1)))
 
 
 def frame_shift_seconds(feature_dir: str | Path) -> float:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["AsrModel", "LossOutput"]
+__all__ = ["AsrModel", "LossOutput", "subsampling_stride"]
 
 
 @dataclass
@@ -111,3 +111,8 @@ class AsrModel(nn.Module, metaclass=abc.ABCMeta):
         if frames < len(targets):
             return f"{num_frames} frames ({frames} after subsampling) cannot hold {len(targets)} labels"
         return None
+
+
+def subsampling_stride(model, probe: int = 3000) -> int:
+    """Input frames per encoder frame, from the encoder's output lengths."""
+    return max(1, round(probe / max(model.output_frames(probe), 1)))

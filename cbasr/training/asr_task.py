@@ -21,8 +21,9 @@ from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
 from cbasr.data.source_tokens import SOURCE_VOCAB, experiment_input
 from cbasr.data.vocab import Vocabulary
+from cbasr.evaluation.delay import gold_ends
 from cbasr.evaluation.scoring import error_counts
-from cbasr.inference.experiment import frame_shift_seconds, subsampling_stride
+from cbasr.models.base import subsampling_stride
 from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.files import write_json
 from cbasr.training import distributed
@@ -122,11 +123,15 @@ class AsrTask:
         fbank = None
         if data.features == "on_the_fly":
             fbank = fbank_options_of(Path(data.feature_dir) / data.train_split, self.input_dim)
-        label_times = self.model.needs_label_ends
-        if label_times:  # seconds per encoder frame, for the labels' gold end frames
+        label_times = None
+        if self.model.needs_label_ends:  # the labels' gold end times, and seconds per frame
             split_dir = Path(data.feature_dir) / data.train_split
-            shift = fbank.frame_shift_ms / 1000.0 if fbank else frame_shift_seconds(split_dir)
-            self.frame_period = subsampling_stride(self.model) * shift
+            options = fbank or fbank_options_of(split_dir, self.input_dim)
+            self.frame_period = subsampling_stride(self.model) * options.frame_shift_ms / 1000.0
+
+            def label_times(record: dict, tokens: int) -> list[float | None] | None:
+                return gold_ends(record, data.units, tokens)
+
         self.train_set, self.valid_set = (
             AsrDataset(
                 Path(data.manifest_dir) / f"{split}.jsonl",
@@ -142,7 +147,7 @@ class AsrTask:
             )
             for split, augmentation, times in (
                 (data.train_split, augmentation_of(data), label_times),
-                (data.valid_split, None, False),
+                (data.valid_split, None, None),
             )
         )
         if len(self.train_set) == 0:

@@ -8,6 +8,7 @@ from cbasr.data.augment import Augmentation
 from cbasr.data.dataset import AsrDataset, collate
 from cbasr.data.features import FbankOptions, extract_split
 from cbasr.data.vocab import Vocabulary
+from cbasr.evaluation.delay import gold_ends
 from tests.fakes import make_tone_corpus
 
 
@@ -168,6 +169,10 @@ def test_non_finite_stored_features_are_a_counted_skip_naming_the_utterance(
     assert all(torch.isfinite(ds[i][1]).all() for i in range(len(ds)))
 
 
+def _phone_ends(record, tokens):
+    return gold_ends(record, "phones", tokens)
+
+
 def test_label_times_are_each_labels_gold_end_scaled_by_the_speed(tmp_path, caplog):
     corpus, records = _prepare(tmp_path)
     vocab = Vocabulary(["a", "b", "c", "d", "e"])
@@ -175,7 +180,7 @@ def test_label_times_are_each_labels_gold_end_scaled_by_the_speed(tmp_path, capl
     (corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     with caplog.at_level(logging.WARNING):
         timed = AsrDataset(
-            corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=True
+            corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=_phone_ends
         )
     assert "1 of 5 utterances have no gold phones times" in caplog.text
     assert records[5]["id"] in caplog.text
@@ -195,14 +200,14 @@ def test_label_times_are_each_labels_gold_end_scaled_by_the_speed(tmp_path, capl
         vocab,
         "phones",
         augmentation=Augmentation(speed_factors=(1.25,)),
-        label_times=True,
+        label_times=_phone_ends,
     )
     torch.testing.assert_close(fast[0][3], timed[0][3] / 1.25, equal_nan=True)
     for record in records:
         record.pop("phone_starts", None)
     (corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(ValueError, match="train.jsonl: no utterance has gold phones times"):
-        AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=True)
+        AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones", label_times=_phone_ends)
 
 
 def test_collate_pads_label_times_with_nan_and_gives_their_frames():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cbasr.data.dataset import collate
-from cbasr.inference.experiment import subsampling_stride
+from cbasr.models.base import subsampling_stride
 from cbasr.training.asr_task import asr_trainer
 from tests.models.test_chunk_end_blank import (
     _no_dropout,
