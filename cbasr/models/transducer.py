@@ -186,11 +186,7 @@ class TransducerModel(AsrModel):
                 )
             self._check_barrable("align_restrict_left", criterion, topology)
         self.align_restrict_left = align_restrict_left
-        if align_restrict_chunk and (
-            align_restrict_left is None
-            or not getattr(encoder, "chunk_size", 0)
-            or getattr(encoder, "dynamic_chunks", 0)
-        ):
+        if align_restrict_chunk and (align_restrict_left is None or not _fixed_chunk(encoder)):
             raise ValueError(
                 "loss.align_restrict_chunk moves loss.align_restrict_left's bounds to their "
                 "chunk's start: it needs align_restrict_left and fixed chunks "
@@ -220,7 +216,7 @@ class TransducerModel(AsrModel):
         if n == 0:
             return 0
         chunk = getattr(encoder, "chunk_size", 0)
-        if not 0 < n < chunk or getattr(encoder, "dynamic_chunks", 0):
+        if not 0 < n < _fixed_chunk(encoder):
             raise ValueError(
                 "loss.chunk_end_blank bars label emissions on the last frames of a fixed "
                 f"attention chunk: it needs 0 < chunk_end_blank < encoder.chunk_size and no "
@@ -501,3 +497,8 @@ class TransducerModel(AsrModel):
             raise ValueError(f"greedy_loop must be auto, label, graphs or frame, got {loop!r}")
         search = label_looping_greedy if loop == "label" else frame_looping_greedy
         return search(self.decoder, h, lens, self.max_symbols, self.greedy, frames=frames)
+
+
+def _fixed_chunk(encoder) -> int:
+    """The encoder's attention chunk in frames where every batch has the same one, else 0."""
+    return 0 if getattr(encoder, "dynamic_chunks", 0) else getattr(encoder, "chunk_size", 0) or 0
