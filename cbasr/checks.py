@@ -21,6 +21,7 @@ __all__ = [
     "check_none",
     "check_at_least",
     "one_read",
+    "graph_capturing",
 ]
 
 # The value checks of the enclosing one_read block (None outside one), per thread: each queued
@@ -44,6 +45,12 @@ def one_read() -> Iterator[None]:
     outer one. The code in the block must not use the values it checks: an out-of-range index
     would fail on the device first, without the message; nor call a function that computes on
     values it checks in a block of its own, which leaves the reading to this one.
+
+    While the current CUDA stream captures a graph (:func:`graph_capturing`: the training step
+    of ``trainer.cuda_graphs``), the block reads nothing and checks nothing: a graph's replays
+    cannot stop for the host. That step is captured on a batch these checks have passed (its
+    first, run eagerly), and its replays take batches of the same dataset, which has already
+    skipped every utterance with a label outside the vocabulary or more labels than frames.
     """
     if _queue.get() is not None:
         yield
@@ -54,6 +61,8 @@ def one_read() -> Iterator[None]:
         queued = _queue.get()
     finally:
         _queue.reset(token)
+    if graph_capturing():
+        return
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for stats, _, _ in queued:
         by_device.setdefault(stats[0].device, []).extend(stats)
@@ -62,6 +71,12 @@ def one_read() -> Iterator[None]:
         if not ok([next(read[stats[0].device]) for _ in stats]):
             check()  # raises the check's own error
             raise AssertionError(f"one_read: a deferred check failed but {check} did not raise")
+
+
+def graph_capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph, where reading a device value
+    on the host is an error (and packing sequences by their lengths is one)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 def _read(stats: list[torch.Tensor]) -> list:

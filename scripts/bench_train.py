@@ -211,6 +211,20 @@ def sync_sites(trainer, batch_ids, tokens: int, preset: str) -> str:
     return "\n".join(lines)
 
 
+def gpu_time_us(trainer, batches, tokens) -> float:
+    """The device's kernel time, in microseconds, of training steps on ``batches`` (the
+    profiler's CUDA activity only: the host's own time is not traced), replayed graphs'
+    kernels included."""
+    dev = trainer.device
+    loaded = [b.to(dev) for b in trainer.loader(batches)]
+    _sync(dev)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for batch, n in zip(loaded, tokens):
+            trainer.train_step(batch, n)
+        _sync(dev)
+    return sum(e.self_device_time_total for e in prof.key_averages())
+
+
 def bench(preset: str, data: Path, args, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = asr_trainer(
@@ -239,6 +253,11 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
                 step_s.append(done - ready)
             waited = time.perf_counter()
         profiler.__exit__(None, None, None)
+        gpu = {}
+        if args.gpu_time and dev.type == "cuda":  # the same batches again, kernels timed
+            gpu_us = gpu_time_us(trainer, batches[args.warmup :], tokens[args.warmup :])
+            gpu["gpu_ms"] = round(gpu_us / 1000 / len(step_s), 2)
+            gpu["wall_over_gpu"] = round(statistics.mean(step_s) * 1e6 / (gpu_us / len(step_s)), 2)
         if args.sync_sites:
             try:
                 print(sync_sites(trainer, batches[-1], tokens[-1], preset), file=sys.stderr)
@@ -274,6 +293,7 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
     return {
         "preset": preset,
         "device": str(dev),
+        "cuda_graphs": trainer.options.cuda_graphs,
         "threads": torch.get_num_threads(),
         "workers": args.num_workers,
         "params_M": round(trainer.num_params / 1e6, 2),
@@ -283,6 +303,7 @@ def bench(preset: str, data: Path, args, device: str) -> dict:
         "step_ms": round(1000 * statistics.median(step_s)),
         "wait_share": round(sum(wait_s) / wall, 3),
         "load_share": round(sum(load_s) / sum(step_s), 3),
+        **gpu,
         **floor,
     }
 
@@ -350,6 +371,13 @@ def main(argv: list[str] | None = None) -> None:
         "the ls_ presets, else synth)",
     )
     parser.add_argument(
+        "--gpu-time",
+        action="store_true",
+        help="CUDA: also train the measured batches once more under the profiler (device "
+        "activity only) and report the kernels' time per step (gpu_ms) and the wall time's "
+        "ratio to it (wall_over_gpu: 1 when the device never waits on the host)",
+    )
+    parser.add_argument(
         "--sync-sites",
         action="store_true",
         help="CUDA: after the run, one more step with each operation that makes the host wait "
@@ -391,15 +419,19 @@ def main(argv: list[str] | None = None) -> None:
         rows = []
         for d in devices:
             for p in args.presets:
-                rows.append(bench(p, data_for(p), args, d))
+                try:
+                    rows.append(bench(p, data_for(p), args, d))
+                except RuntimeError as error:  # (a step that cannot be captured, say) the rest run
+                    traceback.print_exc()
+                    rows.append({"preset": p, "device": d, "error": str(error)[:500]})
                 if args.json == "-":
                     print(json.dumps(rows[-1]), flush=True)
     if args.json == "-":
         return
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for row in rows for k in row))
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
-        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+        print("| " + " | ".join(str(row.get(k, "-")) for k in keys) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -335,6 +335,9 @@ class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: cuda:LOCAL_RANK)
     num_threads: int = 0  # torch intra-op threads on CPU (0: torch's default)
     precision: Precision = Precision.fp32  # fp16: CUDA only, with a gradient scaler
+    # CUDA only: each step (forward, backward, clipping, the update) replayed from a CUDA graph
+    # captured once per padded batch shape (cbasr.training.graphs); off until measured
+    cuda_graphs: bool = False
     checkpoint_minutes: float = 5.0  # also checkpoint mid-epoch this often
     checkpoint_every_steps: int = 0  # and every this many optimizer steps (0: never)
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)

@@ -5,6 +5,7 @@ import contextlib
 import torch
 from torch import nn
 
+from cbasr.checks import graph_capturing
 from cbasr.config.schema import ConformerEncoderConfig, RNNEncoderConfig
 from cbasr.modules.dropout import Dropout, dropout
 
@@ -171,7 +172,10 @@ class RNNEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.subsampling is not None:
             x, lens = self.subsampling(x, lens)
-        h = self._run_packed(x, lens) if x.is_cuda else self._run_padded(x, lens)
+        if x.is_cuda and not graph_capturing():
+            h = self._run_packed(x, lens)
+        else:  # (a CUDA graph's capture: packing reads the lengths on the host)
+            h = self._run_padded(x, lens)
         return self.dropout(h), lens
 
     @property
@@ -203,7 +207,8 @@ class RNNEncoder(nn.Module):
         return h
 
     def _run_padded(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        """The same stack on the padded batch, one layer and direction at a time: on CPU.
+        """The same stack on the padded batch, one layer and direction at a time: on CPU, and
+        in a CUDA graph's capture (no lengths read on the host).
 
         PyTorch's CPU LSTM/GRU runs a packed batch as one small step per frame, and the
         backward of each step's slice of the input projection writes a zero tensor the size of

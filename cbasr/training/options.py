@@ -43,6 +43,8 @@ def check_options(
             "trainer.precision=fp16 needs a CUDA device (a gradient scaler guards fp16 gradients); "
             "use trainer.precision=bf16 or fp32 on CPU"
         )
+    if trainer.cuda_graphs:
+        _check_graphs(trainer, optim, device)
     if trainer.best_metric not in metrics:
         raise ValueError(
             f"trainer.best_metric must be one of {metrics}, got {trainer.best_metric!s}"
@@ -57,13 +59,47 @@ def check_options(
     emit_bias_option(trainer.emit_bias_init)
 
 
-def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
-    """``optim.name``: Adam, AdamW or SGD with momentum (Graves et al.'s TIMIT optimizer)."""
+def _check_graphs(trainer: TrainerConfig, optim: OptimConfig, device: torch.device) -> None:
+    """``trainer.cuda_graphs``: what a captured step cannot do, each refused in one line."""
+    if device.type != "cuda":
+        raise ValueError(
+            f"trainer.cuda_graphs=true needs a CUDA device (trainer.device={trainer.device} "
+            f"is {device})"
+        )
+    if trainer.precision == "fp16":
+        raise ValueError(
+            "trainer.cuda_graphs=true takes trainer.precision=fp32 or bf16 (fp16's gradient "
+            "scaler reads the device every step)"
+        )
+    if optim.name not in ("adam", "adamw"):
+        raise ValueError(
+            f"trainer.cuda_graphs=true needs optim.name=adam or adamw (a fused update that "
+            f"skips a non-finite step on the device), got {optim.name!s}"
+        )
+    if optim.weight_noise > 0:
+        raise ValueError(
+            "trainer.cuda_graphs=true and optim.weight_noise > 0: weight noise is drawn per "
+            "step on the host"
+        )
+
+
+def make_optimizer(
+    model: torch.nn.Module, optim: OptimConfig, graphs: torch.device | None = None
+) -> torch.optim.Optimizer:
+    """``optim.name``: Adam, AdamW or SGD with momentum (Graves et al.'s TIMIT optimizer).
+
+    ``graphs``: for a step in a CUDA graph (:mod:`cbasr.training.graphs`), on that device:
+    Adam or AdamW fused and capturable, the learning rate a tensor there (the schedule writes
+    it in place, the graphs read it), a non-finite step skipped through ``found_inf``.
+    """
     params, lr, decay = model.parameters(), optim.lr, optim.weight_decay
-    if optim.name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=decay)
-    if optim.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=decay)
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    kind = next((k for name, k in kinds.items() if optim.name == name), None)
+    if graphs is not None and kind is not None:
+        lr = torch.tensor(float(lr), device=graphs)
+        return kind(params, lr=lr, weight_decay=decay, fused=True, capturable=True)
+    if kind is not None:
+        return kind(params, lr=lr, weight_decay=decay)
     return torch.optim.SGD(params, lr=lr, momentum=optim.momentum, weight_decay=decay)
 
 

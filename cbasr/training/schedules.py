@@ -74,7 +74,13 @@ class LearningRateSchedule:
         if warmup_steps < 0:
             raise ValueError(f"optim.warmup_steps must be >= 0, got {warmup_steps}")
         self.optimizer = optimizer
-        self.peak_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.peak_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        # a group whose lr is a tensor (a fused optimizer in a CUDA graph: trainer.cuda_graphs)
+        # keeps that tensor, rewritten in place, as the graphs hold it
+        self._lr_tensors = [
+            group["lr"] if isinstance(group["lr"], torch.Tensor) else None
+            for group in optimizer.param_groups
+        ]
         self.decay, self.warmup_steps, self.total_steps = decay, warmup_steps, total_steps
         self.final_lr_scale, self.min_lr_scale = final_lr_scale, min_lr_scale
         self.plateau_factor, self.plateau_patience = plateau_factor, plateau_patience
@@ -94,8 +100,12 @@ class LearningRateSchedule:
 
     def _apply(self) -> None:
         scale = self.scale()
-        for group, peak in zip(self.optimizer.param_groups, self.peak_lrs):
-            group["lr"] = peak * scale
+        groups = self.optimizer.param_groups
+        for group, peak, tensor in zip(groups, self.peak_lrs, self._lr_tensors):
+            if tensor is None:
+                group["lr"] = peak * scale
+            else:  # (also after a checkpoint's load_state_dict put a float there)
+                group["lr"] = tensor.fill_(peak * scale)
 
     def step(self) -> None:
         """After an optimizer update."""
@@ -115,7 +125,9 @@ class LearningRateSchedule:
         return changed
 
     def get_last_lr(self) -> list[float]:
-        return [group["lr"] for group in self.optimizer.param_groups]
+        """Each group's learning rate (computed: a tensor's is not read from the device)."""
+        scale = self.scale()
+        return [peak * scale for peak in self.peak_lrs]
 
     def state_dict(self) -> dict:
         return {

@@ -37,6 +37,7 @@ from cbasr.storage.checkpoint import rng_state, seed_everything, set_rng_state
 from cbasr.storage.lock import lock_experiment
 from cbasr.training import distributed
 from cbasr.training.checkpointing import RunCheckpoints
+from cbasr.training.graphs import GraphedSteps
 from cbasr.training.meter import ProgressMeter
 from cbasr.training.options import PRECISIONS, check_options, make_optimizer
 from cbasr.training.reports import TrainingLog
@@ -98,6 +99,15 @@ def _read_scalars(norm: torch.Tensor, stats: dict) -> tuple[float, dict[str, flo
     return values[0], {**stats, **dict(zip(keys, values[1:]))}
 
 
+def _plain_lr(state: dict) -> dict:
+    """An optimizer's state with each group's learning rate a float (``trainer.cuda_graphs``
+    keeps it as a device tensor: its checkpoints are the eager step's, and resume either way)."""
+    for group in state["param_groups"]:
+        if isinstance(group.get("lr"), torch.Tensor):
+            group["lr"] = float(group["lr"])
+    return state
+
+
 def _step_seed(seed: int, step: int) -> int:
     """Seed of step ``step``'s weight noise: the same in every process and after a resume."""
     return int(
@@ -115,6 +125,8 @@ class Trainer:
         options, optim: the loop's own config groups, typed.
         exp_dir: the experiment directory.
         dist_ctx: this process's place among several (default: from ``torchrun``'s environment).
+        static_step: the step of ``trainer.cuda_graphs`` (padded to bucket shapes, the fused
+            update) run eagerly, on any device: how the CPU tests check that step's logic.
     """
 
     def __init__(
@@ -124,6 +136,7 @@ class Trainer:
         optim: OptimConfig,
         exp_dir: str | Path,
         dist_ctx: distributed.DistContext | None = None,
+        static_step: bool = False,
     ):
         self.exp_dir = Path(exp_dir)
         self.dist = distributed.from_environment() if dist_ctx is None else dist_ctx
@@ -147,7 +160,8 @@ class Trainer:
             seed_everything(trainer.seed + self.dist.rank)  # dropout: a stream per process
         self.task.build_data(self.dist)
         self.steps_per_epoch = self.task.steps_per_epoch
-        self.optimizer = make_optimizer(self.model, optim)
+        graphed = trainer.cuda_graphs or static_step
+        self.optimizer = make_optimizer(self.model, optim, self.device if graphed else None)
         self.schedule = LearningRateSchedule(
             self.optimizer,
             optim.scheduler,
@@ -166,11 +180,35 @@ class Trainer:
                 device_ids=[self.device] if self.device.type == "cuda" else None,
                 find_unused_parameters=trainer.find_unused_parameters,
             )
+        self.graphed = None
+        if graphed:
+            self._check_graphable()
+            self.graphed = GraphedSteps(
+                self.task.forward,
+                self.model,
+                self.optimizer,
+                optim.grad_clip,
+                self.device,
+                graphs=trainer.cuda_graphs,
+            )
         self.noise_generator = torch.Generator(device=self.device)
         self.state = TrainState()
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.reports = TrainingLog(self.exp_dir, self.dist.is_main, self.task.unit)
         self._last_save = time.monotonic()
+
+    def _check_graphable(self) -> None:
+        """What ``trainer.cuda_graphs`` refuses that only the built run knows."""
+        if self.dist.enabled:
+            raise ValueError(
+                "trainer.cuda_graphs=true trains in one process (DistributedDataParallel's "
+                "gradient exchange is not captured)"
+            )
+        if getattr(getattr(self.model, "encoder", None), "dynamic_chunks", 0):
+            raise ValueError(
+                "trainer.cuda_graphs=true and encoder.dynamic_chunks > 0: each batch draws its "
+                "chunk size on the host, and a graph would replay its capture's"
+            )
 
     # --- checkpoints -------------------------------------------------------------------
     def _checkpoint(self) -> dict:
@@ -178,7 +216,7 @@ class Trainer:
         rngs = distributed.all_gather_objects(rng_state(), self.dist)
         ckpt = {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": _plain_lr(self.optimizer.state_dict()),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
             "state": asdict(self.state),
@@ -267,6 +305,8 @@ class Trainer:
         gradient average is the gradient of the global batch's per-label loss.
         """
         self.ddp.train()
+        if self.graphed is not None:
+            return self._graphed_step(batch, global_tokens, want_save)
         world = self.dist.world_size
         with self._noise():
             with self._autocast():
@@ -327,6 +367,34 @@ class Trainer:
         self.scaler.update()
         self.schedule.step()
         return StepResult(nll, norm, stats, save > 0)
+
+    def _graphed_step(self, batch, global_tokens: int, want_save: bool) -> StepResult:
+        """:meth:`train_step` by :class:`~cbasr.training.graphs.GraphedSteps` (one process)."""
+        if not batch.ids:
+            log.warning(
+                "step %d: no readable utterance in this batch; skipping the step", self.state.step
+            )
+            return StepResult(None, math.nan, {}, want_save)
+        dtype = PRECISIONS[self.options.precision]
+        autocast = (  # no cast cache: a graph's casts are replayed, not kept
+            nullcontext
+            if dtype is None
+            else lambda: torch.autocast(self.device.type, dtype=dtype, cache_enabled=False)
+        )
+        values = self.graphed(batch, global_tokens, autocast)
+        faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
+        bad_ids = [utt for utt, ok in zip(batch.ids, values.finite) if not ok]
+        if bad_ids or not math.isfinite(values.grad_norm):
+            what = "loss" if bad_ids else "gradient"
+            log.warning(
+                "step %d: non-finite %s for %s; the update was skipped",
+                self.state.step,
+                what,
+                bad_ids or batch.ids,
+            )
+            return StepResult(None, math.nan, {}, want_save)
+        self.schedule.step()
+        return StepResult(values.nll, values.grad_norm, values.stats, want_save)
 
     def validate(self) -> dict:
         """The task's validation metrics for the current model."""

@@ -1,0 +1,223 @@
+"""trainer.cuda_graphs: the static step (padded to bucket shapes, the fused update that skips a
+non-finite step on the device) against the eager step on the CPU; the graphs themselves against
+the static step on CUDA (gpu-marked, run by scripts/gpu_check.sh)."""
+
+import logging
+import math
+
+import pytest
+import torch
+
+from cbasr.config.schema import OptimConfig, TrainerConfig
+from cbasr.data.dataset import Batch
+from cbasr.models import CTCModel, LossOutput
+from cbasr.training.asr_task import AsrTask, asr_trainer
+from cbasr.training.graphs import GraphedSteps, _Shape
+from cbasr.training.options import check_options
+from cbasr.training.trainer import Trainer
+from tests.training.test_trainer import make_cfg
+
+# no dropout: the static step draws its masks over the padded batch
+PRESETS = {
+    "ctc": ["encoder.dropout=0"],
+    "hat_pruned": [
+        "encoder.dropout=0",
+        "decoder=hat",
+        "decoder.dropout=0",
+        "loss=hat",
+        "loss.prune_range=2",
+    ],
+    "cb": ["encoder.dropout=0", "decoder=pointwise", "loss=cb_marginal"],
+}
+
+
+def _trainer(data, exp, *overrides, static=False):
+    cfg = make_cfg(data, exp, *overrides)
+    t = Trainer(AsrTask(cfg, exp), cfg.trainer, cfg.optim, exp, static_step=static)
+    t.initialise()
+    return t
+
+
+def _steps(t, n):
+    """The trainer's step on the first ``n`` batches of its first epoch."""
+    batches = t.task.epoch_batches(0)[:n]
+    results = []
+    for batch, indices in zip(t.loader(batches), batches):
+        tokens, _ = t.task.batch_size(indices)
+        results.append(t.train_step(batch, tokens))
+    return results
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_static_step_trains_as_the_eager_step(tone_data, tmp_path, preset):
+    eager = _trainer(tone_data, tmp_path / "e", *PRESETS[preset])
+    static = _trainer(tone_data, tmp_path / "s", *PRESETS[preset], static=True)
+    want, got = _steps(eager, 4), _steps(static, 4)
+    # the batches were padded (to 4 utterances, 64 frames, 8 labels), and more than one shape seen
+    assert len(static.graphed.shapes) > 1
+    for w, g in zip(want, got):
+        assert g.nll == pytest.approx(w.nll, rel=1e-5)
+        assert g.grad_norm == pytest.approx(w.grad_norm, rel=1e-4)
+        assert g.stats.keys() == w.stats.keys()
+    for (name, w), g in zip(eager.model.state_dict().items(), static.model.state_dict().values()):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-6), name
+    assert static.schedule.get_last_lr() == pytest.approx(eager.schedule.get_last_lr())
+    group = static.optimizer.param_groups[0]
+    assert isinstance(group["lr"], torch.Tensor)
+    assert float(group["lr"]) == pytest.approx(static.schedule.get_last_lr()[0])
+
+
+def test_a_non_finite_loss_skips_the_update_on_the_device(tone_data, tmp_path, monkeypatch, caplog):
+    t = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
+    _steps(t, 1)  # the optimizer's state exists
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    moments = {k: v.clone() for k, v in t.optimizer.state[t.graphed.params[0]].items()}
+    real_loss = CTCModel.loss
+
+    def second_inf(self, *batch, **extra):
+        out = real_loss(self, *batch, **extra)
+        bump = torch.zeros_like(out.loss)
+        bump[1] = math.inf
+        return LossOutput(out.loss + bump, out.nll, {})
+
+    monkeypatch.setattr(CTCModel, "loss", second_inf)
+    batches = t.task.epoch_batches(0)[1:2]
+    batch = next(iter(t.loader(batches)))
+    tokens, _ = t.task.batch_size(batches[0])
+    with caplog.at_level(logging.WARNING):
+        result = t.train_step(batch, tokens)
+    assert result.nll is None and math.isnan(result.grad_norm)
+    assert f"non-finite loss for ['{batch.ids[1]}']; the update was skipped" in caplog.text
+    for k, v in t.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for k, v in t.optimizer.state[t.graphed.params[0]].items():
+        assert torch.equal(v, moments[k]), k  # the step count too
+    assert t.schedule.steps == 1
+
+
+def test_the_padded_batch_copies_the_first_row_and_weighs_it_nothing():
+    feats = torch.arange(2 * 3 * 2, dtype=torch.float32).reshape(2, 3, 2) + 1
+    batch = Batch(
+        ["a", "b"],
+        feats,
+        torch.tensor([3, 2]),
+        torch.tensor([[5, 6], [7, 0]]),
+        torch.tensor([2, 1]),
+        torch.tensor([[0.1, 0.2], [0.3, math.nan]]),
+    )
+    model = torch.nn.Linear(1, 1)
+    steps = GraphedSteps(
+        None, model, torch.optim.Adam(model.parameters()), 0.0, torch.device("cpu"), graphs=False
+    )
+    key = steps.shape_of(batch)
+    assert key == (4, 64, 8)
+    assert GraphedSteps.shape_of(
+        steps, Batch([], torch.zeros(5, 65, 2), None, torch.zeros(5, 9), None)
+    ) == (8, 128, 16)
+    shape = _Shape(key, batch, torch.device("cpu"))
+    shape.load(batch, tokens=7)
+    s = shape.batch
+    assert s.feats.shape == (4, 64, 2) and s.targets.shape == (4, 8)
+    assert torch.equal(s.feats[:2, :3], feats) and not s.feats[:, 3:].any()
+    assert torch.equal(s.feats[2], s.feats[0]) and torch.equal(s.feats[3], s.feats[0])
+    assert s.feat_lens.tolist() == [3, 2, 3, 3] and s.target_lens.tolist() == [2, 1, 2, 2]
+    assert (
+        s.targets[:, :2].tolist() == [[5, 6], [7, 0], [5, 6], [5, 6]] and not s.targets[:, 2:].any()
+    )
+    assert s.label_ends[3, :2].tolist() == pytest.approx([0.1, 0.2])
+    assert s.label_ends[:, 2:].isnan().all() and s.label_ends[1, 1].isnan()
+    assert shape.weights.tolist() == [1, 1, 0, 0] and float(shape.tokens) == 7
+    # a smaller batch later in the same shape leaves nothing of the first behind
+    shape.load(
+        Batch(
+            ["c"],
+            feats[:1, :2],
+            torch.tensor([2]),
+            torch.tensor([[9]]),
+            torch.tensor([1]),
+            torch.tensor([[0.5]]),
+        ),
+        1,
+    )
+    assert not s.feats[:, 2:].any() and s.targets[:, 1:].sum() == 0
+    assert shape.weights.tolist() == [1, 0, 0, 0] and s.label_ends[:, 1:].isnan().all()
+
+
+def test_the_least_recently_used_shape_is_dropped(tone_data, tmp_path):
+    t = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
+    t.graphed.max_shapes = 1
+    _steps(t, 3)
+    assert len(t.graphed.shapes) == 1
+    batches = t.task.epoch_batches(0)[:3]
+    last = next(iter(t.loader(batches[2:])))
+    assert list(t.graphed.shapes) == [t.graphed.shape_of(last)]
+
+
+def test_its_checkpoints_hold_a_float_lr_and_resume_either_way(tone_data, tmp_path):
+    t = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
+    _steps(t, 2)
+    t.state.step = 2
+    t.save()
+    lr = t.optimizer.param_groups[0]["lr"]
+    assert isinstance(t._checkpoint()["optimizer"]["param_groups"][0]["lr"], float)
+    assert isinstance(lr, torch.Tensor)  # the optimizer's own is still the tensor
+    eager = _trainer(tone_data, tmp_path, *PRESETS["ctc"])
+    assert eager.schedule.steps == 2
+    assert eager.optimizer.param_groups[0]["lr"] == pytest.approx(float(lr))
+    _steps(eager, 1)  # an eager Adam with a float lr
+    static = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
+    group = static.optimizer.param_groups[0]
+    assert isinstance(group["lr"], torch.Tensor) and float(group["lr"]) == pytest.approx(float(lr))
+    assert group["lr"] is static.schedule._lr_tensors[0]  # the tensor a graph holds
+
+
+def test_cuda_graphs_options_are_refused_in_one_line(tone_data, tmp_path):
+    with pytest.raises(
+        ValueError,
+        match=r"^trainer.cuda_graphs=true needs a CUDA device \(trainer.device=cpu is cpu\)$",
+    ):
+        asr_trainer(make_cfg(tone_data, tmp_path, "trainer.cuda_graphs=true", "trainer.device=cpu"))
+    cuda = torch.device("cuda")
+    for trainer, optim, match in [
+        (
+            TrainerConfig(cuda_graphs=True, precision="fp16"),
+            OptimConfig(),
+            "takes trainer.precision=fp32 or bf16",
+        ),
+        (
+            TrainerConfig(cuda_graphs=True),
+            OptimConfig(name="sgd"),
+            "needs optim.name=adam or adamw.*got sgd",
+        ),
+        (
+            TrainerConfig(cuda_graphs=True),
+            OptimConfig(weight_noise=0.1),
+            "weight noise is drawn per step",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            check_options(trainer, optim, cuda)
+    check_options(
+        TrainerConfig(cuda_graphs=True, precision="bf16"), OptimConfig(name="adamw"), cuda
+    )
+    t = _trainer(tone_data, tmp_path / "c", *PRESETS["ctc"], static=True)
+    t._check_graphable()
+    t.model.encoder.dynamic_chunks = 4  # (as a chunked Conformer's)
+    with pytest.raises(ValueError, match="encoder.dynamic_chunks > 0: each batch draws"):
+        t._check_graphable()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_cuda_graphs_replay_the_static_step(tone_data, tmp_path, preset):
+    """The captured step's replays against the same static step run eagerly, on CUDA."""
+    on_cuda = ["trainer.device=cuda", *PRESETS[preset]]
+    static = _trainer(tone_data, tmp_path / "s", *on_cuda, static=True)
+    graphs = _trainer(tone_data, tmp_path / "g", *on_cuda, "trainer.cuda_graphs=true")
+    want, got = _steps(static, 8), _steps(graphs, 8)
+    assert graphs.graphed.captures == len(graphs.graphed.shapes) < 8  # some steps were replays
+    for w, g in zip(want, got):
+        assert g.nll == pytest.approx(w.nll, rel=1e-4)
+        assert g.grad_norm == pytest.approx(w.grad_norm, rel=1e-3)
+    for (name, w), g in zip(static.model.state_dict().items(), graphs.model.state_dict().values()):
+        assert torch.allclose(g, w, rtol=1e-3, atol=1e-5), name
