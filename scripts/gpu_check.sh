@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine (its steps' limits: 825 s in all, more than one device call;
+# The GPU check: on a fresh GPU machine (its steps' limits: 945 s in all, more than one device call;
 # GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
 # whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
 #
@@ -20,7 +20,8 @@
 #   bench_train.jsonl    (bench_greedy) scripts/bench_greedy.py --device cuda --json: label-looping
 #                        greedy decoding, eager and from CUDA graphs, against frame-looping
 #                        (lines with "greedy"); (bench_train) scripts/bench_train.py --synthetic
-#                        --device cuda --json --warm-pass on the synth presets; (conformer) the
+#                        --device cuda --json --warm-pass --gpu-time on the synth presets, eager
+#                        and (bench_graphs) with trainer.cuda_graphs=true; (conformer) the
 #                        LibriSpeech Conformers against scripts/conformer_floor.py (--floor)
 #   profile.txt          (sync_sites) each synchronising operation of a step, by where it is
 #                        called (bench_train.py --sync-sites); (profile) the same presets under
@@ -50,7 +51,7 @@ fi
 failed=0
 summary="$out/summary.txt"
 
-steps=${GPU_STEPS:-tests bench_greedy bench_losses bench_distributions bench_train conformer sync_sites table}
+steps=${GPU_STEPS:-tests bench_greedy bench_losses bench_distributions bench_train bench_graphs conformer sync_sites table}
 
 step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, note the outcome
   local name=$1 limit=$2 file=$3
@@ -89,10 +90,16 @@ step conformer 150 "$out/conformer.tmp" "$py" $cmd
 annotate "$out/conformer.tmp" "$cmd"
 [[ -f $out/conformer.tmp ]] && cat "$out/conformer.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/conformer.tmp"
 
-cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --presets blstm_ctc cb_pointwise demo_hat"
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --gpu-time --presets blstm_ctc cb_pointwise demo_hat"
 step bench_train 120 "$out/train.tmp" "$py" $cmd
 annotate "$out/train.tmp" "$cmd"
 [[ -f $out/train.tmp ]] && cat "$out/train.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/train.tmp"
+
+# the same steps replayed from CUDA graphs (trainer.cuda_graphs): wall time over kernel time
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --gpu-time --presets blstm_ctc cb_pointwise demo_hat --set trainer.cuda_graphs=true"
+step bench_graphs 120 "$out/graphs.tmp" "$py" $cmd
+annotate "$out/graphs.tmp" "$cmd"
+[[ -f $out/graphs.tmp ]] && cat "$out/graphs.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/graphs.tmp"
 
 # where a step waits on the host (what a CUDA graph of it cannot hold)
 step sync_sites 60 "$out/profile.txt" bash -c '"$@" 2>&1 >/dev/null' - "$py" scripts/bench_train.py \

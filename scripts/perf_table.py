@@ -25,6 +25,9 @@ The ratios, each against its reference measured in the same run:
 - transducer greedy decoding, label-looping's speed over frame-looping's on one batch, eager
   and replayed from CUDA graphs (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``;
   target on a GPU: at least 3);
+- a training step's wall time over its kernels' time (``bench_train.py --gpu-time``), eager
+  and replayed from CUDA graphs (``trainer.cuda_graphs``; target: at most 1.2 from graphs, the
+  eager figure for comparison);
 - the LibriSpeech Conformers' training frames per second over the minimal loop's of the same
   sizes on the same batches (``bench_train.py --floor``; target: at least 0.95).
 """
@@ -37,6 +40,7 @@ import sys
 from pathlib import Path
 
 GREEDY_SPEED_UP = 3.0  # label-looping over frame-looping greedy decoding, on a GPU
+WALL_OVER_GPU = 1.2  # a training step's wall time over its kernels' time, from CUDA graphs
 FLOOR_RATIO = 0.95  # the LibriSpeech Conformers over scripts/conformer_floor.py's minimal loop
 # (quantity, ours, reference, field, target, higher is better)
 LOSS_RATIOS = [
@@ -111,7 +115,8 @@ def ratios(folder: Path) -> list[dict]:
             author = rows.get("author", {}).get("ms")
             mine = rows[implementation]["ms"]
             add(quantity, shape, mine, author, DISTRIBUTION_TARGET, True, speed_up=True)
-    train = {r["preset"]: r for r in read_lines(folder / "bench_train.jsonl") if "preset" in r}
+    lines = [r for r in read_lines(folder / "bench_train.jsonl") if "frames_per_s" in r]
+    train = {r["preset"]: r for r in lines if not r.get("cuda_graphs")}
     for preset, target in TRAIN_RATIOS:
         if preset in train or "blstm_ctc" in train:
             mine = train.get(preset, {}).get("frames_per_s")
@@ -126,6 +131,11 @@ def ratios(folder: Path) -> list[dict]:
                 quantity = f"{r['greedy']} greedy: label-looping from CUDA graphs, speed-up"
                 mine = r["graphs_ms"]
                 add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
+    for r in lines:  # bench_train.py --gpu-time's lines: wall time over the kernels' time
+        if "gpu_ms" in r:
+            mode = "CUDA graphs" if r.get("cuda_graphs") else "eager"
+            quantity = f"{r['preset']} step, {mode}: wall / GPU time"
+            add(quantity, "", r["wall_ms"], r["gpu_ms"], WALL_OVER_GPU, False)
     for r in read_lines(folder / "bench_train.jsonl"):  # bench_train.py --floor's lines
         if "floor_frames_per_s" in r:
             quantity = f"{r['preset']} / minimal loop frames/s"

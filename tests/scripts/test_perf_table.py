@@ -166,3 +166,30 @@ def test_graphs_and_floor_lines_give_their_ratios(perf_table, tmp_path):
     ctc = rows[("ls_conformer_ctc / minimal loop frames/s", "")]
     hat = rows[("ls_conformer_hat / minimal loop frames/s", "")]
     assert (ctc["ratio"], ctc["met"], hat["ratio"], hat["met"]) == (0.95, True, 0.9, False)
+
+
+def test_gpu_time_lines_give_wall_over_gpu_time_and_graph_rows_leave_the_eager_ratios(
+    perf_table, tmp_path
+):
+    """``bench_train.py --gpu-time``: each line's mean wall time over its kernels' time per step,
+    against 1.2, eager and from CUDA graphs; the frames/s ratios take the eager lines only, and
+    a preset that failed (an ``error`` line) gives no ratio."""
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    lines = [
+        {"preset": "blstm_ctc", "frames_per_s": 100.0, "cuda_graphs": False, "wall_ms": 20.0,
+         "gpu_ms": 5.0},
+        {"preset": "cb_pointwise", "frames_per_s": 90.0, "cuda_graphs": False},
+        {"preset": "cb_pointwise", "frames_per_s": 300.0, "cuda_graphs": True, "wall_ms": 5.5,
+         "gpu_ms": 5.0},
+        {"preset": "demo_hat", "device": "cuda", "error": "trainer.cuda_graphs: cannot be captured"},
+    ]  # fmt: skip
+    _write(folder / "bench_train.jsonl", lines)
+    rows = {r["quantity"]: r for r in perf_table.ratios(folder)}
+    eager = rows["blstm_ctc step, eager: wall / GPU time"]
+    graphs = rows["cb_pointwise step, CUDA graphs: wall / GPU time"]
+    assert (eager["ratio"], eager["met"], eager["target"]) == (4.0, False, "≤ 1.2")
+    assert graphs["ratio"] == pytest.approx(1.1) and graphs["met"]
+    assert rows["cb_pointwise / blstm_ctc frames/s"]["ratio"] == pytest.approx(0.9)
+    assert rows["demo_hat / blstm_ctc frames/s"]["ratio"] is None
+    assert not any(q.startswith("demo_hat step") for q in rows)
