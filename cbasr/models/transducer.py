@@ -100,7 +100,9 @@ class TransducerModel(AsrModel):
             whole-lattice loss and the same scope (the streaming mode of ``dual_mode``). On
             the synth recipe's streaming HAT, 1 frame moves emissions about two frames later
             and PER by less than the seed's noise; 0 errs more (labels emitted twice across a
-            chunk boundary).
+            chunk boundary). Negative: a lag, no edge before ``-align_restrict_left`` frames
+            after the end (our own use: a chunk's late labels wait for the next chunk, whose
+            frames see both sides of the boundary).
         align_restrict_chunk: with ``align_restrict_left`` over a chunked Conformer of fixed
             chunks: each bound moved back to the first frame of its chunk. Every frame of a
             chunk sees the whole chunk, so this bars exactly the chunks before the one that
@@ -179,11 +181,6 @@ class TransducerModel(AsrModel):
             chunk_end_blank, encoder, criterion, topology
         )
         if align_restrict_left is not None:
-            if align_restrict_left < 0:
-                raise ValueError(
-                    f"loss.align_restrict_left must be >= 0 frames (or null: off), got "
-                    f"{align_restrict_left}"
-                )
             self._check_barrable("align_restrict_left", criterion, topology)
         self.align_restrict_left = align_restrict_left
         if align_restrict_chunk and (align_restrict_left is None or not _fixed_chunk(encoder)):
@@ -252,11 +249,12 @@ class TransducerModel(AsrModel):
         if not (self.training and self.needs_label_ends and label_ends is not None):
             return barred
         lens = lens.to(label_ends.device)
+        unknown = label_ends < 0
         earliest = label_ends - self.align_restrict_left
         if self.align_restrict_chunk:  # the first frame of the bound's chunk
             C = self.encoder.chunk_size
             earliest = torch.div(earliest, C, rounding_mode="floor") * C
-        earliest = torch.minimum(earliest, lens[:, None] - 1)
+        earliest = torch.minimum(earliest, lens[:, None] - 1).masked_fill(unknown, 0)
         earliest = nn.functional.pad(earliest, (0, 1), value=0)  # node U: no label edge
         early = torch.arange(T, device=lens.device)[None, :, None] < earliest[:, None, :]
         return early if barred is None else early | barred

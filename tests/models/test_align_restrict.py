@@ -26,9 +26,9 @@ LENS = torch.tensor([12, 9, 5, 2])
 
 def _earliest(left: int, chunk: int = 1) -> list[list[int]]:
     """Each label's first frame with an edge: its end minus ``left`` (the first frame of that
-    one's ``chunk``), at most the last frame."""
+    one's ``chunk``), at most the last frame; 0 for an unknown end."""
     return [
-        [min((int(e) - left) // chunk * chunk, int(n) - 1) for e in ends[:u]]
+        [0 if e < 0 else min((int(e) - left) // chunk * chunk, int(n) - 1) for e in ends[:u]]
         for ends, u, n in zip(ENDS, TARGET_LENS, LENS)
     ]
 
@@ -55,12 +55,19 @@ def test_the_barred_edges_are_the_frames_before_each_labels_end_minus_the_buffer
     got = chunked.barred_edges(12, LENS, ENDS)  # chunks of 3 frames
     assert [got[b, :, 0].sum().item() for b in range(4)] == [3, 3, 4, 1]
     assert [got[0, :, u].sum().item() for u in range(4)] == [3, 6, 9, 0]
-    assert _earliest(0, 3) == [[3, 6, 9], [3, -3], [4], [1]]
+    assert _earliest(0, 3) == [[3, 6, 9], [3, 0], [4], [1]]
+    lag = _model("hat", align_restrict_left=-2).train()  # at least 2 frames after each end
+    got = lag.barred_edges(12, LENS, ENDS)
+    assert [got[0, :, u].sum().item() for u in range(4)] == [5, 8, 11, 0]  # 13 clamped to 11
+    assert got[1, :, 1].sum() == 0 and got[1, :, 0].sum() == 6  # unknown: none; 4 + 2
+    assert _earliest(-2) == [[5, 8, 11], [6, 0], [4], [1]]
 
 
 @pytest.mark.parametrize("dual", [False, True])
 @pytest.mark.parametrize(("decoder", "prune"), [("hat", 0), ("hat", 2), ("hat_linear", 0)])
-@pytest.mark.parametrize(("left", "chunk"), [(0, False), (2, False), (0, True), (1, True)])
+@pytest.mark.parametrize(
+    ("left", "chunk"), [(0, False), (2, False), (-2, False), (0, True), (1, True)]
+)
 def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
     decoder, prune, dual, left, chunk
 ):
@@ -103,8 +110,6 @@ def test_a_full_context_model_is_bounded_too_and_forward_passes_the_ends():
 
 
 def test_align_restrict_left_options_are_checked_and_named():
-    with pytest.raises(ValueError, match="align_restrict_left must be >= 0 frames.*got -1"):
-        _model("hat", align_restrict_left=-1)
     with pytest.raises(ValueError, match="loss.align_restrict_left applies.*topology 'monotonic'"):
         _model("hat", align_restrict_left=0, topology="monotonic")
     with pytest.raises(ValueError, match="loss.align_restrict_left applies.*got loss 'rnnt'"):

@@ -17,7 +17,7 @@ from cbasr.training.options import check_options
 from cbasr.training.trainer import Trainer
 from tests.training.test_trainer import make_cfg
 
-# no dropout: the static step draws its masks over the padded batch
+# no dropout: the static step draws its masks over the padded batch; the three clipping cases
 PRESETS = {
     "ctc": ["encoder.dropout=0"],
     "hat_pruned": [
@@ -26,8 +26,9 @@ PRESETS = {
         "decoder.dropout=0",
         "loss=hat",
         "loss.prune_range=2",
+        "optim.grad_clip=0",  # no clipping
     ],
-    "cb": ["encoder.dropout=0", "decoder=pointwise", "loss=cb_marginal"],
+    "cb": ["encoder.dropout=0", "decoder=pointwise", "loss=cb_marginal", "optim.grad_clip=0.5"],
 }
 
 
@@ -109,6 +110,8 @@ def test_the_padded_batch_copies_the_first_row_and_weighs_it_nothing():
     steps = GraphedSteps(
         None, model, torch.optim.Adam(model.parameters()), 0.0, torch.device("cpu"), graphs=False
     )
+    with pytest.raises(ValueError, match="trainer.cuda_graphs=true needs a CUDA device, not cpu"):
+        GraphedSteps(None, model, torch.optim.Adam(model.parameters()), 0.0, torch.device("cpu"))
     key = steps.shape_of(batch)
     assert key == (4, 64, 8)
     assert GraphedSteps.shape_of(
@@ -127,6 +130,10 @@ def test_the_padded_batch_copies_the_first_row_and_weighs_it_nothing():
     assert s.label_ends[3, :2].tolist() == pytest.approx([0.1, 0.2])
     assert s.label_ends[:, 2:].isnan().all() and s.label_ends[1, 1].isnan()
     assert shape.weights.tolist() == [1, 1, 0, 0] and float(shape.tokens) == 7
+    with pytest.raises(ValueError, match="a batch without the label times of its shape"):
+        shape.load(
+            Batch(["c"], feats[:1], torch.tensor([3]), torch.tensor([[9]]), torch.tensor([1])), 1
+        )
     # a smaller batch later in the same shape leaves nothing of the first behind
     shape.load(
         Batch(
@@ -210,16 +217,17 @@ def test_cuda_graphs_options_are_refused_in_one_line(tone_data, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["cb", "hat_pruned"])
 def test_cuda_graphs_replay_the_static_step(tone_data, tmp_path, preset):
-    """The captured step's replays against the same static step run eagerly, on CUDA."""
+    """The captured step's replays (batches copied from the host) against the eager step, on
+    CUDA (the packed recurrent encoder there, the per-direction one in the graphs)."""
     on_cuda = ["trainer.device=cuda", *PRESETS[preset]]
-    static = _trainer(tone_data, tmp_path / "s", *on_cuda, static=True)
+    eager = _trainer(tone_data, tmp_path / "e", *on_cuda)
     graphs = _trainer(tone_data, tmp_path / "g", *on_cuda, "trainer.cuda_graphs=true")
-    want, got = _steps(static, 8), _steps(graphs, 8)
+    want, got = _steps(eager, 8), _steps(graphs, 8)
     assert graphs.graphed.captures == len(graphs.graphed.shapes) < 8  # some steps were replays
     for w, g in zip(want, got):
         assert g.nll == pytest.approx(w.nll, rel=1e-4)
         assert g.grad_norm == pytest.approx(w.grad_norm, rel=1e-3)
-    for (name, w), g in zip(static.model.state_dict().items(), graphs.model.state_dict().values()):
+    for (name, w), g in zip(eager.model.state_dict().items(), graphs.model.state_dict().values()):
         assert torch.allclose(g, w, rtol=1e-3, atol=1e-5), name
 
 
