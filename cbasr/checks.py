@@ -22,6 +22,8 @@ __all__ = [
     "check_at_least",
     "one_read",
     "graph_capturing",
+    "graph_step",
+    "in_graph_step",
 ]
 
 # The value checks of the enclosing one_read block (None outside one), per thread: each queued
@@ -71,6 +73,29 @@ def one_read() -> Iterator[None]:
         if not ok([next(read[stats[0].device]) for _ in stats]):
             check()  # raises the check's own error
             raise AssertionError(f"one_read: a deferred check failed but {check} did not raise")
+
+
+_graph_step: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "cbasr_graph_step", default=False
+)
+
+
+@contextlib.contextmanager
+def graph_step() -> Iterator[None]:
+    """A step of ``trainer.cuda_graphs`` (its first run, eager, and its capture): the code in
+    it takes the paths a CUDA graph can hold (:func:`in_graph_step`), the same in both."""
+    token = _graph_step.set(True)
+    try:
+        yield
+    finally:
+        _graph_step.reset(token)
+
+
+def in_graph_step() -> bool:
+    """Inside :func:`graph_step`: take the path that reads nothing on the host (the recurrent
+    encoders' per-direction stack, not a packed batch; the CTC loss's Triton kernels, not
+    torch's CUDA ``ctc_loss``)."""
+    return _graph_step.get()
 
 
 def graph_capturing() -> bool:

@@ -63,6 +63,11 @@ POINTERS = {
     },
     "_viterbi_kernel": {"emitted_ptr": "*i8"},
     "_windowed_viterbi_kernel": {"best_k_ptr": "*i32", "far_row_ptr": "*i32"},
+    # the CTC lattice: the model's int64 targets and lengths
+    **{
+        name: {"targets_ptr": "*i64", "input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"}
+        for name in ("_ctc_forward_kernel", "_ctc_backward_kernel")
+    },
     # the loss's own lengths, as the caller passes them (int64)
     "_marginal_forward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},
     "_marginal_backward_kernel": {"input_lengths_ptr": "*i64", "target_lengths_ptr": "*i64"},

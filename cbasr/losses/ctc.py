@@ -3,7 +3,15 @@
 import torch
 import torch.nn.functional as F
 
-from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
+from cbasr import _backends
+from cbasr.checks import (
+    check_floating,
+    check_label_ids,
+    check_lengths,
+    check_shape,
+    in_graph_step,
+    one_read,
+)
 
 __all__ = ["ctc_nll"]
 
@@ -39,6 +47,11 @@ def ctc_nll(
         posterior``), which becomes correct once back-propagated through a
         ``log_softmax`` over ``V``. Always feed it ``log_softmax`` outputs that are part of
         the graph; do not gradcheck it w.r.t. ``log_probs`` directly.
+
+    In the step of a CUDA graph (:func:`cbasr.checks.in_graph_step`, ``trainer.cuda_graphs``)
+    on the ``triton`` backend, two Triton kernels (:mod:`cbasr.losses._ctc_triton`) compute it
+    instead, without reading the lengths on the host; their gradient is the true one w.r.t.
+    ``log_probs`` (the same through a ``log_softmax``).
     """
     check_floating("log_probs", log_probs)
     check_shape("log_probs", log_probs, "(B, T, V)", (None, None, None))
@@ -50,6 +63,13 @@ def ctc_nll(
         check_lengths("input_lengths", input_lengths, B, T)
         check_lengths("target_lengths", target_lengths, B, targets.shape[1])
         check_label_ids("targets", targets, target_lengths, V, blank=blank)
+    if in_graph_step() and _backends.backend(log_probs) == "triton":
+        # the step of a CUDA graph: torch's CUDA ctc_loss reads the lengths on the host
+        from cbasr.losses import _ctc_triton
+
+        half = log_probs.dtype in (torch.float16, torch.bfloat16)  # (the kernels: fp32, fp64)
+        lp = log_probs.float() if half else log_probs
+        return _ctc_triton.ctc_nll(lp, targets, input_lengths, target_lengths, blank)
     # The native kernels take int64 lengths (int32 on CUDA would select cuDNN, with its
     # own restrictions).
     return F.ctc_loss(

@@ -5,7 +5,7 @@ import contextlib
 import torch
 from torch import nn
 
-from cbasr.checks import graph_capturing
+from cbasr.checks import in_graph_step
 from cbasr.config.schema import ConformerEncoderConfig, RNNEncoderConfig
 from cbasr.modules.dropout import Dropout, dropout
 
@@ -172,9 +172,9 @@ class RNNEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.subsampling is not None:
             x, lens = self.subsampling(x, lens)
-        if x.is_cuda and not graph_capturing():
+        if x.is_cuda and not in_graph_step():
             h = self._run_packed(x, lens)
-        else:  # (a CUDA graph's capture: packing reads the lengths on the host)
+        else:  # (in a CUDA graph's step, packing would read the lengths on the host)
             h = self._run_padded(x, lens)
         return self.dropout(h), lens
 
@@ -208,7 +208,7 @@ class RNNEncoder(nn.Module):
 
     def _run_padded(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """The same stack on the padded batch, one layer and direction at a time: on CPU, and
-        in a CUDA graph's capture (no lengths read on the host).
+        in a CUDA graph's step (no lengths read on the host).
 
         PyTorch's CPU LSTM/GRU runs a packed batch as one small step per frame, and the
         backward of each step's slice of the input projection writes a zero tensor the size of

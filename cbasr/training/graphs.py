@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cbasr.checks import graph_step
 from cbasr.data.dataset import Batch
 
 __all__ = ["GraphedSteps", "StepValues"]
@@ -213,7 +214,7 @@ class GraphedSteps:
     def _run(self, shape: _Shape, autocast: Callable) -> tuple:
         """The step on ``shape``'s static tensors: its outputs, as :meth:`_read` takes them."""
         torch._foreach_zero_(self.grads)
-        with autocast():
+        with autocast(), graph_step():
             out = self.forward(self.model, shape.batch)
         real = shape.weights > 0
         loss = (out.loss * shape.weights).sum() / shape.tokens
