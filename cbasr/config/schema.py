@@ -271,7 +271,8 @@ class TransducerLossConfig:
     # HAT, the standard topology: alignment-restricted training's left buffer (Mahadeokar et
     # al. 2021), in encoder frames: in training, no label is emitted before the frame of its
     # gold end (the manifest's phone or word times) minus this many (null: off; on the synth
-    # recipe 1 moves emissions later and PER within the seed's noise, 0 errs more)
+    # recipe 1 moves emissions later and PER within the seed's noise, 0 errs more; negative:
+    # a lag after the end, which errs more still)
     align_restrict_left: int | None = None
     # with align_restrict_left over fixed chunks: each bound moved back to its chunk's first
     # frame (every frame of a chunk sees the whole chunk: only the chunk is restricted; on

@@ -101,8 +101,10 @@ class TransducerModel(AsrModel):
             the synth recipe's streaming HAT, 1 frame moves emissions about two frames later
             and PER by less than the seed's noise; 0 errs more (labels emitted twice across a
             chunk boundary). Negative: a lag, no edge before ``-align_restrict_left`` frames
-            after the end (our own use: a chunk's late labels wait for the next chunk, whose
-            frames see both sides of the boundary).
+            after the end (a chunk's late labels wait for the next chunk, whose frames see
+            both sides of the boundary); on the same model it errs more at every lag tried
+            (deletions), and with ``dual_mode`` it fails (the full-context mode, unbounded,
+            teaches the shared joint to emit before the end).
         align_restrict_chunk: with ``align_restrict_left`` over a chunked Conformer of fixed
             chunks: each bound moved back to the first frame of its chunk. Every frame of a
             chunk sees the whole chunk, so this bars exactly the chunks before the one that
