@@ -2,6 +2,7 @@
 non-finite step on the device) against the eager step on the CPU; the graphs themselves against
 the static step on CUDA (gpu-marked, run by scripts/gpu_check.sh)."""
 
+import contextlib
 import logging
 import math
 
@@ -13,13 +14,13 @@ from cbasr.data.dataset import Batch
 from cbasr.models import CTCModel, LossOutput
 from cbasr.training.asr_task import AsrTask, asr_trainer
 from cbasr.training.graphs import GraphedSteps, _Shape
-from cbasr.training.options import check_options
+from cbasr.training.options import check_options, make_optimizer
 from cbasr.training.trainer import Trainer
 from tests.training.test_trainer import make_cfg
 
 # no dropout: the static step draws its masks over the padded batch; the three clipping cases
 PRESETS = {
-    "ctc": ["encoder.dropout=0"],
+    "ctc": ["encoder.dropout=0", "optim.weight_decay=0.01"],  # (Adam's L2, not AdamW's)
     "hat_pruned": [
         "encoder.dropout=0",
         "decoder=hat",
@@ -150,14 +151,46 @@ def test_the_padded_batch_copies_the_first_row_and_weighs_it_nothing():
     assert shape.weights.tolist() == [1, 0, 0, 0] and s.label_ends[:, 1:].isnan().all()
 
 
-def test_the_least_recently_used_shape_is_dropped(tone_data, tmp_path):
-    t = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
-    t.graphed.max_shapes = 1
-    _steps(t, 3)
-    assert len(t.graphed.shapes) == 1
-    batches = t.task.epoch_batches(0)[:3]
-    last = next(iter(t.loader(batches[2:])))
-    assert list(t.graphed.shapes) == [t.graphed.shape_of(last)]
+def _hand_batch(B: int, T: int, L: int) -> Batch:
+    return Batch(
+        [f"u{k}" for k in range(B)],
+        torch.randn(B, T, 2),
+        torch.full((B,), T),
+        torch.ones(B, L, dtype=torch.long),
+        torch.full((B,), L),
+    )
+
+
+def test_the_least_recently_used_shape_is_dropped_and_float_stats_pass_through():
+    model = torch.nn.Linear(2, 1)
+
+    def forward(model, batch):
+        loss = model(batch.feats).squeeze(-1).sum(1)  # (B,)
+        return LossOutput(loss, loss.detach(), {"mean": loss.detach().mean(), "fixed": 2.0})
+
+    optimizer = make_optimizer(model, OptimConfig(), torch.device("cpu"))
+    steps = GraphedSteps(forward, model, optimizer, 1.0, torch.device("cpu"), graphs=False)
+    steps.max_shapes = 2
+    shapes = [(2, 10, 3), (5, 10, 3), (2, 70, 3), (2, 10, 9)]  # buckets a, b, c, d
+    for B, T, L in [shapes[0], shapes[1], shapes[0], shapes[2]]:  # a, b, a, c: b goes
+        values = steps(_hand_batch(B, T, L), 10, contextlib.nullcontext)
+    assert list(steps.shapes) == [(4, 64, 8), (4, 128, 8)]
+    assert values.stats["fixed"] == 2.0 and math.isfinite(values.stats["mean"])
+    assert len(values.finite) == 2 and all(values.finite)
+    steps(_hand_batch(*shapes[3]), 10, contextlib.nullcontext)  # d: a goes
+    assert list(steps.shapes) == [(4, 128, 8), (4, 64, 16)]
+    assert steps.shape_of(_hand_batch(3, 10, 0)) == (4, 64, 8)  # no label: one label's bucket
+
+
+def test_an_eager_run_gets_the_plain_optimizer():
+    model = torch.nn.Linear(2, 1)
+    for name, kind in (("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)):
+        plain = make_optimizer(model, OptimConfig(name=name))
+        graphed = make_optimizer(model, OptimConfig(name=name), torch.device("cpu"))
+        assert type(plain) is kind and type(graphed) is kind
+        assert isinstance(plain.param_groups[0]["lr"], float) and not plain.defaults["fused"]
+        assert isinstance(graphed.param_groups[0]["lr"], torch.Tensor)
+        assert graphed.defaults["fused"] and graphed.defaults["capturable"]
 
 
 def test_its_checkpoints_hold_a_float_lr_and_resume_either_way(tone_data, tmp_path):
