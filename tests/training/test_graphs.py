@@ -3,6 +3,7 @@ non-finite step on the device) against the eager step on the CPU; the graphs the
 the static step on CUDA (gpu-marked, run by scripts/gpu_check.sh)."""
 
 import contextlib
+import dataclasses
 import logging
 import math
 
@@ -12,6 +13,7 @@ import torch
 from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.data.dataset import Batch
 from cbasr.models import CTCModel, LossOutput
+from cbasr.storage import faults
 from cbasr.training.asr_task import AsrTask, asr_trainer
 from cbasr.training.graphs import GraphedSteps, _Shape
 from cbasr.training.options import check_options, make_optimizer
@@ -180,6 +182,25 @@ def test_the_least_recently_used_shape_is_dropped_and_float_stats_pass_through()
     steps(_hand_batch(*shapes[3]), 10, contextlib.nullcontext)  # d: a goes
     assert list(steps.shapes) == [(4, 128, 8), (4, 64, 16)]
     assert steps.shape_of(_hand_batch(3, 10, 0)) == (4, 64, 8)  # no label: one label's bucket
+
+
+def test_the_trainer_checks_the_run_and_arms_its_fault_point(tone_data, tmp_path, monkeypatch):
+    """A trainer is eager unless asked; the static one checks what only the built run knows
+    (one process), and its step has the eager step's fault-injection point."""
+    assert asr_trainer(make_cfg(tone_data, tmp_path / "e"), tmp_path / "e").graphed is None
+    checked = []
+    real_check = Trainer._check_graphable
+    monkeypatch.setattr(Trainer, "_check_graphable", lambda self: checked.append(real_check(self)))
+    t = _trainer(tone_data, tmp_path / "s", *PRESETS["ctc"], static=True)
+    assert checked == [None]
+    t.dist = dataclasses.replace(t.dist, world_size=2)
+    with pytest.raises(ValueError, match="trainer.cuda_graphs=true trains in one process"):
+        real_check(t)
+    armed = []
+    monkeypatch.setattr(faults, "kill_if_armed", lambda *args: armed.append(args))
+    t.state.step = 6
+    _steps(t, 1)
+    assert armed == [("kill-in-step", 7, 0)]
 
 
 def test_an_eager_run_gets_the_plain_optimizer():
