@@ -92,4 +92,6 @@ def test_ctc_nll_takes_the_kernels_in_a_graph_step_only(monkeypatch):
         assert not taken
         with graph_step():
             kernel = ctc_nll(*args)
+        after = ctc_nll(*args)  # out of the step: torch's again
     assert taken == [1] and torch.allclose(kernel, plain, rtol=1e-12)
+    assert torch.equal(after, plain)
