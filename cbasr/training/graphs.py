@@ -243,7 +243,8 @@ class GraphedSteps:
             self.pool = torch.cuda.graph_pool_handle()  # between them is static tensors
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: the data loader's pinning thread may call CUDA meanwhile
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 shape.outputs = self._run(shape, autocast)
         except RuntimeError as error:
             raise RuntimeError(
