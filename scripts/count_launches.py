@@ -38,7 +38,8 @@ device, the CPU's choice is counted. The losses and distributions choose by the 
 dropout masks (6 kernels each here, ``F.dropout``'s one on CUDA) and the recurrent encoders
 (one layer and direction at a time on the padded batch here, with their reversals; one
 packed cuDNN call for the stack on CUDA, with its packing), so the steps' counts are the
-CPU's for those parts.
+CPU's for those parts. The second-order monotonic decoder's band is counted in CUDA's block size
+(``MonotonicAttentionDecoder.band_elements``).
 """
 
 import argparse
@@ -236,9 +237,15 @@ def count_step(preset: str, max_frames: int) -> dict:
 
         trainer.optimizer.step = uncounted
         from cbasr._backends import use_backend
+        from cbasr.modules.decoders.monotonic import MonotonicAttentionDecoder as Monotonic
 
-        with use_backend("triton"), counter:
-            trainer.train_step(second, 10)
+        blocks = Monotonic.band_elements  # the variable window's blocks as CUDA sizes them
+        Monotonic.band_elements = {"cpu": blocks["cuda"]}
+        try:
+            with use_backend("triton"), counter:
+                trainer.train_step(second, 10)
+        finally:
+            Monotonic.band_elements = blocks
         return {"preset": preset, "utts": len(second.ids), **counter.result()}
 
 

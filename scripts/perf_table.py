@@ -21,7 +21,8 @@ The ratios, each against its reference measured in the same run:
 - the CB distribution's ``log_prob`` + backward and ID-checking sampling: the author's time
   over ours (target: at least 20 on a GPU);
 - training frames per second of ``cb_pointwise`` and ``demo_hat`` over ``blstm_ctc``'s
-  (targets on a GPU: at least 1.0 and 0.8);
+  (targets on a GPU: at least 1.0 and 0.8), and of the second-order CB
+  (``cb_monotonic_variable``) over the first-order ``cb_monotonic``'s (at least 0.5);
 - transducer greedy decoding, label-looping's speed over frame-looping's on one batch, eager
   and replayed from CUDA graphs (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``;
   target on a GPU: at least 3);
@@ -54,7 +55,12 @@ DISTRIBUTION_RATIOS = [
     ("CB ID-checking sample: author / ours", "sample", "cbasr id_checking"),
 ]
 DISTRIBUTION_TARGET = 20.0
-TRAIN_RATIOS = [("cb_pointwise", 1.0), ("demo_hat", 0.8)]
+# (preset, reference preset, target): training frames per second
+TRAIN_RATIOS = [
+    ("cb_pointwise", "blstm_ctc", 1.0),
+    ("demo_hat", "blstm_ctc", 0.8),
+    ("cb_monotonic_variable", "cb_monotonic", 0.5),  # the second-order CB over the first
+]
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -117,11 +123,11 @@ def ratios(folder: Path) -> list[dict]:
             add(quantity, shape, mine, author, DISTRIBUTION_TARGET, True, speed_up=True)
     lines = [r for r in read_lines(folder / "bench_train.jsonl") if "frames_per_s" in r]
     train = {r["preset"]: r for r in lines if not r.get("cuda_graphs")}
-    for preset, target in TRAIN_RATIOS:
-        if preset in train or "blstm_ctc" in train:
+    for preset, reference, target in TRAIN_RATIOS:
+        if preset in train or reference in train:
             mine = train.get(preset, {}).get("frames_per_s")
-            theirs = train.get("blstm_ctc", {}).get("frames_per_s")
-            add(f"{preset} / blstm_ctc frames/s", "", mine, theirs, target, True)
+            theirs = train.get(reference, {}).get("frames_per_s")
+            add(f"{preset} / {reference} frames/s", "", mine, theirs, target, True)
     for r in read_lines(folder / "bench_train.jsonl"):  # scripts/bench_greedy.py's lines
         if "greedy" in r:
             quantity = f"{r['greedy']} greedy: label-looping speed-up"

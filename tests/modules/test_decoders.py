@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cbasr.losses import cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
@@ -359,6 +360,97 @@ def test_variable_window_gradients_are_finite_with_padding_and_a_wide_band():
     nll.sum().backward()
     assert torch.isfinite(h.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in decoder.parameters() if p.grad is not None)
+
+
+class _Gathers(TorchDispatchMode):
+    """Counts ``index_select`` calls: the variable window gathers two per block of its band."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func.overloadpacket.__name__ == "index_select"
+        return func(*args, **(kwargs or {}))
+
+
+def test_variable_window_blocks_of_any_size_give_the_same_terms_and_gradients(monkeypatch):
+    """The band computed one diagonal per block (also when the budget is smaller than one),
+    three per block and all at once: as many blocks as the budget says, the same label terms,
+    and the same gradients for the encoder and every parameter (float64, a batch of unequal
+    lengths, dropout off)."""
+    torch.manual_seed(0)
+    decoder = (
+        MonotonicAttentionDecoder(
+            D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
+        )
+        .double()
+        .eval()
+    )
+    h = torch.randn(3, 11, D, dtype=torch.float64, requires_grad=True)
+    lens, target_lens = torch.tensor([11, 8, 10]), torch.tensor([4, 2, 1])
+    targets = torch.randint(1, V, (3, 4))
+    cotangent = torch.randn(3, 11, 4, 4, dtype=torch.float64)
+    width = max(decoder.context_proj.out_features, V - 1, 4)  # the block's widest entry
+    one = 3 * 4 * 4 * width  # B L W width: the entries of one diagonal
+    results = []
+    # K = 10 diagonals (11 - 1 + 1 for the third utterance)
+    for budget, blocks in ((1, 10), (one, 10), (3 * one, 4), (100 * one, 1)):
+        monkeypatch.setattr(decoder, "band_elements", {"cpu": budget})
+        h.grad = None
+        decoder.zero_grad()
+        with _Gathers() as gathers:
+            _, terms = decoder.cb_terms(h, lens, targets, target_lens)
+        assert gathers.calls == 2 * blocks, (budget, gathers.calls)
+        (terms * cotangent).sum().backward()
+        grads = [p.grad.clone() for p in decoder.parameters() if p.grad is not None]
+        results.append((terms.detach(), h.grad.clone(), grads))
+    for terms, h_grad, grads in results[1:]:
+        torch.testing.assert_close(terms, results[0][0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(h_grad, results[0][1], rtol=0, atol=1e-12)
+        for got, want in zip(grads, results[0][2], strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert results[0][0].abs().sum() > 0
+
+
+def test_variable_window_has_no_reachable_cell_for_more_labels_than_frames():
+    """A batch whose one utterance has 5 labels in 3 frames (which the dataset skips): no
+    emission path, so every label term is 0, and none is NaN."""
+    decoder = CB_DECODERS["monotonic_variable"]().eval()
+    with torch.no_grad():
+        _, terms = decoder.cb_terms(
+            torch.randn(1, 3, D), torch.tensor([3]), torch.randint(1, V, (1, 5)), torch.tensor([5])
+        )
+    assert terms.shape == (1, 3, 4, 5) and torch.equal(terms, torch.zeros_like(terms))
+
+
+def test_variable_window_dropout_scales_the_joint_by_its_keep_rate(monkeypatch):
+    """Training with dropout 0.25 and every unit kept: the joint is scaled by 1 / 0.75, as an
+    output layer with its weight so scaled gives in evaluation; the mask has one entry per
+    (frame, label, unit), shared by the cell's window sizes."""
+    torch.manual_seed(0)
+    decoder = MonotonicAttentionDecoder(
+        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5, dropout=0.25
+    ).double()
+    h, targets = torch.randn(2, 9, D, dtype=torch.float64), torch.randint(1, V, (2, 3))
+    lens, target_lens = torch.tensor([9, 7]), torch.tensor([3, 2])
+    shapes = []
+
+    def kept(p):  # every unit kept: the scaling alone
+        shapes.append(tuple(p.shape))
+        return torch.ones_like(p)
+
+    monkeypatch.setattr(torch, "bernoulli", kept)
+    decoder.label_context.eval()  # the label embeddings' dropout is not this test's
+    decoder.out.train()
+    with torch.no_grad():
+        trained = decoder.cb_terms(h, lens, targets, target_lens)[1]
+        decoder.eval()
+        decoder.out[-1].weight /= 0.75
+        scaled = decoder.cb_terms(h, lens, targets, target_lens)[1]
+    assert shapes and all(shape[-2] == 1 for shape in shapes), shapes
+    torch.testing.assert_close(trained, scaled, rtol=0, atol=1e-12)
+    assert trained.abs().sum() > 0
 
 
 @pytest.mark.parametrize(

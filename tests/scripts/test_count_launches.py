@@ -115,3 +115,51 @@ def test_the_cb_distribution_and_the_simple_loss_run_in_their_kernels(count_laun
         "_joint_grad_kernel": 1,
     }
     assert pruned["kernels"] <= 50 and pruned["reads"] == 2
+
+
+def test_the_variable_window_queues_as_many_kernels_for_a_long_band_as_a_short_one(
+    count_launches,
+):
+    """The second-order monotonic decoder's label terms with their backward, in CUDA's block
+    size: a band of 4 diagonals and one of 40 launch the same kernels (one per diagonal
+    before: 2963 PyTorch kernels a cb_monotonic_variable step, 321 for cb_monotonic)."""
+    from cbasr.modules.decoders import MonotonicAttentionDecoder
+
+    torch.manual_seed(0)
+    decoder = MonotonicAttentionDecoder(6, 7, window=4, variable=True, attention_dim=4, hidden=5)
+    decoder.band_elements = {"cpu": MonotonicAttentionDecoder.band_elements["cuda"]}
+    counts = []
+    for frames in (8, 44):  # 5 labels: K = 4 and 40 diagonals
+        h = torch.randn(2, frames, 6, requires_grad=True)
+        targets = torch.randint(1, 7, (2, 5))
+
+        def terms(h=h, targets=targets, frames=frames):
+            lens, target_lens = torch.tensor([frames, frames - 1]), torch.tensor([5, 3])
+            decoder.cb_terms(h, lens, targets, target_lens)[1].sum().backward()
+
+        decoder.zero_grad()  # no gradient to accumulate into: the same first backward
+        counts.append(count_launches.count(terms))
+    assert counts[0] == counts[1], counts
+    assert counts[0]["kernels"] <= 150 and counts[0]["reads"] == 1
+
+
+def test_the_variable_window_reads_nothing_in_a_graph_step(count_launches):
+    """In a step of ``trainer.cuda_graphs`` the band starts at every frame (its width is not
+    read from the lengths): no read of the device, and the same label terms."""
+    from cbasr.checks import graph_step
+    from cbasr.modules.decoders import MonotonicAttentionDecoder
+
+    torch.manual_seed(0)
+    decoder = MonotonicAttentionDecoder(6, 7, window=4, variable=True, attention_dim=4, hidden=5)
+    decoder.eval()
+    h, targets = torch.randn(2, 9, 6), torch.randint(1, 7, (2, 5))
+    lens, target_lens = torch.tensor([9, 7]), torch.tensor([5, 2])
+    eager = decoder.cb_terms(h, lens, targets, target_lens)[1]
+    found = []
+    with graph_step():
+        counts = count_launches.count(
+            lambda: found.append(decoder.cb_terms(h, lens, targets, target_lens)[1])
+        )
+    assert counts["reads"] == 0, counts
+    torch.testing.assert_close(found[0], eager, rtol=0, atol=1e-6)
+    assert eager.abs().sum() > 0

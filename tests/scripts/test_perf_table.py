@@ -45,7 +45,8 @@ def _folder(tmp_path: Path) -> Path:
     _write(
         folder / "bench_train.jsonl",
         [{"preset": p, "frames_per_s": f}
-         for p, f in (("blstm_ctc", 1000.0), ("cb_pointwise", 900.0), ("demo_hat", 850.0))],
+         for p, f in (("blstm_ctc", 1000.0), ("cb_pointwise", 900.0), ("demo_hat", 850.0),
+                      ("cb_monotonic", 800.0), ("cb_monotonic_variable", 360.0))],
         extra="a log line\n",
     )  # fmt: skip
     return folder
@@ -71,6 +72,9 @@ def test_ratios_against_their_references_and_targets(perf_table, tmp_path):
     assert sample["met"] is False
     assert found[("cb_pointwise / blstm_ctc frames/s", "")]["met"] is False  # 0.9 < 1.0
     assert found[("demo_hat / blstm_ctc frames/s", "")]["met"] is True  # 0.85 >= 0.8
+    second_order = found[("cb_monotonic_variable / cb_monotonic frames/s", "")]
+    assert second_order["ratio"] == pytest.approx(0.45) and second_order["met"] is False
+    assert ("cb_monotonic_variable / blstm_ctc frames/s", "") not in found
 
 
 def test_a_missing_side_or_file_leaves_the_ratio_open(perf_table, tmp_path):
