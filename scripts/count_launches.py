@@ -2,6 +2,7 @@
 
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --losses ctc,cb,rnnt,hat_fused,hat_pruned
     TRITON_INTERPRET=1 .venv/bin/python scripts/count_launches.py --presets blstm_ctc,cb_pointwise,demo_hat
+    .venv/bin/python scripts/count_launches.py --presets ls_conformer_ctc --max-frames 3000 --precision bf16 --floor
     .venv/bin/python scripts/count_launches.py --greedy rnnt,hat,recipes/digits/exp/hat --beams 4
 
 On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
@@ -23,7 +24,9 @@ distribution's ``log_prob`` with its backward and its samplers' ``sample`` (B = 
 k = 5), with argument checks, as ``scripts/bench_distributions.py`` times them. ``--presets``:
 one training step of a preset of ``scripts/bench_train.py`` on random features
 (``--synthetic``), the optimizer's update left out (on CUDA it is a handful of ``foreach``
-kernels for all the parameters, on the CPU a loop over them). ``--greedy``: a transducer's
+kernels for all the parameters, on the CPU a loop over them). With ``--floor``, beside it the forward and
+backward of ``scripts/conformer_floor.py``'s minimal loop of the preset's sizes on the same batch
+(a Conformer preset's), under the same ``--precision``. ``--greedy``: a transducer's
 greedy search over a batch of 16 utterances, label-looping and frame-looping
 (:mod:`cbasr.models.transducer_greedy`), the encoder left out: a random model of the synth
 recipe's size on random features, or a trained experiment (a directory) on its recipe's test
@@ -211,8 +214,10 @@ def count_distribution(operation: str) -> dict:
     return {"distribution": f"cb {operation}", **result}
 
 
-def count_step(preset: str, max_frames: int) -> dict:
-    """One training step of ``preset`` (``bench_train.py``'s), its optimizer's update left out."""
+def count_step(preset: str, max_frames: int, precision: str = "fp32", floor: bool = False) -> dict:
+    """One training step of ``preset`` (``bench_train.py``'s), its optimizer's update left out;
+    with ``floor``, also ``floor_kernels`` and ``floor_reads``: the forward and backward of
+    ``scripts/conformer_floor.py``'s minimal loop of the same sizes on the same batch."""
     import bench_train
 
     from cbasr.config.schema import register_configs
@@ -220,7 +225,7 @@ def count_step(preset: str, max_frames: int) -> dict:
 
     register_configs()
     args = argparse.Namespace(
-        max_frames=max_frames, num_workers=0, num_threads=1, precision="fp32", overrides=[]
+        max_frames=max_frames, num_workers=0, num_threads=1, precision=precision, overrides=[]
     )
     with tempfile.TemporaryDirectory() as tmp:
         data = bench_train.synthetic_corpus(Path(tmp) / "data", utts=40)
@@ -246,7 +251,34 @@ def count_step(preset: str, max_frames: int) -> dict:
                 trainer.train_step(second, 10)
         finally:
             Monotonic.band_elements = blocks
-        return {"preset": preset, "utts": len(second.ids), **counter.result()}
+        row = {"preset": preset, "utts": len(second.ids), **counter.result()}
+        if floor:
+            row.update(_count_floor(trainer, second, precision))
+        return row
+
+
+def _count_floor(trainer, batch, precision: str) -> dict:
+    """The minimal loop's forward and backward on ``batch`` (its first call uncounted)."""
+    import conformer_floor
+
+    cfg = trainer.task.cfg
+    kind = "ctc" if cfg.loss.name in ("ctc", "cb_marginal") else "rnnt"
+    model = conformer_floor.FloorModel(
+        batch.feats.shape[-1], len(trainer.task.vocab), cfg.encoder, kind, cfg.decoder
+    )
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+    def step():
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+        model.zero_grad(set_to_none=True)  # (no kernel) as the loop's optimizer does
+        (loss / batch.target_lens.sum()).backward()
+
+    step()
+    counter = Counter()
+    with counter:
+        step()
+    return {"floor_kernels": counter.kernels, "floor_reads": counter.reads}
 
 
 def _greedy_batch(name: str, batch: int):
@@ -316,6 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", default="", help="comma-separated bench_train.py presets")
     parser.add_argument("--max-frames", type=int, default=600, help="frames per batch (--presets)")
     parser.add_argument(
+        "--precision", default="fp32", choices=["fp32", "bf16", "fp16"], help="--presets' autocast"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="--presets: also scripts/conformer_floor.py's minimal loop of the same sizes",
+    )
+    parser.add_argument(
         "--greedy",
         default="",
         help="comma-separated random transducers (rnnt, hat) or experiment dirs: greedy search",
@@ -331,7 +371,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = [count_loss(name, sizes) for name in filter(None, args.losses.split(","))]
     if args.distributions:
         rows += [count_distribution(op) for op in ("log_prob", "id_checking", "bounded", "draft")]
-    rows += [count_step(name, args.max_frames) for name in filter(None, args.presets.split(","))]
+    rows += [
+        count_step(name, args.max_frames, args.precision, args.floor)
+        for name in filter(None, args.presets.split(","))
+    ]
     for name in filter(None, args.greedy.split(",")):
         rows += count_greedy(name, beams=tuple(int(b) for b in filter(None, args.beams.split(","))))
     for row in rows:
@@ -340,8 +383,14 @@ def main(argv: list[str] | None = None) -> None:
         else:
             what = row.get("loss") or row.get("distribution") or row.get("preset")
             what = what or row["greedy"]
+            floor = ""
+            if "floor_kernels" in row:
+                floor = (
+                    f"  (minimal loop: {row['floor_kernels']} kernels {row['floor_reads']} reads)"
+                )
             print(
-                f"{what:>14}: {row['kernels']:4d} kernels {row['triton']:2d} triton {row['reads']:3d} reads"
+                f"{what:>14}: {row['kernels']:4d} kernels {row['triton']:2d} triton "
+                f"{row['reads']:3d} reads{floor}"
             )
 
 

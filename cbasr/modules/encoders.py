@@ -450,19 +450,16 @@ class ConformerEncoder(nn.Module):
         D, H = mha.embed_dim, mha.num_heads
         w, b = mha.in_proj_weight, mha.in_proj_bias
 
-        def heads(t, i):  # projection i of t, (B, H, L, D / H)
-            return (
-                nn.functional.linear(t, w[i * D : (i + 1) * D], b[i * D : (i + 1) * D])
-                .unflatten(-1, (H, -1))
-                .transpose(1, 2)
-            )
+        def heads(t, n):  # (B, L, n D) -> n of (B, H, L, D / H)
+            return t.unflatten(-1, (n, H, -1)).permute(2, 0, 3, 1, 4).unbind(0)
 
+        if keys is queries:  # self-attention: the three projections as one product
+            q, k, v = heads(nn.functional.linear(queries, w, b), 3)
+        else:  # after a stream's earlier frames: the queries', then the keys' and values'
+            (q,) = heads(nn.functional.linear(queries, w[:D], b[:D]), 1)
+            k, v = heads(nn.functional.linear(keys, w[D:], b[D:]), 2)
         y = nn.functional.scaled_dot_product_attention(
-            heads(queries, 0),
-            heads(keys, 1),
-            heads(keys, 2),
-            attn_mask=allowed,
-            dropout_p=mha.dropout if self.training else 0.0,
+            q, k, v, attn_mask=allowed, dropout_p=mha.dropout if self.training else 0.0
         )
         return mha.out_proj(y.transpose(1, 2).flatten(2))
 

@@ -163,3 +163,37 @@ def test_the_variable_window_reads_nothing_in_a_graph_step(count_launches):
     assert counts["reads"] == 0, counts
     torch.testing.assert_close(found[0], eager, rtol=0, atol=1e-6)
     assert eager.abs().sum() > 0
+
+
+def test_the_conformer_layers_launch_no_more_kernels_than_torchaudio_s(count_launches):
+    """The encoder runs torchaudio's Conformer layers itself: forward and backward on the
+    same frames queue no more PyTorch kernels than torchaudio's own forward does (its
+    self-attention projects queries, keys and values in one product, as torchaudio's: 141
+    kernels against 168 here; with one product per projection, 177)."""
+    from cbasr.modules.encoders import ConformerEncoder
+
+    torch.manual_seed(0)
+    enc = ConformerEncoder(
+        20, d_model=16, num_heads=2, ffn_dim=32, num_layers=2, kernel_size=5, dropout=0.0,
+        subsampling="none",
+    )  # fmt: skip
+    lens = torch.tensor([26, 11, 17])
+    z = enc.proj(torch.randn(3, 26, 20)).detach().requires_grad_()
+    theirs = count_launches.count(lambda: enc.conformer(z, lens)[0].sum().backward())
+    enc.zero_grad()  # the same first backward: no gradient to accumulate into
+    z.grad = None
+    valid = torch.arange(26) < lens[:, None]
+    ours = count_launches.count(lambda: enc._layers(z, valid).sum().backward())
+    assert z.grad is not None and all(p.grad is not None for p in enc.conformer.parameters())
+    assert ours["kernels"] <= theirs["kernels"], (ours, theirs)
+
+
+@pytest.mark.slow  # two models' steps counted: about 6 s
+def test_a_conformer_step_launches_about_what_the_minimal_loop_does(count_launches):
+    """A ``conformer_ctc`` training step (SpecAugment, the padding masks, the checks and
+    clipping included) against the minimal loop of ``scripts/conformer_floor.py`` on the same
+    batch: within 5% of its kernels (521 against 507; 601 before self-attention's three
+    projections became one product)."""
+    row = count_launches.count_step("conformer_ctc", 600, floor=True)
+    assert row["floor_kernels"] > 100 and row["floor_reads"] >= 1, row
+    assert row["kernels"] <= 1.05 * row["floor_kernels"], row
