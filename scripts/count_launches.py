@@ -258,7 +258,8 @@ def count_step(preset: str, max_frames: int, precision: str = "fp32", floor: boo
 
 
 def _count_floor(trainer, batch, precision: str) -> dict:
-    """The minimal loop's forward and backward on ``batch`` (its first call uncounted)."""
+    """The minimal loop's forward and backward on ``batch``, a fresh model's (it has no lazy
+    state, and no gradient to accumulate into)."""
     import conformer_floor
 
     cfg = trainer.task.cfg
@@ -268,16 +269,10 @@ def _count_floor(trainer, batch, precision: str) -> dict:
     )
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
-    def step():
+    with Counter() as counter:
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
-        model.zero_grad(set_to_none=True)  # (no kernel) as the loop's optimizer does
         (loss / batch.target_lens.sum()).backward()
-
-    step()
-    counter = Counter()
-    with counter:
-        step()
     return {"floor_kernels": counter.kernels, "floor_reads": counter.reads}
 
 
