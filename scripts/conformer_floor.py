@@ -16,7 +16,7 @@ import torch
 import torchaudio
 from torch import nn
 
-__all__ = ["FloorModel", "floor_run"]
+__all__ = ["FloorModel", "floor_backward", "floor_model", "floor_run"]
 
 
 class FloorModel(nn.Module):
@@ -69,21 +69,33 @@ class FloorModel(nn.Module):
         )
 
 
+def floor_model(cfg, vocab: int, dim: int) -> FloorModel:
+    """The :class:`FloorModel` of ``cfg``'s sizes (CTC for the CTC and CB losses, else RNN-T)
+    on ``dim``-dimensional features."""
+    kind = "ctc" if cfg.loss.name in ("ctc", "cb_marginal") else "rnnt"
+    return FloorModel(dim, vocab, cfg.encoder, kind, cfg.decoder)
+
+
+def floor_backward(model: FloorModel, batch, precision: str) -> None:
+    """The loop's forward (under ``precision``'s autocast) and backward on ``batch``: the loss
+    per label."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    device = batch.feats.device.type
+    with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
+        loss = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
+    (loss / batch.target_lens.sum()).backward()
+
+
 def floor_run(cfg, vocab: int, batches, warmup: int, precision: str, device) -> list[float]:
     """Train a :class:`FloorModel` of ``cfg``'s sizes on ``batches`` (``Batch`` on ``device``):
     the seconds of each step after ``warmup``, the device synchronised after each."""
-    kind = "ctc" if cfg.loss.name in ("ctc", "cb_marginal") else "rnnt"
-    dim = batches[0].feats.shape[-1]
-    model = FloorModel(dim, vocab, cfg.encoder, kind, cfg.decoder).to(device)
+    model = floor_model(cfg, vocab, batches[0].feats.shape[-1]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     times = []
     for k, batch in enumerate(batches):
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
         optimizer.zero_grad(set_to_none=True)
-        (loss / batch.target_lens.sum()).backward()
+        floor_backward(model, batch, precision)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -262,17 +262,11 @@ def _count_floor(trainer, batch, precision: str) -> dict:
     state, and no gradient to accumulate into)."""
     import conformer_floor
 
-    cfg = trainer.task.cfg
-    kind = "ctc" if cfg.loss.name in ("ctc", "cb_marginal") else "rnnt"
-    model = conformer_floor.FloorModel(
-        batch.feats.shape[-1], len(trainer.task.vocab), cfg.encoder, kind, cfg.decoder
+    model = conformer_floor.floor_model(
+        trainer.task.cfg, len(trainer.task.vocab), batch.feats.shape[-1]
     )
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
     with Counter() as counter:
-        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = model(batch.feats, batch.feat_lens, batch.targets, batch.target_lens)
-        (loss / batch.target_lens.sum()).backward()
+        conformer_floor.floor_backward(model, batch, precision)
     return {"floor_kernels": counter.kernels, "floor_reads": counter.reads}
 
 

@@ -66,3 +66,33 @@ def test_sync_sites_lists_each_waiting_operation_by_its_caller(bench_train, monk
     assert "test_bench_train.py" in report[1] and "wait" in report[1]
     with pytest.raises(SystemExit, match="--sync-sites needs --device cuda"):
         bench_train.sync_sites(types.SimpleNamespace(device=torch.device("cpu")), [0], 1, "x")
+
+
+@pytest.mark.parametrize("loss", ["ctc", "hat"])
+def test_the_minimal_loop_trains_its_model_and_times_each_step(bench_train, loss):
+    """scripts/conformer_floor.py: a CTC floor for the CTC loss, an RNN-T one otherwise; its
+    forward and backward give every parameter a finite gradient, and its run times each step
+    after the warm-up."""
+    import conformer_floor
+
+    ns = types.SimpleNamespace
+    cfg = ns(
+        loss=ns(name=loss),
+        encoder=ns(d_model=8, num_heads=2, ffn_dim=16, num_layers=1, kernel_size=3, dropout=0.0),
+        decoder=ns(embed_dim=4, hidden=6, joint_dim=5),
+        optim=ns(lr=1e-2),
+    )
+    torch.manual_seed(0)
+    batch = ns(
+        feats=torch.randn(2, 40, 20),
+        feat_lens=torch.tensor([40, 31]),
+        targets=torch.tensor([[1, 2, 3], [2, 2, 0]]),
+        target_lens=torch.tensor([3, 2]),
+    )
+    model = conformer_floor.floor_model(cfg, 4, 20)
+    assert model.kind == ("ctc" if loss == "ctc" else "rnnt")
+    conformer_floor.floor_backward(model, batch, "fp32")
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    times = conformer_floor.floor_run(cfg, 4, [batch] * 3, 1, "fp32", torch.device("cpu"))
+    assert len(times) == 2 and all(t > 0 for t in times)
