@@ -8,8 +8,13 @@ the device synchronised around each; the hypotheses of the loops are compared. O
 label-looping replayed from CUDA graphs (``greedy_loop="graphs"``): its first call, which
 captures the shape's graphs, timed apart.
 
+With ``--beams``, the beam search too (the first batch size, one timed run after a warm one),
+its prefixes merged on the host and on the device (``transducer_beam_search``'s ``merge``),
+the hypotheses of the two compared.
+
     .venv/bin/python scripts/bench_greedy.py                              # CPU
     python scripts/bench_greedy.py --device cuda --json --batches 16 64   # the GPU target: >= 3x
+    .venv/bin/python scripts/bench_greedy.py --models hat --beams 4       # and the beam search
 """
 
 import argparse
@@ -65,6 +70,35 @@ def time_graphs(model, h, h_lens, args, frame_s: float, frame_hyps) -> dict:
     }
 
 
+def time_beams(model, h, h_lens, beams: list[int], device: str) -> dict:
+    """Per beam width, the beam search's time with its prefixes merged on the host and on the
+    device (one timed run after a warm one) and whether their n-best lists are the same."""
+    from cbasr.search import BeamSearchOptions, transducer_beam_search
+
+    row = {}
+    for beam in beams:
+        options = BeamSearchOptions(beam=beam, max_symbols=model.max_symbols)
+        found = {}
+        for merge in ("host", "device"):
+            with torch.no_grad():
+                for _ in range(2):  # the first run warms up
+                    _sync(device)
+                    start = time.perf_counter()
+                    found[merge] = transducer_beam_search(
+                        model.decoder, h, h_lens, options, monotonic=model.monotonic, merge=merge
+                    )
+                    _sync(device)
+            row[f"beam{beam}_{merge}_ms"] = 1000 * (time.perf_counter() - start)
+        same = [[x.tokens for x in n] for n in found["host"]] == [
+            [x.tokens for x in n] for n in found["device"]
+        ]
+        row[f"beam{beam}_device_speedup"] = (
+            row[f"beam{beam}_host_ms"] / row[f"beam{beam}_device_ms"]
+        )
+        row[f"beam{beam}_identical"] = same
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -74,6 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[16])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
+    parser.add_argument(
+        "--beams", nargs="*", type=int, default=[], help="beam widths: the beam search too"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -102,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
                     row.update(time_graphs(model, h, h_lens, args, frame_s, frame_hyps))
                 except RuntimeError as error:  # the eager figures stand; say why not these
                     row["graphs_error"] = f"{type(error).__name__}: {error}"[:500]
+            if args.beams and batch == args.batches[0]:
+                row.update(time_beams(model, h, h_lens, args.beams, args.device))
             if args.json:
                 print(json.dumps(row), flush=True)
             else:
@@ -113,11 +152,20 @@ def main(argv: list[str] | None = None) -> None:
                         f" graphs: {row['graphs_ms']:.1f} ms, {row['graphs_speedup']:.2f}x |"
                         if "graphs_ms" in row
                         else ""
+                    )
+                    + "".join(
+                        f" beam {k}: host {row[f'beam{k}_host_ms']:.1f} ms, device "
+                        f"{row[f'beam{k}_device_ms']:.1f} ms"
+                        f"{'' if row[f'beam{k}_identical'] else ' (hypotheses differ)'} |"
+                        for k in args.beams
+                        if f"beam{k}_host_ms" in row
                     ),
                     flush=True,
                 )
             if not row["identical"] or not row.get("graphs_identical", True):
                 raise SystemExit(f"{name}, batch {batch}: the two loops' hypotheses differ")
+            if not all(row.get(f"beam{k}_identical", True) for k in args.beams):
+                raise SystemExit(f"{name}, batch {batch}: the two merges' hypotheses differ")
 
 
 if __name__ == "__main__":

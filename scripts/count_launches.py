@@ -31,7 +31,7 @@ greedy search over a batch of 16 utterances, label-looping and frame-looping
 (:mod:`cbasr.models.transducer_greedy`), the encoder left out: a random model of the synth
 recipe's size on random features, or a trained experiment (a directory) on its recipe's test
 utterances; with ``--beams``, its beam search too (the prediction network stepped under a mask,
-as on CUDA). One JSON object per line with
+as on CUDA), with its prefixes merged on the host and on the device (``merge``). One JSON object per line with
 ``--json``.
 
 What the CPU cannot show: a copy of a CPU tensor to the device (also a wait, for memory that
@@ -48,6 +48,7 @@ CPU's for those parts. The second-order monotonic decoder's band is counted in C
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -301,14 +302,24 @@ def count_greedy(name: str, batch: int = 16, beams: tuple[int, ...] = ()) -> lis
     label, model, h, h_lens = _greedy_batch(name, batch)
     rows = []
     with torch.no_grad():
-        for beam in beams:  # the prediction network stepped as on CUDA (masked_commit)
+        for beam, merge in itertools.product(beams, ("host", "device")):
+            # the prediction network stepped as on CUDA (masked_commit)
             options = BeamSearchOptions(beam=beam, max_symbols=model.max_symbols)
             result = count(
-                lambda o=options: transducer_beam_search(
-                    model.decoder, h, h_lens, o, monotonic=model.monotonic, masked_commit=True
+                lambda o=options, m=merge: transducer_beam_search(
+                    model.decoder,
+                    h,
+                    h_lens,
+                    o,
+                    monotonic=model.monotonic,
+                    masked_commit=True,
+                    merge=m,
                 )
             )
-            rows.append({"greedy": f"{label} beam {beam}", "utts": batch, **result})
+            name = f"{label} beam {beam}" + (
+                ", prefixes on the device" if merge == "device" else ""
+            )
+            rows.append({"greedy": name, "utts": batch, **result})
         for loop in ("label", "frame"):
             model.greedy_loop = loop
             hyps: list = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine (its steps' limits: 975 s in all, more than one device call;
+# The GPU check: on a fresh GPU machine (its steps' limits: 1035 s in all, more than one device call;
 # GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
 # whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
 #
@@ -18,7 +18,8 @@
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
 #   bench_train.jsonl    (bench_greedy) scripts/bench_greedy.py --device cuda --json: label-looping
-#                        greedy decoding, eager and from CUDA graphs, against frame-looping
+#                        greedy decoding, eager and from CUDA graphs, against frame-looping,
+#                        and beam 4 with its prefixes merged on the host and on the device
 #                        (lines with "greedy"); (bench_train) scripts/bench_train.py --synthetic
 #                        --device cuda --json --warm-pass --gpu-time on the synth presets, eager
 #                        and (bench_graphs) with trainer.cuda_graphs=true; (conformer) the
@@ -77,10 +78,10 @@ annotate() {  # FILE COMMAND: add device name, commit and command to each JSON l
 
 # the CUDA tests first: a path that fails them has no figure worth taking
 step tests 120 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
-  -m "triton or gpu" tests/losses tests/distributions tests/models tests/training
+  -m "triton or gpu" tests/losses tests/distributions tests/models tests/training tests/search
 
-cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64"
-step bench_greedy 60 "$out/greedy.tmp" "$py" $cmd
+cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64 --beams 4"
+step bench_greedy 120 "$out/greedy.tmp" "$py" $cmd
 annotate "$out/greedy.tmp" "$cmd"
 [[ -f $out/greedy.tmp ]] && cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
 

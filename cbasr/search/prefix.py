@@ -67,21 +67,29 @@ def prefix_groups(prefixes: list, batch: int, width: int) -> list[list[int]]:
     return groups
 
 
-def select(total: torch.Tensor, beam: int | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+def select(
+    total: torch.Tensor, beam: int | None, stable: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The best candidates of each utterance.
 
     Args:
         total: ``(B, C)`` fused candidate scores, ``-inf`` for impossible ones.
         beam: how many to keep; ``None``: every finite one.
+        stable: of equal scores keep the first (a stable sort; ``topk`` keeps either), so
+            that two layouts of the same candidates in the same order choose alike.
 
     Returns:
         ``(values (B, W), index (B, W), W)``; ``W = beam`` (``None``: the largest number of
         finite candidates of an utterance), at most ``C``; utterances with fewer finite
         candidates fill up with ``-inf``.
     """
-    finite = int(torch.isfinite(total).sum(dim=1).max()) if total.numel() else 0
-    width = finite if beam is None else beam
+    width = beam
+    if beam is None:  # the one read of the device here
+        width = int(torch.isfinite(total).sum(dim=1).max()) if total.numel() else 0
     width = max(1, min(width, total.shape[1]))
+    if stable:
+        values, index = total.sort(dim=1, descending=True, stable=True)
+        return values[:, :width], index[:, :width], width
     values, index = total.topk(width, dim=1)
     return values, index, width
 

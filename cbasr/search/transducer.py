@@ -126,7 +126,7 @@ class _Finished:
         """The next beam: ``(prefixes, scores, width, source rows (B width,))`` of the best
         ``options.beam`` entries per utterance (dead rows where an utterance has fewer)."""
         total, keys = self.totals(options, dtype, device)
-        values, index, width = select(total, options.beam)
+        values, index, width = select(total, options.beam, stable=True)
         prefixes, columns, source = [], [], []
         values, index = _read(values, index)  # indices exact as floats
         for b, (idx, vals) in enumerate(zip(index, values)):
@@ -149,6 +149,215 @@ class _Finished:
         ]
 
 
+class _HostPrefixes:
+    """The prefixes as tuples on the host, ``D`` a dict per utterance (:class:`_Finished`):
+    each sub-step reads its candidates' scores and the kept indices (two reads), each frame
+    the next beam (one read), and the search stops a frame's sub-steps when no extension is
+    kept. The beam starts one row wide and grows to ``beam`` (any width with ``beam=None``).
+    """
+
+    width = 1
+
+    def __init__(self, batch: int, options: BeamSearchOptions, dtype, device):
+        self.batch, self.options, self.dtype, self.device = batch, options, dtype, device
+        self.prefixes: list = [()] * batch
+
+    def start_scores(self) -> PrefixScores:
+        scores = PrefixScores(self.batch, self.dtype, self.device)
+        scores.am.zero_()
+        return scores
+
+    def frame(self) -> None:
+        self.finished, self.current = _Finished(self.batch), self.prefixes
+
+    def add(self, am_blank: torch.Tensor, scores: PrefixScores, width: int, offset: int) -> None:
+        columns = _read(am_blank, scores.fused, scores.lm, scores.ilm)
+        self.finished.add(self.current, *columns, width, offset)
+
+    def totals(self) -> torch.Tensor:
+        total, self.keys = self.finished.totals(self.options, self.dtype, self.device)
+        return total
+
+    def keep(self, index: torch.Tensor, alive: torch.Tensor, M: int, width: int, V1: int) -> bool:
+        """Keep the chosen entries of ``D``; whether any extension was chosen."""
+        kept, live = _read(index, alive)  # the one read of the candidates
+        self.finished.keep(
+            self.keys,
+            [[i for i, ok in zip(idx, ok_) if ok and i < M] for idx, ok_ in zip(kept, live)],
+        )
+        self.extended = [  # (parent row, label) of each kept candidate, None: not an extension
+            (b * width + (i - M) // V1, (i - M) % V1 + 1) if ok and i >= M else None
+            for b, (idx, ok_) in enumerate(zip(kept, live))
+            for i, ok in zip(idx, ok_)
+        ]
+        return any(self.extended)
+
+    def extend(self, parent: torch.Tensor, label: torch.Tensor, emitted: torch.Tensor) -> None:
+        parents, labels = zip(*[e or (0, 0) for e in self.extended])
+        self.current = next_prefixes(
+            self.current, parents, labels, [e is not None for e in self.extended]
+        )
+
+    def best(self) -> tuple[PrefixScores, int, torch.Tensor]:
+        self.prefixes, scores, width, source = self.finished.best(
+            self.options, self.dtype, self.device
+        )
+        return scores, width, source
+
+    def final(self) -> list:
+        return self.prefixes
+
+
+# splitmix64's constants (Steele et al. 2014), as signed 64-bit integers
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 ``x`` (torch's ``>>`` is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def extend_hash(prefix_hash: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """The 64-bit hash of each prefix extended by ``label`` (int64, wrapping arithmetic):
+    splitmix64's finaliser, a bijection of 64-bit words, of the prefix's hash plus the label
+    times the golden ratio; the empty prefix hashes to 0."""
+    z = prefix_hash + (label.long() + 1) * _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+class _DevicePrefixes:
+    """The prefixes on the device: the same search as :class:`_HostPrefixes`, with no read of
+    the device until the last frame.
+
+    - The beam and each sub-step's candidates are ``beam`` rows per utterance from the first
+      frame (dead rows at ``-inf``). ``D`` is ``2 beam`` slots per utterance (at most ``beam``
+      kept from the last sub-step, ``beam`` added) and a spill slot where what is not kept is
+      written; a slot holds ``(am, fused, lm, ilm)`` in float64 (the host's Python floats)
+      and ``(hash, length, source row, valid)``, two tensors gathered and scattered whole.
+    - A prefix is known by a 64-bit hash of its labels (:func:`extend_hash`) and its length:
+      two candidates of an utterance with equal hash and length are one prefix, whose
+      probabilities add. Two different prefixes would be merged only if their hashes
+      collided, at odds of about 2^-64 a pair.
+    - ``D`` keeps the host's order: its entries in the order first reached, those kept by a
+      sub-step in the order chosen (with :func:`select`'s stable ranking, ties go alike).
+    - The labels are not kept per row: each sub-step records its candidates' parent rows and
+      labels, each frame the snapshot row of each kept hypothesis, and the final prefixes are
+      traced back through these once, after the last frame (one read).
+    - Every frame runs all its sub-steps (the host stops when no extension is kept; the later
+      sub-steps keep ``D`` as it is), so no flag is read either.
+    """
+
+    def __init__(self, batch: int, options: BeamSearchOptions, dtype, device):
+        self.batch, self.options, self.dtype, self.device = batch, options, dtype, device
+        self.width = W = options.beam
+        self.rows = batch * W
+        self.hash = torch.zeros(self.rows, dtype=torch.long, device=device)
+        self.length = torch.zeros(self.rows, dtype=torch.long, device=device)
+        self.records: list[torch.Tensor] = []  # per frame (1 + 2 sub-steps, N): see final()
+        self.empty_real = torch.tensor([_NEG_INF, 0.0, 0.0, 0.0], device=device).double()
+        self.empty_real = self.empty_real.expand(batch, 2 * W + 1, 4)
+        self.empty_int = torch.zeros(batch, 2 * W + 1, 4, dtype=torch.long, device=device)
+        self.positions = torch.arange(W, device=device)
+
+    def start_scores(self) -> PrefixScores:
+        scores = PrefixScores(self.rows, self.dtype, self.device)
+        scores.am.view(self.batch, self.width)[:, 0] = 0.0
+        return scores
+
+    def frame(self) -> None:
+        self.real, self.int = self.empty_real.clone(), self.empty_int.clone()
+        self.c_hash, self.c_length, self.steps = self.hash, self.length, []
+
+    def add(self, am_blank: torch.Tensor, scores: PrefixScores, width: int, offset: int) -> None:
+        B, W, spill = self.batch, self.width, 2 * self.width
+        source = offset + torch.arange(B * W, device=self.device)
+        new_real = torch.stack([am_blank, scores.fused, scores.lm, scores.ilm], 1).double()
+        new_int = torch.stack([self.c_hash, self.c_length, source, torch.ones_like(source)], 1)
+        new_real, new_int = new_real.view(B, W, 4), new_int.view(B, W, 4)
+        hash_, length, _, valid = self.int.unbind(2)
+        same = (  # (B, W, 2 W + 1): candidate r's prefix is entry m's
+            (valid[:, None, :] == 1)
+            & (hash_[:, None, :] == new_int[:, :, None, 0])
+            & (length[:, None, :] == new_int[:, :, None, 1])
+        )
+        am = new_real[..., 0]
+        live = am > _NEG_INF
+        merged = live & same.any(2)
+        added = live & ~merged
+        position = valid.sum(1, keepdim=True) + added.cumsum(1) - 1
+        target = torch.where(merged, same.int().argmax(2), torch.where(added, position, spill))
+        target = target[..., None].expand(B, W, 4)
+        # another alignment of a prefix in D: the same state, probabilities add (host: _log_add)
+        old_real, old_int = self.real.gather(1, target), self.int.gather(1, target)
+        high, low = torch.maximum(old_real[..., 0], am), torch.minimum(old_real[..., 0], am)
+        old_real[..., 0] = high + torch.log1p(torch.exp(low - high))
+        merged = merged[..., None]
+        self.real.scatter_(1, target, torch.where(merged, old_real, new_real))
+        self.int.scatter_(1, target, torch.where(merged, old_int, new_int))
+        self.real[:, spill] = self.empty_real[:, spill]
+        self.int[:, spill] = 0
+
+    def totals(self) -> torch.Tensor:
+        total = self.options.am_weight * self.real[:, :-1, 0] + self.real[:, :-1, 1]
+        return total.to(self.dtype)
+
+    def keep(self, index: torch.Tensor, alive: torch.Tensor, M: int, width: int, V1: int) -> bool:
+        """``D``'s chosen entries, in the order chosen, to the front; always True (no read)."""
+        B, W = self.batch, self.width
+        chosen = alive & (index < M)
+        order = torch.where(chosen, self.positions, W + self.positions).argsort(1)
+        slot = torch.where(chosen, index, M).gather(1, order)  # M: the spill slot, empty
+        slot = slot[..., None].expand(B, W, 4)
+        self.real = torch.cat([self.real.gather(1, slot), self.empty_real[:, W:]], 1)
+        self.int = torch.cat([self.int.gather(1, slot), self.empty_int[:, W:]], 1)
+        return True
+
+    def extend(self, parent: torch.Tensor, label: torch.Tensor, emitted: torch.Tensor) -> None:
+        self.c_hash = torch.where(emitted, extend_hash(self.c_hash[parent], label), 0)
+        self.c_length = self.c_length[parent] + 1
+        self.steps += [parent, torch.where(emitted, label, 0)]
+
+    def best(self) -> tuple[PrefixScores, int, torch.Tensor]:
+        B, W = self.batch, self.width
+        values, index, _ = select(self.totals(), W, stable=True)
+        alive = torch.isfinite(values).view(-1, 1)
+        index = index[..., None].expand(B, W, 4)
+        real = torch.where(alive, self.real.gather(1, index).view(-1, 4), self.empty_real[0, 0])
+        ints = self.int.gather(1, index).view(-1, 4)
+        self.hash, self.length, source, _ = ints.unbind(1)
+        source = torch.where(alive[:, 0], source, 0)
+        scores = PrefixScores(0, self.dtype, self.device)
+        scores.am, scores.fused, scores.lm, scores.ilm = real.to(self.dtype).unbind(1)
+        self.records.append(torch.stack([source, *self.steps]))
+        return scores, W, source
+
+    def final(self) -> list:
+        """The beam's prefixes, traced back from the records (one read of the device)."""
+        N = self.rows
+        if not self.records:
+            return [()] * N
+        records = torch.stack(self.records).cpu()  # (T, 1 + 2 S, N)
+        T, S = records.shape[0], (records.shape[1] - 1) // 2
+        labels = torch.zeros(N, T, S, dtype=torch.long)
+        row = torch.arange(N)
+        for t in reversed(range(T)):
+            source = records[t, 0, row]  # sub-step s, row r of that frame's candidates
+            step, row = source // N, source % N
+            for s in range(S, 0, -1):  # back through the sub-steps' extensions
+                here = step == s
+                labels[:, t, s - 1] = torch.where(here, records[t, 2 * s, row], 0)
+                row = torch.where(here, records[t, 2 * s - 1, row], row)
+                step = torch.where(here, s - 1, step)
+        return [tuple(v for v in y if v) for y in labels.view(N, T * S).tolist()]
+
+
+MERGES = ("host", "device")
+
+
 @torch.no_grad()
 def transducer_beam_search(
     decoder: TransducerDecoder,
@@ -159,6 +368,7 @@ def transducer_beam_search(
     per_utterance: tuple[str, ...] | None = None,
     monotonic: bool = False,
     masked_commit: bool | None = None,
+    merge: str | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over an RNN-T or HAT decoder (module docstring).
 
@@ -174,6 +384,10 @@ def transducer_beam_search(
             rows, the default on a GPU) or the extended rows alone (their indices read, the
             default on a CPU, where that read costs nothing and the step is several times
             smaller). The same hypotheses either way (tested).
+        merge: where the prefixes are kept and merged: ``"host"`` (tuples, three reads of the
+            device per sub-step and frame; the default on a CPU, and with ``beam=None``) or
+            ``"device"`` (hashes, one read per batch; the default on a GPU;
+            :class:`_DevicePrefixes`). The same hypotheses either way (tested).
 
     Returns:
         Per utterance, its hypotheses best first.
@@ -195,25 +409,33 @@ def transducer_beam_search(
             "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
             "internal language model of that form"
         )
+    if merge is None:
+        merge = "device" if h.is_cuda and options.beam is not None else "host"
+    if merge not in MERGES:
+        raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
+    if merge == "device" and options.beam is None:
+        raise ValueError("merge='device' needs a beam width (beam=None: merge='host')")
     B, T = h.shape[0], h.shape[1]
     if B == 0:
         return []
     device, dtype = h.device, torch.promote_types(h.dtype, torch.float32)
     lens = lens.to(device)
-    rows = DecoderRows(decoder, decoder.begin(h, lens), B, 1, per_utterance, device)
+    kind = _DevicePrefixes if merge == "device" else _HostPrefixes
+    beam = kind(B, options, dtype, device)
+    width = beam.width
+    rows = DecoderRows(decoder, decoder.begin(h, lens), B, width, per_utterance, device)
     if masked_commit is None:
         masked_commit = h.is_cuda
     commit = decoder.commit_masked if masked_commit else decoder.commit
-    width = 1
-    scores = PrefixScores(B, dtype, device)
-    scores.am.zero_()
-    prefixes: list = [()] * B
+    scores = beam.start_scores()
     lm_state = lm.begin(B, device) if lm is not None else None
+    if lm is not None and width > 1:
+        lm_state = lm.reorder(lm_state, utterance_rows(B, width, device))
     for t in range(T):
         active_utt = t < lens  # (B,)
-        finished = _Finished(B)
+        beam.frame()
         snapshots, lm_snapshots, offset = [], [], 0
-        c_scores, c_prefixes, c_width, c_lm = scores, prefixes, width, lm_state
+        c_scores, c_width, c_lm = scores, width, lm_state
         for s in range(options.max_symbols + 1):
             state = rows.state
             if monotonic and s == options.max_symbols:  # the emission took the frame's edge
@@ -227,9 +449,7 @@ def transducer_beam_search(
                 label_lp = label_lp.to(dtype).masked_fill(~active[:, None], _NEG_INF)
             snapshots.append(rows.dynamic)
             lm_snapshots.append(c_lm)
-            am_blank = c_scores.am + blank_lp
-            columns = _read(am_blank, c_scores.fused, c_scores.lm, c_scores.ilm)
-            finished.add(c_prefixes, *columns, c_width, offset)
+            beam.add(c_scores.am + blank_lp, c_scores, c_width, offset)
             offset += B * c_width
             if s == options.max_symbols:
                 break
@@ -237,24 +457,14 @@ def transducer_beam_search(
             ilm_lp = hat_internal_lm_step(decoder, state).to(dtype) if use_ilm else None
             extend = fused_extensions(c_scores.fused, options, V1, lm_lp, ilm_lp)  # (N, V - 1)
             ext_am = c_scores.am[:, None] + label_lp  # (N, V - 1)
-            d_total, d_keys = finished.totals(options, dtype, device)  # (B, M)
+            d_total = beam.totals()  # (B, M)
             M = d_total.shape[1]
             pool = torch.cat(
                 [d_total, (options.am_weight * ext_am + extend).view(B, c_width * V1)], dim=1
             )
-            values, index, new_width = select(pool, options.beam)
+            values, index, new_width = select(pool, options.beam, stable=True)
             alive = torch.isfinite(values)  # (B, W)
-            kept, live = _read(index, alive)  # the one read of the candidates
-            finished.keep(
-                d_keys,
-                [[i for i, ok in zip(idx, ok_) if ok and i < M] for idx, ok_ in zip(kept, live)],
-            )
-            extended = [  # (parent row, label) of each kept candidate, None: not an extension
-                (b * c_width + (i - M) // V1, (i - M) % V1 + 1) if ok and i >= M else None
-                for b, (idx, ok_) in enumerate(zip(kept, live))
-                for i, ok in zip(idx, ok_)
-            ]
-            if not any(extended):
+            if not beam.keep(index, alive, M, c_width, V1):
                 break
             is_ext = alive & (index >= M)
             flat = (index - M).clamp(min=0)
@@ -268,21 +478,18 @@ def transducer_beam_search(
                 .masked_fill(~emitted, _NEG_INF)
             )
             new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
-            parents, labels = zip(*[e or (0, 0) for e in extended])
-            c_prefixes = next_prefixes(
-                c_prefixes, parents, labels, [e is not None for e in extended]
-            )
+            beam.extend(parent, label, emitted)
             rows.reorder(parent, new_width)
             rows.update(commit(rows.state, emitted, label))
             if lm is not None:
                 c_lm = lm.advance(lm.reorder(c_lm, parent), emitted, label)
             c_scores, c_width = new, new_width
         # A = the best of D, each with the decoder and LM state of the sub-step it came from.
-        prefixes, scores, width, source = finished.best(options, dtype, device)
+        scores, width, source = beam.best()
         rows.replace(decoder.reorder(cat_rows(snapshots), source) if snapshots[0] else {}, width)
         if lm is not None:
             lm_state = reorder_rows(cat_rows(lm_snapshots), source)
     eos = lm_state["eos"].to(dtype) if lm is not None else None
     return finalize(
-        prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
+        beam.final(), scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
     )

@@ -77,6 +77,33 @@ def test_the_table_names_each_row_by_its_loss(count_launches, capsys):
     assert lines[0].endswith(" 0 triton   1 reads"), lines
 
 
+@pytest.mark.parametrize("lengths", [(8, 5), (23, 17)])
+def test_beam_search_with_device_prefixes_reads_a_few_times_a_batch(count_launches, lengths):
+    """Transducer beam search: with the prefixes on the host it reads the device every frame
+    (its candidates, the kept ones, the next beam); with them on the device, five times a
+    batch whatever its length (the traced-back labels and the final scores), and the prefix
+    searches' ranking reads nothing when a beam width is given."""
+    from cbasr.search import BeamSearchOptions, transducer_beam_search
+    from cbasr.search.prefix import select
+    from tests.search import tiny
+
+    model = tiny.build("hat", seed=3, shift=1.5)
+    h, h_lens = model.encoder(*tiny.batch(seed=6, lengths=lengths))
+    options = BeamSearchOptions(beam=4, max_symbols=2)
+    reads = {
+        merge: count_launches.count(
+            lambda m=merge: transducer_beam_search(
+                model.decoder, h, h_lens, options, masked_commit=True, merge=m
+            )
+        )["reads"]
+        for merge in ("host", "device")
+    }
+    assert reads["host"] >= 3 * h.shape[1]
+    assert reads["device"] == 5
+    assert count_launches.count(lambda: select(torch.randn(2, 9), 3))["reads"] == 0
+    assert count_launches.count(lambda: select(torch.randn(2, 9), None))["reads"] == 1
+
+
 @pytest.mark.slow  # the synth-size model's calibration: about 30 s
 def test_label_looping_reads_the_device_once_per_step_of_its_loops(count_launches):
     """A random HAT model's greedy search over 2 utterances: label-looping reads per label

@@ -1,6 +1,8 @@
 """Transducer beam search (RNN-T and HAT): exact sums over the capped lattice without pruning,
 exact single-frame scores, beam 1 is greedy search, HAT eq. (9) with the internal LM."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -295,3 +297,139 @@ def test_masked_prediction_steps_give_the_same_hypotheses(name):
         assert [x.tokens for x in rows] == [x.tokens for x in masked_rows]
         assert [x.am_score for x in rows] == pytest.approx([x.am_score for x in masked_rows])
     assert any(len(rows[0].tokens) > 1 for rows in results[0])
+
+
+# ---- the prefixes merged on the device ---------------------------------------------------------
+
+DEVICE_CASES = {
+    "beam 4, 2 labels a frame": ({"beam": 4, "nbest": 3, "max_symbols": 2}, {}),
+    "beam 8, 3 labels a frame, whole beam": ({"beam": 8, "nbest": None, "max_symbols": 3}, {}),
+    "beam 1": ({"beam": 1, "max_symbols": 2}, {}),
+    "beam 16, alignments merged": (
+        {"beam": 16, "nbest": None, "max_symbols": 2},
+        {"shift": 0.0, "merges": True},
+    ),
+    "fusion: LM, bonus, length norm": (
+        {
+            "beam": 4,
+            "nbest": None,
+            "max_symbols": 2,
+            "lm_weight": 0.6,
+            "label_bonus": 0.3,
+            "length_norm": True,
+        },
+        {"lm": True},
+    ),  # fmt: skip
+    "one label per frame": ({"beam": 5, "nbest": None, "max_symbols": 1}, {"monotonic": True}),
+}
+
+
+def _lstm_scorer():
+    from cbasr.modules.language_model import LSTMLanguageModel
+    from cbasr.search import NeuralLMScorer
+
+    torch.manual_seed(11)
+    tokens = ["<blk>", "a", "b", "c", "d"]  # the tiny models' vocabulary
+    lm = LSTMLanguageModel(len(tokens), embed_dim=4, hidden=6, num_layers=1, dropout=0.0)
+    with torch.no_grad():
+        lm.out.weight.mul_(4.0)  # a peaked LM, so that fusion changes decisions
+    return NeuralLMScorer(lm, tokens, tokens)
+
+
+@pytest.mark.parametrize("case", list(DEVICE_CASES))
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, monkeypatch):
+    """Hashes, fixed-width beams, the slots of D and the traced-back labels (merge="device")
+    find the n-best of the tuples and dicts on the host: the same sequences in the same order
+    (ties included: the context-1 HAT scores reordered label pairs alike), the same scores;
+    with beam 16 the host merges alignments of a prefix (counted), and so must the device."""
+    from cbasr.search import transducer as search
+
+    merges = []
+    log_add = search._log_add
+    monkeypatch.setattr(search, "_log_add", lambda a, b: merges.append(1) or log_add(a, b))
+    settings, extra = DEVICE_CASES[case]
+    if extra.get("monotonic") and name not in ("transducer", "hat"):
+        pytest.skip("the one-label-per-frame topology: one RNN-T and one HAT suffice")
+    loss_options = {"topology": "monotonic"} if extra.get("monotonic") else None
+    shift = extra.get("shift", 2.5 if name == "hat_linear" else 1.5)
+    model = tiny.build(name, seed=3, shift=shift, loss_options=loss_options)
+    feats, lens = tiny.batch(seed=6)
+    h, h_lens = model.encoder(feats, lens)
+    if name.startswith("hat") and not extra:
+        settings = {**settings, "ilm_weight": 0.4, "am_weight": 1.3}
+    options = BeamSearchOptions(**settings)
+    lm = _lstm_scorer() if extra.get("lm") else None
+    found = {
+        merge: transducer_beam_search(
+            model.decoder, h, h_lens, options, lm, monotonic=model.monotonic, merge=merge
+        )
+        for merge in ("host", "device")
+    }
+    for host, device in zip(found["host"], found["device"]):
+        assert [x.tokens for x in device] == [x.tokens for x in host]
+        for field in ("score", "am_score", "lm_score", "ilm_score"):
+            got, expected = [getattr(x, field) for x in device], [getattr(x, field) for x in host]
+            assert got == pytest.approx(expected, rel=1e-6, abs=1e-6), field
+    assert any(len(x.tokens) > 1 for n in found["host"] for x in n)
+    assert bool(merges) == extra.get("merges", bool(merges))
+    if case.startswith("beam 8") and name == "hat_context1":  # equal scores, ranked alike
+        scores = [x.score for x in found["host"][0]]
+        assert len(set(scores)) < len(scores)
+
+
+def test_device_prefixes_are_told_apart_by_their_hash():
+    """The hash of every label sequence of up to 4 labels out of 4 differs (orders matter),
+    and a hash that forgets the labels merges different prefixes: other hypotheses."""
+    from cbasr.search import transducer as search
+
+    seqs = [()] + [y for n in range(1, 5) for y in itertools.product(range(1, 5), repeat=n)]
+    hashes = []
+    for y in seqs:
+        value = torch.zeros(1, dtype=torch.long)
+        for v in y:
+            value = search.extend_hash(value, torch.tensor([v]))
+        hashes.append(int(value))
+    assert hashes[0] == 0 and len(set(hashes)) == len(seqs)
+
+    model = tiny.build("hat", seed=3, shift=0.0)
+    h, h_lens = model.encoder(*tiny.batch(seed=6))
+    options = BeamSearchOptions(beam=16, nbest=None, max_symbols=2)
+    honest = transducer_beam_search(model.decoder, h, h_lens, options, merge="device")
+    search_hash = search.extend_hash
+    try:
+        search.extend_hash = lambda prefix_hash, label: prefix_hash  # every prefix alike
+        blind = transducer_beam_search(model.decoder, h, h_lens, options, merge="device")
+    finally:
+        search.extend_hash = search_hash
+    assert [[x.tokens for x in n] for n in blind] != [[x.tokens for x in n] for n in honest]
+
+
+def test_device_merge_needs_a_beam_and_a_known_name():
+    decoder = _decoder("hat")
+    h, lens = torch.randn(1, 2, D, dtype=torch.float64), torch.tensor([2])
+    with pytest.raises(ValueError, match="merge='device' needs a beam width"):
+        transducer_beam_search(
+            decoder, h, lens, BeamSearchOptions(beam=None, max_symbols=2), merge="device"
+        )
+    with pytest.raises(ValueError, match="merge must be one of host, device, got 'gpu'"):
+        transducer_beam_search(decoder, h, lens, BeamSearchOptions(max_symbols=2), merge="gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", tiny.TRANSDUCERS)
+def test_device_prefixes_on_cuda_give_the_cpu_s_hypotheses(name, device):
+    """On CUDA (int64 hashes wrapping on the GPU's arithmetic, its sort and scatter), both
+    merges find what the host merge finds on the CPU."""
+    model = tiny.build(name, seed=3, shift=0.0)
+    h, h_lens = model.encoder(*tiny.batch(seed=6))
+    options = BeamSearchOptions(beam=16, nbest=4, max_symbols=2)
+    expected = transducer_beam_search(model.decoder, h, h_lens, options, merge="host")
+    model.to(device)
+    for merge in ("host", "device"):
+        found = transducer_beam_search(
+            model.decoder, h.to(device), h_lens.to(device), options, merge=merge
+        )
+        assert [[x.tokens for x in n] for n in found] == [[x.tokens for x in n] for n in expected]
+        for n, m in zip(found, expected):
+            assert [x.score for x in n] == pytest.approx([x.score for x in m], abs=1e-4)
