@@ -43,6 +43,8 @@ __all__ = [
     "Emissions",
     "tdt_greedy",
     "MAX_WINDOW",
+    "capture",
+    "static_runs",
 ]
 
 MAX_WINDOW = 64  # frames label-looping's joint looks at in one step, once the window has grown
@@ -276,7 +278,7 @@ class LabelLoopingGraphs:
         return captured.decode(h, lens, frames)
 
 
-def _capture(runs: list, device: torch.device) -> list:
+def capture(runs: list, device: torch.device) -> list:
     """The CUDA graphs of ``runs`` (functions of no argument that write into tensors they
     hold), as their replays; each run first once on a side stream, as CUDA asks, then
     captured. They share a memory pool: they never run at the same time, and nothing that
@@ -297,13 +299,43 @@ def _capture(runs: list, device: torch.device) -> list:
     return replays
 
 
+def static_runs(phases: list, first):
+    """A loop's variables as static tensors, and its phases as runs on them.
+
+    Args:
+        phases: functions of the variables (a pytree of tensors) returning their next values,
+            of the same structure.
+        first: the variables' first values (cloned, each a tensor of its own).
+
+    Returns:
+        ``(variables, runs)``: each run calls its phase on ``variables`` and writes the results
+        into them (what a phase returns unchanged is not copied), so that it can be captured as
+        a CUDA graph (:func:`capture`) or run as it is, eagerly.
+    """
+    from torch.utils import _pytree
+
+    variables = _pytree.tree_map(torch.clone, first)
+    statics, spec = _pytree.tree_flatten(variables)
+
+    def in_place(phase):
+        def run():
+            values, out_spec = _pytree.tree_flatten(phase(_pytree.tree_unflatten(statics, spec)))
+            if out_spec != spec:
+                raise RuntimeError(f"a step changed the loop's variables: {out_spec}")
+            for static, value in zip(statics, values):
+                if value is not static:
+                    static.copy_(value)
+
+        return run
+
+    return variables, [in_place(phase) for phase in phases]
+
+
 class _Captured:
     """The CUDA graphs of :class:`LabelLoopingGraphs` for one batch shape, with the static
     tensors they read and write: the input ``h``, ``lens`` and the loop's variables."""
 
     def __init__(self, search: LabelLoopingGraphs, h: torch.Tensor, lens: torch.Tensor):
-        from torch.utils import _pytree
-
         decoder, cap, rule = search.decoder, search.max_symbols, search.rule
         self.h, self.lens = h, lens.clone()
         steps = torch.arange(h.shape[1], device=h.device)
@@ -329,27 +361,11 @@ class _Captured:
 
         phases = [first, *map(look, self.widths), then]
         with torch.no_grad():
-            # the static variables, each a tensor of its own: every step writes into them
-            self.v = _pytree.tree_map(torch.clone, first(None))
-            statics, spec = _pytree.tree_flatten(self.v)
-
-            def in_place(phase):  # the phase, writing its results into the static variables
-                def run():
-                    values, out_spec = _pytree.tree_flatten(
-                        phase(_pytree.tree_unflatten(statics, spec))
-                    )
-                    if out_spec != spec:
-                        raise RuntimeError(f"a step changed the loop's variables: {out_spec}")
-                    for static, value in zip(statics, values):
-                        if value is not static:
-                            static.copy_(value)
-
-                return run
-
-            # the runs hold what the graphs read besides the static variables (the frame
-            # offsets, the decoder): kept for as long as the graphs are
-            self.runs = [in_place(phase) for phase in phases]
-            self.steps = self.runs if not search.graphs else _capture(self.runs, h.device)
+            # the static variables, each a tensor of its own: every step writes into them;
+            # the runs hold what the graphs read besides them (the frame offsets, the
+            # decoder): kept for as long as the graphs are
+            self.v, self.runs = static_runs(phases, first(None))
+            self.steps = self.runs if not search.graphs else capture(self.runs, h.device)
 
     @torch.no_grad()
     def decode(

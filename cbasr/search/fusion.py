@@ -56,6 +56,13 @@ class LabelScorer(abc.ABC):
     def advance(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
         """Extend the rows with ``emitted (N,)`` True by ``labels (N,)`` (ids); others unchanged."""
 
+    def advance_masked(self, state: dict, emitted: torch.Tensor, labels: torch.Tensor) -> dict:
+        """:meth:`advance` with no read of ``emitted`` on the host where the LM allows it
+        (``labels`` a valid id in every row): a neural LM steps every row and keeps the new
+        state where ``emitted``; this default, for LMs whose states live on the host, is
+        :meth:`advance`."""
+        return self.advance(state, emitted, labels)
+
     def reorder(self, state: dict, index: torch.Tensor) -> dict:
         """Rows ``index (N',)`` of ``state``."""
         return reorder_rows(state, index)
@@ -135,6 +142,18 @@ class NeuralLMScorer(LabelScorer):
             "lstm": (h, c),
             "log_probs": state["log_probs"].index_copy(0, rows, new_labels),
             "eos": state["eos"].index_copy(0, rows, new_eos),
+        }
+
+    @torch.no_grad()
+    def advance_masked(self, state, emitted, labels):
+        h, c = state["lstm"]
+        log_probs, (h_new, c_new) = self.model.step(self.ids[labels], (h, c))
+        new_labels, new_eos = self._split(log_probs)
+        keep = emitted[:, None]
+        return {
+            "lstm": (torch.where(keep, h_new, h), torch.where(keep, c_new, c)),
+            "log_probs": torch.where(keep, new_labels, state["log_probs"]),
+            "eos": torch.where(emitted, new_eos, state["eos"]),
         }
 
     @torch.no_grad()

@@ -96,6 +96,22 @@ class DecoderRows:
         self._expanded = self.static
         self.reorder(utterance_rows(batch, width, device), width)
 
+    @classmethod
+    def restore(cls, decoder, batch: int, width: int, expanded: dict, dynamic: dict):
+        """Rows rebuilt from the parts a loop keeps between its steps (:attr:`expanded` and
+        :attr:`dynamic`, ``width`` rows per utterance), nothing gathered: for a width that
+        does not change (the per-utterance part is kept only as expanded)."""
+        rows = cls.__new__(cls)
+        rows.decoder, rows.batch, rows.width = decoder, batch, width
+        rows.static = rows._expanded = expanded
+        rows.dynamic = dynamic
+        return rows
+
+    @property
+    def expanded(self) -> dict:
+        """The per-utterance entries, ``width`` rows per utterance."""
+        return self._expanded
+
     @property
     def state(self) -> dict:
         """The full decoder state of the ``B K`` rows, for ``candidates`` / ``frame_scores``."""

@@ -37,9 +37,11 @@ ilm_weight * ilm + label_bonus * |y|``; the internal LM of HAT is ``log softmax(
 """
 
 import math
+import weakref
 
 import torch
 
+from cbasr.models.transducer_greedy import capture, static_runs
 from cbasr.modules.decoders import TransducerDecoder
 from cbasr.search.fusion import LabelScorer
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
@@ -167,7 +169,7 @@ class _HostPrefixes:
         scores.am.zero_()
         return scores
 
-    def frame(self) -> None:
+    def frame(self, t: int) -> None:
         self.finished, self.current = _Finished(self.batch), self.prefixes
 
     def add(self, am_blank: torch.Tensor, scores: PrefixScores, width: int, offset: int) -> None:
@@ -204,7 +206,7 @@ class _HostPrefixes:
         )
         return scores, width, source
 
-    def final(self) -> list:
+    def final(self, frames: int) -> list:
         return self.prefixes
 
 
@@ -257,7 +259,7 @@ class _DevicePrefixes:
         self.rows = batch * W
         self.hash = torch.zeros(self.rows, dtype=torch.long, device=device)
         self.length = torch.zeros(self.rows, dtype=torch.long, device=device)
-        self.records: list[torch.Tensor] = []  # per frame (1 + 2 sub-steps, N): see final()
+        self.buffer: torch.Tensor | None = None  # (T, 1 + 2 sub-steps, N): see final()
         self.empty_real = torch.tensor([_NEG_INF, 0.0, 0.0, 0.0], device=device).double()
         self.empty_real = self.empty_real.expand(batch, 2 * W + 1, 4)
         self.empty_int = torch.zeros(batch, 2 * W + 1, 4, dtype=torch.long, device=device)
@@ -268,7 +270,8 @@ class _DevicePrefixes:
         scores.am.view(self.batch, self.width)[:, 0] = 0.0
         return scores
 
-    def frame(self) -> None:
+    def frame(self, t: torch.Tensor) -> None:
+        self.t = t
         self.real, self.int = self.empty_real.clone(), self.empty_int.clone()
         self.c_hash, self.c_length, self.steps = self.hash, self.length, []
 
@@ -332,15 +335,14 @@ class _DevicePrefixes:
         source = torch.where(alive[:, 0], source, 0)
         scores = PrefixScores(0, self.dtype, self.device)
         scores.am, scores.fused, scores.lm, scores.ilm = real.to(self.dtype).unbind(1)
-        self.records.append(torch.stack([source, *self.steps]))
+        self.buffer.index_copy_(0, self.t.view(1), torch.stack([source, *self.steps])[None])
         return scores, W, source
 
-    def final(self) -> list:
-        """The beam's prefixes, traced back from the records (one read of the device)."""
+    def final(self, frames: int) -> list:
+        """The beam's prefixes, traced back from the records of the first ``frames`` frames
+        (one read of the device)."""
         N = self.rows
-        if not self.records:
-            return [()] * N
-        records = torch.stack(self.records).cpu()  # (T, 1 + 2 S, N)
+        records = self.buffer[:frames].cpu()  # (T, 1 + 2 S, N)
         T, S = records.shape[0], (records.shape[1] - 1) // 2
         labels = torch.zeros(N, T, S, dtype=torch.long)
         row = torch.arange(N)
@@ -355,90 +357,42 @@ class _DevicePrefixes:
         return [tuple(v for v in y if v) for y in labels.view(N, T * S).tolist()]
 
 
-MERGES = ("host", "device")
+MERGES = ("host", "device", "graphs")
 
 
-@torch.no_grad()
-def transducer_beam_search(
-    decoder: TransducerDecoder,
-    h: torch.Tensor,
-    lens: torch.Tensor,
-    options: BeamSearchOptions,
-    lm: LabelScorer | None = None,
-    per_utterance: tuple[str, ...] | None = None,
-    monotonic: bool = False,
-    masked_commit: bool | None = None,
-    merge: str | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search over an RNN-T or HAT decoder (module docstring).
+class _Frames:
+    """One frame of the search (module docstring), on either kind of prefixes: what it reads
+    besides the search's state (the decoder, the options, the LM)."""
 
-    Args:
-        decoder: a :class:`~cbasr.modules.decoders.TransducerDecoder`.
-        h: ``(B, T, D)`` encoder states; lens: ``(B,)`` valid frames.
-        options: ``max_symbols`` is required here; ``ilm_weight`` needs the HAT joint.
-        lm: external LM for shallow fusion.
-        per_utterance: see :class:`~cbasr.search.rows.DecoderRows` (tests only).
-        monotonic: the one-label-per-frame topology (module docstring).
-        masked_commit: how the prediction network steps the extended rows: every row under a
-            mask (:meth:`TransducerDecoder.commit_masked`: no wait for the device to say which
-            rows, the default on a GPU) or the extended rows alone (their indices read, the
-            default on a CPU, where that read costs nothing and the step is several times
-            smaller). The same hypotheses either way (tested).
-        merge: where the prefixes are kept and merged: ``"host"`` (tuples, three reads of the
-            device per sub-step and frame; the default on a CPU, and with ``beam=None``) or
-            ``"device"`` (hashes, one read per batch; the default on a GPU;
-            :class:`_DevicePrefixes`). The same hypotheses either way (tested).
+    def __init__(self, decoder, options, lm, monotonic, masked, batch, dtype, device):
+        self.decoder, self.options, self.lm, self.monotonic = decoder, options, lm, monotonic
+        self.masked, self.batch, self.dtype, self.device = masked, batch, dtype, device
+        self.commit = decoder.commit_masked if masked else decoder.commit
+        if lm is not None:
+            self.advance = lm.advance_masked if masked else lm.advance
+        self.use_ilm = options.ilm_weight != 0
 
-    Returns:
-        Per utterance, its hypotheses best first.
-    """
-    if not isinstance(decoder, TransducerDecoder):
-        raise TypeError(
-            f"transducer_beam_search needs a transducer decoder, got {type(decoder).__name__}"
-        )
-    if options.max_symbols is None:
-        raise ValueError("transducer search needs options.max_symbols (labels per frame)")
-    if monotonic and options.max_symbols != 1:
-        raise ValueError(
-            f"the one-label-per-frame transducer emits at most 1 label per frame; "
-            f"got max_symbols={options.max_symbols}"
-        )
-    use_ilm = options.ilm_weight != 0
-    if use_ilm and decoder.joint.name != "hat":
-        raise ValueError(
-            "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
-            "internal language model of that form"
-        )
-    if merge is None:
-        merge = "device" if h.is_cuda and options.beam is not None else "host"
-    if merge not in MERGES:
-        raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
-    if merge == "device" and options.beam is None:
-        raise ValueError("merge='device' needs a beam width (beam=None: merge='host')")
-    B, T = h.shape[0], h.shape[1]
-    if B == 0:
-        return []
-    device, dtype = h.device, torch.promote_types(h.dtype, torch.float32)
-    lens = lens.to(device)
-    kind = _DevicePrefixes if merge == "device" else _HostPrefixes
-    beam = kind(B, options, dtype, device)
-    width = beam.width
-    rows = DecoderRows(decoder, decoder.begin(h, lens), B, width, per_utterance, device)
-    if masked_commit is None:
-        masked_commit = h.is_cuda
-    commit = decoder.commit_masked if masked_commit else decoder.commit
-    scores = beam.start_scores()
-    lm_state = lm.begin(B, device) if lm is not None else None
-    if lm is not None and width > 1:
-        lm_state = lm.reorder(lm_state, utterance_rows(B, width, device))
-    for t in range(T):
+    def __call__(
+        self,
+        t: int | torch.Tensor,
+        lens: torch.Tensor,
+        rows: DecoderRows,
+        beam,
+        scores: PrefixScores,
+        width: int,
+        lm_state: dict | None,
+    ) -> tuple[PrefixScores, int, dict | None]:
+        """Frame ``t`` (an int, or a 0-d tensor in a static step); ``rows`` and ``beam`` are
+        updated in place; returns the next beam's scores, width and LM state."""
+        decoder, options, lm, B, dtype = self.decoder, self.options, self.lm, self.batch, self.dtype
+        device = self.device
         active_utt = t < lens  # (B,)
-        beam.frame()
+        beam.frame(t)
         snapshots, lm_snapshots, offset = [], [], 0
         c_scores, c_width, c_lm = scores, width, lm_state
         for s in range(options.max_symbols + 1):
             state = rows.state
-            if monotonic and s == options.max_symbols:  # the emission took the frame's edge
+            if self.monotonic and s == options.max_symbols:  # the emission took the frame's edge
                 blank_lp = c_scores.am.new_zeros(c_scores.am.shape)
             else:
                 blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
@@ -454,7 +408,7 @@ def transducer_beam_search(
             if s == options.max_symbols:
                 break
             lm_lp = c_lm["log_probs"].to(dtype) if lm is not None else None
-            ilm_lp = hat_internal_lm_step(decoder, state).to(dtype) if use_ilm else None
+            ilm_lp = hat_internal_lm_step(decoder, state).to(dtype) if self.use_ilm else None
             extend = fused_extensions(c_scores.fused, options, V1, lm_lp, ilm_lp)  # (N, V - 1)
             ext_am = c_scores.am[:, None] + label_lp  # (N, V - 1)
             d_total = beam.totals()  # (B, M)
@@ -480,16 +434,240 @@ def transducer_beam_search(
             new = next_scores(c_scores, parent, emitted, label, am, extend, lm_lp, ilm_lp)
             beam.extend(parent, label, emitted)
             rows.reorder(parent, new_width)
-            rows.update(commit(rows.state, emitted, label))
+            rows.update(self.commit(rows.state, emitted, label))
             if lm is not None:
-                c_lm = lm.advance(lm.reorder(c_lm, parent), emitted, label)
+                c_lm = self.advance(lm.reorder(c_lm, parent), emitted, label)
             c_scores, c_width = new, new_width
         # A = the best of D, each with the decoder and LM state of the sub-step it came from.
         scores, width, source = beam.best()
         rows.replace(decoder.reorder(cat_rows(snapshots), source) if snapshots[0] else {}, width)
         if lm is not None:
             lm_state = reorder_rows(cat_rows(lm_snapshots), source)
+        return scores, width, lm_state
+
+
+class _StaticSearch:
+    """The search with its prefixes on the device (:class:`_DevicePrefixes`) as two steps of
+    a batch shape's variables: the start, and a frame (its index a device counter, its records
+    written into a buffer). With ``graphs`` they run on static variables
+    (:func:`~cbasr.models.transducer_greedy.static_runs`), replayed from CUDA graphs, one
+    launch a frame (``static``: the same static steps run eagerly, on any device: their
+    bookkeeping, testable without a GPU); else eagerly, each step's values passed on. The
+    host reads the device once, after the last frame."""
+
+    def __init__(
+        self,
+        frames: _Frames,
+        h: torch.Tensor,
+        lens: torch.Tensor,
+        per_utterance,
+        graphs: bool,
+        static: bool = False,
+    ):
+        decoder, options, lm, B = frames.decoder, frames.options, frames.lm, frames.batch
+        W, device = options.beam, h.device
+        self.h, self.lens, self.frames = h, lens.clone(), frames
+        self.prefixes = prefixes = _DevicePrefixes(B, options, frames.dtype, device)
+        steps = 1 + 2 * options.max_symbols
+        prefixes.buffer = torch.zeros(h.shape[1], steps, B * W, dtype=torch.long, device=device)
+        h, lens = self.h, self.lens
+
+        def first(v):
+            rows = DecoderRows(decoder, decoder.begin(h, lens), B, W, per_utterance, device)
+            scores = prefixes.start_scores()
+            v = {
+                "t": torch.zeros((), dtype=torch.long, device=device),
+                "expanded": rows.expanded,
+                "dynamic": rows.dynamic,
+                "scores": [scores.am, scores.fused, scores.lm, scores.ilm],
+                "prefix": [torch.zeros_like(prefixes.hash), torch.zeros_like(prefixes.length)],
+            }
+            if lm is not None:  # (the variables hold tensors only)
+                v["lm"] = lm.reorder(lm.begin(B, device), utterance_rows(B, W, device))
+            return v
+
+        def frame(v):
+            rows = DecoderRows.restore(decoder, B, W, v["expanded"], v["dynamic"])
+            scores = PrefixScores(0, frames.dtype, device)
+            scores.am, scores.fused, scores.lm, scores.ilm = v["scores"]
+            prefixes.hash, prefixes.length = v["prefix"]
+            scores, _, lm_state = frames(v["t"], lens, rows, prefixes, scores, W, v.get("lm"))
+            out = {
+                "t": v["t"] + 1,
+                "expanded": v["expanded"],
+                "dynamic": rows.dynamic,
+                "scores": [scores.am, scores.fused, scores.lm, scores.ilm],
+                "prefix": [prefixes.hash, prefixes.length],
+            }
+            if lm is not None:
+                out["lm"] = lm_state
+            return out
+
+        self.phases, self.static = (first, frame), static or graphs
+        if self.static:
+            self.v, self.runs = static_runs([first, frame], first(None))
+            self.steps = capture(self.runs, device) if graphs else self.runs
+
+    def search(self, h: torch.Tensor, lens: torch.Tensor):
+        """``(prefixes, scores, LM state)`` of the final beam, for :func:`finalize`."""
+        T = h.shape[1]
+        if h is not self.h:
+            self.h[:, :T].copy_(h)
+            self.h[:, T:].zero_()
+        self.lens.copy_(lens)
+        if self.static:  # on the static variables, in place
+            first, frame = self.steps
+            first()
+            for _ in range(T):
+                frame()
+            v = self.v
+        else:  # each step's values passed on (an LM may keep host values: ARPA's histories)
+            first, frame = self.phases
+            v = first(None)
+            for _ in range(T):
+                v = frame(v)
+        scores = PrefixScores(0, self.frames.dtype, self.h.device)
+        scores.am, scores.fused, scores.lm, scores.ilm = v["scores"]
+        return self.prefixes.final(T), scores, v.get("lm")
+
+
+# graphs captured per decoder: its search settings and batch shapes, the newest last
+_GRAPHS: "weakref.WeakKeyDictionary[TransducerDecoder, dict]" = weakref.WeakKeyDictionary()
+GRAPH_SHAPES = 8  # shapes kept per decoder
+GRAPH_BUCKET = 64  # frames are padded to a multiple of this, so that batches share graphs
+CAPTURE = True  # False: merge="graphs" runs the same static steps eagerly, on any device (tests)
+
+
+def _graphed(frames: _Frames, h: torch.Tensor, lens: torch.Tensor, per_utterance):
+    """The captured search of ``h``'s padded shape, captured on first use."""
+    decoder = frames.decoder
+    padded = -(-h.shape[1] // GRAPH_BUCKET) * GRAPH_BUCKET
+    key = (
+        h.shape[0],
+        padded,
+        h.shape[2:],
+        h.dtype,
+        h.device,
+        frames.options,
+        frames.monotonic,
+        frames.masked,
+        id(frames.lm),
+        per_utterance,
+        torch.is_autocast_enabled("cuda"),
+        torch.is_inference_mode_enabled(),
+        tuple(p.data_ptr() for p in decoder.parameters()),  # moved or replaced: anew
+    )
+    cache = _GRAPHS.setdefault(decoder, {})
+    found = cache.pop(key, None)
+    if found is None:
+        if len(cache) >= GRAPH_SHAPES:
+            cache.pop(next(iter(cache)))
+        found = _StaticSearch(frames, h.new_zeros(h.shape[0], padded, *h.shape[2:]), lens,
+                              per_utterance, graphs=CAPTURE, static=True)  # fmt: skip
+    cache[key] = found
+    return found
+
+
+@torch.no_grad()
+def transducer_beam_search(
+    decoder: TransducerDecoder,
+    h: torch.Tensor,
+    lens: torch.Tensor,
+    options: BeamSearchOptions,
+    lm: LabelScorer | None = None,
+    per_utterance: tuple[str, ...] | None = None,
+    monotonic: bool = False,
+    masked_commit: bool | None = None,
+    merge: str | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search over an RNN-T or HAT decoder (module docstring).
+
+    Args:
+        decoder: a :class:`~cbasr.modules.decoders.TransducerDecoder`.
+        h: ``(B, T, D)`` encoder states; lens: ``(B,)`` valid frames.
+        options: ``max_symbols`` is required here; ``ilm_weight`` needs the HAT joint.
+        lm: external LM for shallow fusion.
+        per_utterance: see :class:`~cbasr.search.rows.DecoderRows` (tests only).
+        monotonic: the one-label-per-frame topology (module docstring).
+        masked_commit: how the prediction network (and a neural LM) steps the extended rows:
+            every row under a mask (:meth:`TransducerDecoder.commit_masked`,
+            :meth:`LabelScorer.advance_masked`: no wait for the device to say which rows, the
+            default on a GPU and with the prefixes on the device) or the extended rows alone
+            (their indices read, the default on a CPU, where that read costs nothing and the
+            step is several times smaller). The same hypotheses either way (tested).
+        merge: where the prefixes are kept and merged: ``"host"`` (tuples; three reads of the
+            device per sub-step and frame; the default), ``"device"`` (hashes, fixed-width
+            beams: :class:`_DevicePrefixes`; one read per batch, every sub-step run) or
+            ``"graphs"`` (the same, each frame replayed from a CUDA graph, captured once per
+            padded batch shape: CUDA only; a decoder in training mode runs ``"device"``).
+            The same hypotheses in each (tested).
+
+    Returns:
+        Per utterance, its hypotheses best first.
+    """
+    if not isinstance(decoder, TransducerDecoder):
+        raise TypeError(
+            f"transducer_beam_search needs a transducer decoder, got {type(decoder).__name__}"
+        )
+    if options.max_symbols is None:
+        raise ValueError("transducer search needs options.max_symbols (labels per frame)")
+    if monotonic and options.max_symbols != 1:
+        raise ValueError(
+            f"the one-label-per-frame transducer emits at most 1 label per frame; "
+            f"got max_symbols={options.max_symbols}"
+        )
+    if options.ilm_weight != 0 and decoder.joint.name != "hat":
+        raise ValueError(
+            "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
+            "internal language model of that form"
+        )
+    merge = merge or "host"
+    if merge not in MERGES:
+        raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
+    if merge != "host" and options.beam is None:
+        raise ValueError(f"merge={merge!r} needs a beam width (beam=None: merge='host')")
+    if merge == "graphs" and h.device.type != "cuda" and CAPTURE:
+        raise ValueError(
+            f"merge='graphs' replays CUDA graphs and needs a CUDA device, not {h.device}: "
+            "use merge='device' (the same search, eager) there"
+        )
+    if merge == "graphs" and lm is not None and not _tensor_state(lm.begin(1, h.device)):
+        raise ValueError(
+            f"merge='graphs' needs an LM whose state is tensors (a neural LM); "
+            f"{type(lm).__name__} keeps its histories on the host: use merge='device'"
+        )
+    B, T = h.shape[0], h.shape[1]
+    if B == 0:
+        return []
+    device, dtype = h.device, torch.promote_types(h.dtype, torch.float32)
+    lens = lens.to(device)
+    if masked_commit is None:
+        masked_commit = h.is_cuda or merge != "host"
+    frames = _Frames(decoder, options, lm, monotonic, masked_commit, B, dtype, device)
+    if merge == "host":
+        beam = _HostPrefixes(B, options, dtype, device)
+        width = beam.width
+        rows = DecoderRows(decoder, decoder.begin(h, lens), B, width, per_utterance, device)
+        scores = beam.start_scores()
+        lm_state = lm.begin(B, device) if lm is not None else None
+        for t in range(T):
+            scores, width, lm_state = frames(t, lens, rows, beam, scores, width, lm_state)
+        prefixes = beam.final(T)
+    else:
+        if merge == "graphs" and not decoder.training and T > 0:
+            static = _graphed(frames, h, lens, per_utterance)
+        else:
+            static = _StaticSearch(frames, h, lens, per_utterance, graphs=False)
+        prefixes, scores, lm_state = static.search(h, lens)
+        width = options.beam
     eos = lm_state["eos"].to(dtype) if lm is not None else None
     return finalize(
-        beam.final(), scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
+        prefixes, scores.am, scores.fused, scores.lm, scores.ilm, eos, B, width, options
     )
+
+
+def _tensor_state(state) -> bool:
+    """Whether an LM state holds tensors only (what a CUDA graph can keep)."""
+    from torch.utils import _pytree
+
+    return all(isinstance(x, torch.Tensor) for x in _pytree.tree_leaves(state))

@@ -265,3 +265,24 @@ def test_word_level_fusion_cache_is_bounded_and_changes_no_score(tmp_path):
         scores.append([(x.tokens, x.lm_score) for n in hyps for x in n])
         assert scorer._scores_of.cache_info().currsize <= size
     assert scores[0] == scores[1] and len(scores[0]) > 4
+
+
+def test_a_masked_lm_step_is_the_step_of_the_emitted_rows(arpa_scorer):
+    """advance_masked: every row stepped, the new state kept where a label was emitted, the
+    same states as advance (which reads the emitted rows); an ARPA LM's is its advance."""
+    scorer = _lstm_scorer(seed=3)
+    state = scorer.advance(scorer.begin(4), torch.tensor([True] * 4), torch.tensor([1, 2, 3, 4]))
+    emitted, labels = torch.tensor([True, False, True, False]), torch.tensor([2, 1, 4, 3])
+    masked = scorer.advance_masked(state, emitted, labels)
+    plain = scorer.advance(state, emitted, labels)
+    for key in ("log_probs", "eos"):
+        torch.testing.assert_close(masked[key], plain[key])
+    for got, expected in zip(masked["lstm"], plain["lstm"]):
+        torch.testing.assert_close(got, expected)
+    assert not torch.equal(masked["log_probs"][0], state["log_probs"][0])
+    torch.testing.assert_close(masked["log_probs"][1], state["log_probs"][1])
+    rows = arpa_scorer.begin(2)
+    step = (torch.tensor([True, False]), torch.tensor([4, 1]))
+    masked, plain = arpa_scorer.advance_masked(rows, *step), arpa_scorer.advance(rows, *step)
+    assert masked["history"] == plain["history"] != rows["history"]
+    torch.testing.assert_close(masked["log_probs"], plain["log_probs"])

@@ -1,6 +1,7 @@
 """Transducer beam search (RNN-T and HAT): exact sums over the capped lattice without pruning,
 exact single-frame scores, beam 1 is greedy search, HAT eq. (9) with the internal LM."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -339,10 +340,11 @@ def _lstm_scorer():
 @pytest.mark.parametrize("case", list(DEVICE_CASES))
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
 def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, monkeypatch):
-    """Hashes, fixed-width beams, the slots of D and the traced-back labels (merge="device")
-    find the n-best of the tuples and dicts on the host: the same sequences in the same order
-    (ties included: the context-1 HAT scores reordered label pairs alike), the same scores;
-    with beam 16 the host merges alignments of a prefix (counted), and so must the device."""
+    """Hashes, fixed-width beams, the slots of D and the traced-back labels (merge="device",
+    and "graphs" as its static steps run eagerly) find the n-best of the tuples and dicts on
+    the host: the same sequences in the same order (ties included: the context-1 HAT scores
+    reordered label pairs alike), the same scores; with beam 16 the host merges alignments of
+    a prefix (counted), and so must the device."""
     from cbasr.search import transducer as search
 
     merges = []
@@ -360,17 +362,20 @@ def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, mo
         settings = {**settings, "ilm_weight": 0.4, "am_weight": 1.3}
     options = BeamSearchOptions(**settings)
     lm = _lstm_scorer() if extra.get("lm") else None
+    monkeypatch.setattr(search, "CAPTURE", False)  # "graphs": the static steps, eagerly
     found = {
         merge: transducer_beam_search(
             model.decoder, h, h_lens, options, lm, monotonic=model.monotonic, merge=merge
         )
-        for merge in ("host", "device")
+        for merge in ("host", "device", "graphs")
     }
-    for host, device in zip(found["host"], found["device"]):
-        assert [x.tokens for x in device] == [x.tokens for x in host]
-        for field in ("score", "am_score", "lm_score", "ilm_score"):
-            got, expected = [getattr(x, field) for x in device], [getattr(x, field) for x in host]
-            assert got == pytest.approx(expected, rel=1e-6, abs=1e-6), field
+    for host, *others in zip(found["host"], found["device"], found["graphs"]):
+        for device in others:
+            assert [x.tokens for x in device] == [x.tokens for x in host]
+            for field in ("score", "am_score", "lm_score", "ilm_score"):
+                got = [getattr(x, field) for x in device]
+                expected = [getattr(x, field) for x in host]
+                assert got == pytest.approx(expected, rel=1e-6, abs=1e-6), field
     assert any(len(x.tokens) > 1 for n in found["host"] for x in n)
     assert bool(merges) == extra.get("merges", bool(merges))
     if case.startswith("beam 8") and name == "hat_context1":  # equal scores, ranked alike
@@ -405,28 +410,68 @@ def test_device_prefixes_are_told_apart_by_their_hash():
     assert [[x.tokens for x in n] for n in blind] != [[x.tokens for x in n] for n in honest]
 
 
+def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch):
+    """merge="graphs" (its static steps run eagerly): one search per padded batch shape and
+    setting, reused by a later batch of another length in the same bucket (its frames past
+    the batch's zeroed, its counter and beam reset), the oldest dropped past the limit."""
+    from cbasr.search import transducer as search
+
+    monkeypatch.setattr(search, "CAPTURE", False)
+    monkeypatch.setattr(search, "GRAPH_SHAPES", 2)
+    model = tiny.build("hat", seed=3, shift=1.5)
+    options = BeamSearchOptions(beam=4, nbest=2, max_symbols=2)
+    cache = search._GRAPHS.setdefault(model.decoder, {})
+    cache.clear()
+
+    def both(lengths, **change):
+        h, h_lens = model.encoder(*tiny.batch(seed=len(lengths), lengths=lengths))
+        o = dataclasses.replace(options, **change)
+        return [
+            [
+                [x.tokens for x in n]
+                for n in transducer_beam_search(model.decoder, h, h_lens, o, merge=m)
+            ]
+            for m in ("host", "graphs")
+        ]
+
+    for lengths in [(23, 17, 9, 4), (30, 2, 11, 8), (9, 9, 9, 9)]:
+        host, graphed = both(lengths)
+        assert graphed == host
+    assert len(cache) == 1  # 12, 15 and 5 frames: one bucket of 64
+    host, graphed = both((23, 17, 9))
+    assert graphed == host and len(cache) == 2
+    host, graphed = both((23, 17, 9), beam=2)
+    assert graphed == host and len(cache) == 2  # the first shape dropped
+    assert all(key[0] == 3 for key in cache)
+
+
 def test_device_merge_needs_a_beam_and_a_known_name():
     decoder = _decoder("hat")
     h, lens = torch.randn(1, 2, D, dtype=torch.float64), torch.tensor([2])
+    with pytest.raises(
+        ValueError, match="merge=.graphs. replays CUDA graphs and needs a CUDA device, not cpu"
+    ):
+        transducer_beam_search(decoder, h, lens, BeamSearchOptions(max_symbols=2), merge="graphs")
     with pytest.raises(ValueError, match="merge='device' needs a beam width"):
         transducer_beam_search(
             decoder, h, lens, BeamSearchOptions(beam=None, max_symbols=2), merge="device"
         )
-    with pytest.raises(ValueError, match="merge must be one of host, device, got 'gpu'"):
+    with pytest.raises(ValueError, match="merge must be one of host, device, graphs, got 'gpu'"):
         transducer_beam_search(decoder, h, lens, BeamSearchOptions(max_symbols=2), merge="gpu")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", tiny.TRANSDUCERS)
 def test_device_prefixes_on_cuda_give_the_cpu_s_hypotheses(name, device):
-    """On CUDA (int64 hashes wrapping on the GPU's arithmetic, its sort and scatter), both
-    merges find what the host merge finds on the CPU."""
+    """On CUDA (int64 hashes wrapping on the GPU's arithmetic, its sort and scatter), the
+    three merges find what the host merge finds on the CPU, the frames replayed from CUDA
+    graphs included (captured on the first call, replayed on the second)."""
     model = tiny.build(name, seed=3, shift=0.0)
     h, h_lens = model.encoder(*tiny.batch(seed=6))
     options = BeamSearchOptions(beam=16, nbest=4, max_symbols=2)
     expected = transducer_beam_search(model.decoder, h, h_lens, options, merge="host")
     model.to(device)
-    for merge in ("host", "device"):
+    for merge in ("host", "device", "graphs", "graphs"):  # graphs: captured, then replayed
         found = transducer_beam_search(
             model.decoder, h.to(device), h_lens.to(device), options, merge=merge
         )
