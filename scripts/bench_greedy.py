@@ -9,8 +9,8 @@ label-looping replayed from CUDA graphs (``greedy_loop="graphs"``): its first ca
 captures the shape's graphs, timed apart.
 
 With ``--beams``, the beam search too (the first batch size, one timed run after a warm one),
-its prefixes merged on the host and on the device (``transducer_beam_search``'s ``merge``),
-the hypotheses of the two compared.
+its prefixes merged on the host, on the device and, on CUDA, on the device from CUDA graphs
+(``transducer_beam_search``'s ``merge``), the hypotheses compared.
 
     .venv/bin/python scripts/bench_greedy.py                              # CPU
     python scripts/bench_greedy.py --device cuda --json --batches 16 64   # the GPU target: >= 3x
@@ -71,15 +71,17 @@ def time_graphs(model, h, h_lens, args, frame_s: float, frame_hyps) -> dict:
 
 
 def time_beams(model, h, h_lens, beams: list[int], device: str) -> dict:
-    """Per beam width, the beam search's time with its prefixes merged on the host and on the
-    device (one timed run after a warm one) and whether their n-best lists are the same."""
+    """Per beam width, the beam search's time with its prefixes merged on the host, on the
+    device and (on CUDA) on the device from CUDA graphs (one timed run after a warm one, which
+    captures the graphs) and whether their n-best lists are the same."""
     from cbasr.search import BeamSearchOptions, transducer_beam_search
 
     row = {}
+    merges = ("host", "device", "graphs") if device.startswith("cuda") else ("host", "device")
     for beam in beams:
         options = BeamSearchOptions(beam=beam, max_symbols=model.max_symbols)
         found = {}
-        for merge in ("host", "device"):
+        for merge in merges:
             with torch.no_grad():
                 for _ in range(2):  # the first run warms up
                     _sync(device)
@@ -89,13 +91,8 @@ def time_beams(model, h, h_lens, beams: list[int], device: str) -> dict:
                     )
                     _sync(device)
             row[f"beam{beam}_{merge}_ms"] = 1000 * (time.perf_counter() - start)
-        same = [[x.tokens for x in n] for n in found["host"]] == [
-            [x.tokens for x in n] for n in found["device"]
-        ]
-        row[f"beam{beam}_device_speedup"] = (
-            row[f"beam{beam}_host_ms"] / row[f"beam{beam}_device_ms"]
-        )
-        row[f"beam{beam}_identical"] = same
+        tokens = {m: [[x.tokens for x in n] for n in found[m]] for m in merges}
+        row[f"beam{beam}_identical"] = all(tokens[m] == tokens["host"] for m in merges)
     return row
 
 
@@ -156,7 +153,12 @@ def main(argv: list[str] | None = None) -> None:
                     + "".join(
                         f" beam {k}: host {row[f'beam{k}_host_ms']:.1f} ms, device "
                         f"{row[f'beam{k}_device_ms']:.1f} ms"
-                        f"{'' if row[f'beam{k}_identical'] else ' (hypotheses differ)'} |"
+                        + (
+                            f", graphs {row[f'beam{k}_graphs_ms']:.1f} ms"
+                            if f"beam{k}_graphs_ms" in row
+                            else ""
+                        )
+                        + f"{'' if row[f'beam{k}_identical'] else ' (hypotheses differ)'} |"
                         for k in args.beams
                         if f"beam{k}_host_ms" in row
                     ),

@@ -26,8 +26,9 @@ The ratios, each against its reference measured in the same run:
 - transducer greedy decoding, label-looping's speed over frame-looping's on one batch, eager
   and replayed from CUDA graphs (``scripts/bench_greedy.py``'s lines in ``bench_train.jsonl``;
   target on a GPU: at least 3); with ``--beams``, the beam search's speed with its prefixes
-  merged on the device over merged on the host (at least 1: the condition for making the
-  device the default on a GPU, where the host is the default until measured);
+  merged on the device, eager and from CUDA graphs, over merged on the host (at least 1: the
+  condition for making one the default on a GPU, where the host is the default until
+  measured);
 - a training step's wall time over its kernels' time (``bench_train.py --gpu-time``), eager
   and replayed from CUDA graphs (``trainer.cuda_graphs``; target: at most 1.2 from graphs, the
   eager figure for comparison);
@@ -140,11 +141,13 @@ def ratios(folder: Path) -> list[dict]:
                 quantity = f"{r['greedy']} greedy: label-looping from CUDA graphs, speed-up"
                 mine = r["graphs_ms"]
                 add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
-            for key in sorted(k for k in r if k.endswith("_device_ms")):  # bench_greedy --beams
-                beam = key.removeprefix("beam").removesuffix("_device_ms")
-                quantity = f"{r['greedy']} beam {beam}: prefixes on the device, speed-up"
-                mine, theirs = r[key], r[f"beam{beam}_host_ms"]
-                add(quantity, f"batch {r['batch']}", mine, theirs, BEAM_MERGE, True, True)
+            for key in sorted(k for k in r if k.endswith("_host_ms")):  # bench_greedy --beams
+                beam = key.removeprefix("beam").removesuffix("_host_ms")
+                for merge, how in (("device", "on the device"), ("graphs", "from CUDA graphs")):
+                    if f"beam{beam}_{merge}_ms" in r:
+                        quantity = f"{r['greedy']} beam {beam}: prefixes {how}, speed-up"
+                        mine, theirs = r[f"beam{beam}_{merge}_ms"], r[key]
+                        add(quantity, f"batch {r['batch']}", mine, theirs, BEAM_MERGE, True, True)
     for r in lines:  # bench_train.py --gpu-time's lines: wall time over the kernels' time
         if "gpu_ms" in r:
             mode = "CUDA graphs" if r.get("cuda_graphs") else "eager"

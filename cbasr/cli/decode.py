@@ -35,6 +35,7 @@ from cbasr.inference.experiment import Experiment
 from cbasr.inference.grid import SWEEPABLE, grid_points, grid_report, run_grid
 from cbasr.search import (
     CB_SEARCHES,
+    MERGES,
     BeamSearchOptions,
     check_options,
     load_language_model,
@@ -97,6 +98,7 @@ def search_options(args) -> BeamSearchOptions | None:
         "--length-norm": args.length_norm,
         "--max-symbols": args.max_symbols is not None,
         "--cb-search": args.cb_search != "auto",
+        "--merge": args.merge != "host",
     }
     if args.beam != 0 and args.greedy_rule:
         raise SystemExit("cbasr-decode: --greedy-rule is for the greedy search (--beam 0)")
@@ -121,6 +123,7 @@ def search_options(args) -> BeamSearchOptions | None:
             length_norm=args.length_norm,
             max_symbols=args.max_symbols,
             cb_search=args.cb_search,
+            merge=args.merge,
         )
     except ValueError as e:
         raise SystemExit(f"cbasr-decode: {e}") from None
@@ -198,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="CB models: frame-synchronous prefix search or label-synchronous search (autoregressive "
         "decoders only; default auto: frame)",
+    )
+    search.add_argument(
+        "--merge",
+        choices=MERGES,
+        default="host",
+        help="RNN-T and HAT: where the beam search merges its prefixes: host (default), device "
+        "(one read of the GPU per batch) or graphs (each frame replayed from a CUDA graph); "
+        "the same hypotheses",
     )
     search.add_argument(
         "--greedy-rule",

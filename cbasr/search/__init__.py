@@ -22,7 +22,7 @@ from cbasr.search.fusion import (
     WordArpaScorer,
     load_language_model,
 )
-from cbasr.search.hypotheses import CB_SEARCHES, BeamSearchOptions, Hypothesis
+from cbasr.search.hypotheses import CB_SEARCHES, MERGES, BeamSearchOptions, Hypothesis
 from cbasr.search.label_synchronous import cb_label_beam_search
 from cbasr.search.models import beam_search, cb_search_kind, check_options, search_family
 from cbasr.search.transducer import hat_internal_lm_step, transducer_beam_search
@@ -30,6 +30,7 @@ from cbasr.search.transducer import hat_internal_lm_step, transducer_beam_search
 __all__ = [
     "BeamSearchOptions",
     "CB_SEARCHES",
+    "MERGES",
     "Hypothesis",
     "beam_search",
     "check_options",

@@ -19,9 +19,10 @@ uses the unnormalised score).
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["BeamSearchOptions", "Hypothesis", "CB_SEARCHES"]
+__all__ = ["BeamSearchOptions", "Hypothesis", "CB_SEARCHES", "MERGES"]
 
 CB_SEARCHES = ("auto", "frame", "label")
+MERGES = ("host", "device", "graphs")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class BeamSearchOptions:
         cb_search: CB models: ``"frame"`` (the time-synchronous prefix search), ``"label"``
             (the label-synchronous search, autoregressive decoders only) or ``"auto"``
             (frame, see :func:`cbasr.search.cb_search_kind`).
+        merge: RNN-T and HAT: where the beam search keeps and merges its prefixes (the same
+            hypotheses in each): ``"host"`` (reads the device a few times a frame),
+            ``"device"`` (once a batch) or ``"graphs"`` (the device, each frame replayed from
+            a CUDA graph: CUDA only); see :func:`cbasr.search.transducer_beam_search`.
     """
 
     beam: int | None = 4
@@ -53,6 +58,7 @@ class BeamSearchOptions:
     length_norm: bool = False
     max_symbols: int | None = None
     cb_search: str = "auto"
+    merge: str = "host"
 
     def __post_init__(self):
         if self.beam is not None and self.beam < 1:
@@ -67,6 +73,10 @@ class BeamSearchOptions:
             raise ValueError(
                 f"cb_search must be one of {', '.join(CB_SEARCHES)}, got {self.cb_search!r}"
             )
+        if self.merge not in MERGES:
+            raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {self.merge!r}")
+        if self.merge != "host" and self.beam is None:
+            raise ValueError(f"merge={self.merge!r} needs a beam width (beam=None: merge='host')")
         if self.am_weight <= 0:
             raise ValueError(f"am_weight (lambda_1) must be positive, got {self.am_weight}")
 

@@ -55,6 +55,9 @@ def check_options(model, options: BeamSearchOptions, lm: LabelScorer | None) -> 
             f"--ilm-weight (HAT eq. 9's lambda_2) needs a HAT model; this is a {family} model"
             + (f" ({model.criterion})" if family == "transducer" else "")
         )
+    if options.merge != "host" and (family != "transducer" or model.criterion == "tdt"):
+        kind = f"{family} model" + (" (tdt)" if family == "transducer" else "")
+        raise ValueError(f"--merge applies to the RNN-T and HAT beam search; this is a {kind}")
     if options.lm_weight != 0 and lm is None:
         raise ValueError("--lm-weight is set but no language model is given (--lm)")
     if family == "transducer" and model.criterion == "tdt" and lm is not None:

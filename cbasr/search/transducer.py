@@ -44,7 +44,7 @@ import torch
 from cbasr.models.transducer_greedy import capture, static_runs
 from cbasr.modules.decoders import TransducerDecoder
 from cbasr.search.fusion import LabelScorer
-from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
+from cbasr.search.hypotheses import MERGES, BeamSearchOptions, Hypothesis
 from cbasr.search.prefix import (
     PrefixScores,
     finalize,
@@ -357,9 +357,6 @@ class _DevicePrefixes:
         return [tuple(v for v in y if v) for y in labels.view(N, T * S).tolist()]
 
 
-MERGES = ("host", "device", "graphs")
-
-
 class _Frames:
     """One frame of the search (module docstring), on either kind of prefixes: what it reads
     besides the search's state (the decoder, the options, the LM)."""
@@ -595,8 +592,8 @@ def transducer_beam_search(
             default on a GPU and with the prefixes on the device) or the extended rows alone
             (their indices read, the default on a CPU, where that read costs nothing and the
             step is several times smaller). The same hypotheses either way (tested).
-        merge: where the prefixes are kept and merged: ``"host"`` (tuples; three reads of the
-            device per sub-step and frame; the default), ``"device"`` (hashes, fixed-width
+        merge: where the prefixes are kept and merged (default: ``options.merge``):
+            ``"host"`` (tuples; three reads of the device per sub-step and frame), ``"device"`` (hashes, fixed-width
             beams: :class:`_DevicePrefixes`; one read per batch, every sub-step run) or
             ``"graphs"`` (the same, each frame replayed from a CUDA graph, captured once per
             padded batch shape: CUDA only; a decoder in training mode runs ``"device"``).
@@ -621,7 +618,7 @@ def transducer_beam_search(
             "ilm_weight (HAT eq. 9's lambda_2) needs the HAT joint: the RNN-T joint has no "
             "internal language model of that form"
         )
-    merge = merge or "host"
+    merge = merge or options.merge
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
     if merge != "host" and options.beam is None:

@@ -1,5 +1,5 @@
 """cbasr-decode's search options: output directories named by the settings, refusals that name
-the option, and HAT eq. (9) weights reaching decode.json."""
+the option, HAT eq. (9) weights reaching decode.json, and the beam search's merges alike."""
 
 import json
 import re
@@ -40,6 +40,11 @@ def _args(exp, tone_data, *extra):
             ["--beam", "2", "--cb-search", "label"],
             "--cb-search label needs an autoregressive decoder",
         ),
+        (["--merge", "device"], "--merge need a beam search"),
+        (
+            ["--beam", "2", "--merge", "device"],
+            "--merge applies to the RNN-T and HAT beam search; this is a cb model",
+        ),
     ],
 )
 def test_options_that_do_not_apply_are_named(tone_data, tmp_path, capsys, extra, message):
@@ -77,6 +82,7 @@ def test_hat_weights_reach_decode_json_and_name_the_directory(tone_data, tmp_pat
         "length_norm": False,
         "max_symbols": 2,
         "cb_search": "auto",
+        "merge": "host",
         "lm": None,
     }
     decode.main(_args(exp, tone_data, "--beam", "3", "--tag", "mine"))
@@ -84,6 +90,12 @@ def test_hat_weights_reach_decode_json_and_name_the_directory(tone_data, tmp_pat
         json.loads((exp / "decode/dev_mine/decode.json").read_text())["settings"]["max_symbols"]
         == 3
     )
+    # the prefixes merged on the device: the same hypotheses, the setting in decode.json
+    decode.main(_args(exp, tone_data, "--beam", "3", "--merge", "device", "--tag", "device"))
+    info = json.loads((exp / "decode/dev_device/decode.json").read_text())
+    assert info["settings"]["merge"] == "device"
+    hyps = (exp / "decode/dev_device/hyp.trn").read_text()
+    assert hyps == (exp / "decode/dev_mine/hyp.trn").read_text() and hyps.strip()
 
 
 def test_the_greedy_rule_names_the_directory_and_reaches_decode_json(tone_data, tmp_path):
