@@ -392,7 +392,9 @@ class _Frames:
             if self.monotonic and s == options.max_symbols:  # the emission took the frame's edge
                 blank_lp = c_scores.am.new_zeros(c_scores.am.shape)
             else:
-                blank_lp, label_lp = decoder.frame_scores(state, t)  # (N,), (N, V - 1)
+                # a device counter as each row's frame: indexing by a 0-d tensor reads it
+                frame = t if isinstance(t, int) else t.expand(B * c_width)
+                blank_lp, label_lp = decoder.frame_scores(state, frame)  # (N,), (N, V - 1)
                 V1 = label_lp.shape[1]
                 active = active_utt.index_select(0, utterance_rows(B, c_width, device))
                 # a finished utterance stays put
