@@ -87,11 +87,27 @@ def select(
     if beam is None:  # the one read of the device here
         width = int(torch.isfinite(total).sum(dim=1).max()) if total.numel() else 0
     width = max(1, min(width, total.shape[1]))
-    if stable:
-        values, index = total.sort(dim=1, descending=True, stable=True)
-        return values[:, :width], index[:, :width], width
     values, index = total.topk(width, dim=1)
+    if stable:
+        index = _first_of_equals(total, values[:, -1:], width)
+        values, order = total.gather(1, index).sort(dim=1, descending=True, stable=True)
+        index = index.gather(1, order)
     return values, index, width
+
+
+def _first_of_equals(total: torch.Tensor, kth: torch.Tensor, width: int) -> torch.Tensor:
+    """``(B, width)`` positions of each row's ``width`` best candidates, in increasing order,
+    those equal to the ``width``-th best ``kth (B, 1)`` the first ones: what a stable sort
+    keeps, without sorting the whole row (a stable sort of ``B (M + K (V - 1))`` candidates
+    cost 70 times ``topk`` at 4096 labels)."""
+    above = total > kth
+    equal = total == kth
+    need = width - above.sum(dim=1, keepdim=True)
+    take = above | (equal & (equal.cumsum(dim=1) <= need))
+    slot = torch.where(take, take.cumsum(dim=1) - 1, width)  # width: a column thrown away
+    positions = torch.arange(total.shape[1], device=total.device).expand_as(total)
+    index = total.new_zeros(total.shape[0], width + 1, dtype=torch.long)
+    return index.scatter_(1, slot, positions)[:, :width]
 
 
 class PrefixScores:

@@ -36,8 +36,8 @@ ilm_weight * ilm + label_bonus * |y|``; the internal LM of HAT is ``log softmax(
 (section 3.2), computed per prefix from the prediction network state.
 """
 
+import dataclasses
 import math
-import weakref
 
 import torch
 
@@ -55,7 +55,7 @@ from cbasr.search.prefix import (
 )
 from cbasr.search.rows import DecoderRows, cat_rows, reorder_rows, utterance_rows
 
-__all__ = ["transducer_beam_search", "hat_internal_lm_step"]
+__all__ = ["transducer_beam_search", "hat_internal_lm_step", "clear_graphs"]
 
 _NEG_INF = float("-inf")
 
@@ -530,40 +530,55 @@ class _StaticSearch:
         return self.prefixes.final(T), scores, v.get("lm")
 
 
-# graphs captured per decoder: its search settings and batch shapes, the newest last
-_GRAPHS: "weakref.WeakKeyDictionary[TransducerDecoder, dict]" = weakref.WeakKeyDictionary()
-GRAPH_SHAPES = 8  # shapes kept per decoder
+# the captured searches, the newest last: each holds its decoder and LM, so an id in a key is
+# never another object's; a search dropped is freed at once (nothing refers back to it)
+_GRAPHS: dict = {}
+GRAPH_SHAPES = 8  # searches kept, decoders and batch shapes together
 GRAPH_BUCKET = 64  # frames are padded to a multiple of this, so that batches share graphs
 CAPTURE = True  # False: merge="graphs" runs the same static steps eagerly, on any device (tests)
 
 
+def clear_graphs() -> None:
+    """Drop every captured beam search (their graphs, static tensors and memory pools)."""
+    _GRAPHS.clear()
+
+
+def _pointers(module) -> tuple:
+    """Where a module's parameters live: moved or replaced, a graph must be captured anew."""
+    return tuple(p.data_ptr() for p in module.parameters()) if module is not None else ()
+
+
 def _graphed(frames: _Frames, h: torch.Tensor, lens: torch.Tensor, per_utterance):
     """The captured search of ``h``'s padded shape, captured on first use."""
-    decoder = frames.decoder
+    decoder, lm = frames.decoder, frames.lm
     padded = -(-h.shape[1] // GRAPH_BUCKET) * GRAPH_BUCKET
+    lm_model = getattr(lm, "model", None)
     key = (
         h.shape[0],
         padded,
         h.shape[2:],
         h.dtype,
         h.device,
-        frames.options,
+        # what the search computes with (not nbest, length_norm: applied after it)
+        dataclasses.replace(frames.options, nbest=None, length_norm=False, merge="graphs"),
         frames.monotonic,
         frames.masked,
-        id(frames.lm),
         per_utterance,
         torch.is_autocast_enabled("cuda"),
-        torch.is_inference_mode_enabled(),
-        tuple(p.data_ptr() for p in decoder.parameters()),  # moved or replaced: anew
+        torch.get_autocast_dtype("cuda"),
+        torch.is_inference_mode_enabled(),  # (its tensors take no in-place update outside)
+        id(decoder),
+        _pointers(decoder),
+        id(lm),
+        _pointers(lm_model if isinstance(lm_model, torch.nn.Module) else None),
     )
-    cache = _GRAPHS.setdefault(decoder, {})
-    found = cache.pop(key, None)
+    found = _GRAPHS.pop(key, None)
     if found is None:
-        if len(cache) >= GRAPH_SHAPES:
-            cache.pop(next(iter(cache)))
+        while len(_GRAPHS) >= GRAPH_SHAPES:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
         found = _StaticSearch(frames, h.new_zeros(h.shape[0], padded, *h.shape[2:]), lens,
                               per_utterance, graphs=CAPTURE, static=True)  # fmt: skip
-    cache[key] = found
+    _GRAPHS[key] = found
     return found
 
 
@@ -625,6 +640,11 @@ def transducer_beam_search(
         raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
     if merge != "host" and options.beam is None:
         raise ValueError(f"merge={merge!r} needs a beam width (beam=None: merge='host')")
+    if merge == "graphs" and masked_commit is False:
+        raise ValueError(
+            "merge='graphs' steps the prediction network under a mask: masked_commit=False "
+            "reads the extended rows, which a CUDA graph cannot"
+        )
     if merge == "graphs" and h.device.type != "cuda" and CAPTURE:
         raise ValueError(
             f"merge='graphs' replays CUDA graphs and needs a CUDA device, not {h.device}: "

@@ -2,7 +2,9 @@
 exact single-frame scores, beam 1 is greedy search, HAT eq. (9) with the internal LM."""
 
 import dataclasses
+import gc
 import itertools
+import weakref
 
 import pytest
 import torch
@@ -418,12 +420,13 @@ def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch
 
     monkeypatch.setattr(search, "CAPTURE", False)
     monkeypatch.setattr(search, "GRAPH_SHAPES", 2)
-    model = tiny.build("hat", seed=3, shift=1.5)
+    models = [tiny.build("hat", seed=3, shift=1.5)]  # (dropped below)
     options = BeamSearchOptions(beam=4, nbest=2, max_symbols=2)
-    cache = search._GRAPHS.setdefault(model.decoder, {})
-    cache.clear()
+    search.clear_graphs()
+    cache = search._GRAPHS
 
     def both(lengths, **change):
+        model = models[0]
         h, h_lens = model.encoder(*tiny.batch(seed=len(lengths), lengths=lengths))
         o = dataclasses.replace(options, **change)
         return [
@@ -443,6 +446,16 @@ def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch
     host, graphed = both((23, 17, 9), beam=2)
     assert graphed == host and len(cache) == 2  # the first shape dropped
     assert all(key[0] == 3 for key in cache)
+    host, graphed = both((23, 17, 9), nbest=1)  # applied after the search: the same graphs
+    assert graphed == host and len(cache) == 2 and all(key[0] == 3 for key in cache)
+    # the cache holds its decoders (so an id in a key is never another's) until dropped
+    decoder = weakref.ref(models[0].decoder)
+    models.clear()
+    gc.collect()
+    assert decoder() is not None
+    search.clear_graphs()
+    gc.collect()
+    assert decoder() is None
 
 
 def test_device_merge_needs_a_beam_and_a_known_name():
@@ -452,6 +465,10 @@ def test_device_merge_needs_a_beam_and_a_known_name():
         ValueError, match="merge=.graphs. replays CUDA graphs and needs a CUDA device, not cpu"
     ):
         transducer_beam_search(decoder, h, lens, BeamSearchOptions(max_symbols=2), merge="graphs")
+    with pytest.raises(ValueError, match="masked_commit=False reads the extended rows"):
+        transducer_beam_search(
+            decoder, h, lens, BeamSearchOptions(max_symbols=2), merge="graphs", masked_commit=False
+        )
     with pytest.raises(ValueError, match="merge='device' needs a beam width"):
         transducer_beam_search(
             decoder, h, lens, BeamSearchOptions(beam=None, max_symbols=2), merge="device"
