@@ -285,3 +285,23 @@ def test_graphs_give_the_frame_looping_hypotheses_on_cuda(name, rule, max_symbol
     assert model.greedy_loop == "auto" and model._graphs is None
     assert model.greedy_decode(feats, lens) == hyps  # the default on a GPU: graphs
     assert model._graphs is not None and len(model._graphs._captured) == 1
+
+
+def test_static_runs_write_each_step_into_the_loop_s_variables():
+    """The static variables are the first values' copies, each run writes its phase's results
+    into them (a value returned unchanged is kept), and a phase that changes the variables'
+    structure is refused, naming it."""
+    from cbasr.models.transducer_greedy import static_runs
+
+    first = {"x": torch.zeros(3), "n": torch.tensor(0)}
+    variables, (step, bad) = static_runs(
+        [lambda v: {"x": v["x"] + 2, "n": v["n"] + 1}, lambda v: {"x": v["x"]}], first
+    )
+    assert variables["x"] is not first["x"]
+    x = variables["x"]
+    step()
+    step()
+    assert variables["x"] is x and x.tolist() == [4.0] * 3 and int(variables["n"]) == 2
+    assert first["x"].tolist() == [0.0] * 3
+    with pytest.raises(RuntimeError, match="a step changed the loop's variables"):
+        bad()
