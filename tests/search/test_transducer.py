@@ -441,6 +441,9 @@ def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch
         host, graphed = both(lengths)
         assert graphed == host
     assert len(cache) == 1  # 12, 15 and 5 frames: one bucket of 64
+    (found,) = cache.values()  # its static variables, the frame counter at the last batch's
+    assert int(found.v["t"]) == 5 and found.h.shape[1] == 64
+    del found
     host, graphed = both((23, 17, 9))
     assert graphed == host and len(cache) == 2
     host, graphed = both((23, 17, 9), beam=2)
@@ -456,6 +459,33 @@ def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch
     search.clear_graphs()
     gc.collect()
     assert decoder() is None
+
+
+def test_an_arpa_lm_fuses_alike_on_the_device_and_graphs_refuse_it(tmp_path, monkeypatch):
+    """An ARPA LM keeps its histories on the host: merge="device" passes its states from frame
+    to frame as they are (the same hypotheses and LM scores as the host merge); graphs, which
+    keep tensors only, refuse it naming merge="device"."""
+    from cbasr.lm.arpa import read_arpa
+    from cbasr.search import ArpaLMScorer
+    from cbasr.search import transducer as search
+    from tests.search.test_fusion import BIGRAM, TOKENS
+
+    (tmp_path / "bigram.arpa").write_text(BIGRAM)
+    lm = ArpaLMScorer(read_arpa(tmp_path / "bigram.arpa"), TOKENS)
+    model = tiny.build("hat", seed=1, shift=1.0)
+    h, h_lens = model.encoder(*tiny.batch(seed=6))
+    options = BeamSearchOptions(beam=6, nbest=None, max_symbols=2, lm_weight=1.0)
+    host, device = (
+        transducer_beam_search(model.decoder, h, h_lens, options, lm, merge=m)
+        for m in ("host", "device")
+    )
+    assert [[(x.tokens, round(x.lm_score, 5)) for x in n] for n in device] == [
+        [(x.tokens, round(x.lm_score, 5)) for x in n] for n in host
+    ]
+    assert any(x.tokens for n in host for x in n)
+    monkeypatch.setattr(search, "CAPTURE", False)
+    with pytest.raises(ValueError, match="ArpaLMScorer keeps its histories on the host"):
+        transducer_beam_search(model.decoder, h, h_lens, options, lm, merge="graphs")
 
 
 def test_device_merge_needs_a_beam_and_a_known_name():
