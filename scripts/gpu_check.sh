@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: on a fresh GPU machine (its steps' limits: 1035 s in all, more than one device call;
+# The GPU check: on a fresh GPU machine (its steps' limits: 1095 s in all, more than one device call;
 # GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
 # whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
 #
@@ -18,9 +18,10 @@
 #                        author's code when AUTHOR_SRC=SRC:SITE names it, see that script, or
 #                        when scripts/stage_author.sh has staged it in .author/: carry it too)
 #   bench_train.jsonl    (bench_greedy) scripts/bench_greedy.py --device cuda --json: label-looping
-#                        greedy decoding, eager and from CUDA graphs, against frame-looping,
-#                        and beam 4 with its prefixes merged on the host and on the device
-#                        (lines with "greedy"); (bench_train) scripts/bench_train.py --synthetic
+#                        greedy decoding, eager and from CUDA graphs, against frame-looping
+#                        (lines with "greedy"); (bench_beams) --beams 4 --beams-only: beam 4 with
+#                        its prefixes merged on the host, on the device, from CUDA graphs
+#                        (lines with "beam_search"); (bench_train) scripts/bench_train.py --synthetic
 #                        --device cuda --json --warm-pass --gpu-time on the synth presets, eager
 #                        and (bench_graphs) with trainer.cuda_graphs=true; (conformer) the
 #                        LibriSpeech Conformers against scripts/conformer_floor.py (--floor)
@@ -52,7 +53,7 @@ fi
 failed=0
 summary="$out/summary.txt"
 
-steps=${GPU_STEPS:-tests bench_greedy bench_losses bench_distributions bench_train bench_graphs conformer sync_sites table}
+steps=${GPU_STEPS:-tests bench_greedy bench_beams bench_losses bench_distributions bench_train bench_graphs conformer sync_sites table}
 
 step() {  # NAME LIMIT_S OUTFILE COMMAND...: run COMMAND, stdout to OUTFILE, note the outcome
   local name=$1 limit=$2 file=$3
@@ -80,10 +81,16 @@ annotate() {  # FILE COMMAND: add device name, commit and command to each JSON l
 step tests 120 "$out/tests.log" "$py" -m pytest -q -p no:cacheprovider --device cuda \
   -m "triton or gpu" tests/losses tests/distributions tests/models tests/training tests/search
 
-cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64 --beams 4"
-step bench_greedy 120 "$out/greedy.tmp" "$py" $cmd
+cmd="scripts/bench_greedy.py --device cuda --json --batches 16 64"
+step bench_greedy 60 "$out/greedy.tmp" "$py" $cmd
 annotate "$out/greedy.tmp" "$cmd"
 [[ -f $out/greedy.tmp ]] && cat "$out/greedy.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/greedy.tmp"
+
+# the transducer beam search, its prefixes merged on the host, on the device, from CUDA graphs
+cmd="scripts/bench_greedy.py --device cuda --json --batches 16 --beams 4 --beams-only"
+step bench_beams 120 "$out/beams.tmp" "$py" $cmd
+annotate "$out/beams.tmp" "$cmd"
+[[ -f $out/beams.tmp ]] && cat "$out/beams.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/beams.tmp"
 
 # the LibriSpeech Conformers (bf16, 60000 frames per batch) against the minimal loop
 cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --precision bf16 --max-frames 60000 --num-workers 4 --steps 8 --warmup 3 --floor --presets ls_conformer_ctc ls_conformer_cb ls_conformer_hat"

@@ -141,13 +141,14 @@ def ratios(folder: Path) -> list[dict]:
                 quantity = f"{r['greedy']} greedy: label-looping from CUDA graphs, speed-up"
                 mine = r["graphs_ms"]
                 add(quantity, f"batch {r['batch']}", mine, theirs, GREEDY_SPEED_UP, True, True)
-            for key in sorted(k for k in r if k.endswith("_host_ms")):  # bench_greedy --beams
+        if "beam_search" in r:  # bench_greedy.py --beams
+            for key in sorted(k for k in r if k.endswith("_host_ms")):
                 beam = key.removeprefix("beam").removesuffix("_host_ms")
                 for merge, how in (("device", "on the device"), ("graphs", "from CUDA graphs")):
-                    if f"beam{beam}_{merge}_ms" in r:
-                        quantity = f"{r['greedy']} beam {beam}: prefixes {how}, speed-up"
-                        mine, theirs = r[f"beam{beam}_{merge}_ms"], r[key]
-                        add(quantity, f"batch {r['batch']}", mine, theirs, BEAM_MERGE, True, True)
+                    quantity = f"{r['beam_search']} beam {beam}: prefixes {how}, speed-up"
+                    mine = r.get(f"beam{beam}_{merge}_ms")
+                    if mine is not None or f"beam{beam}_{merge}_error" in r:
+                        add(quantity, f"batch {r['batch']}", mine, r[key], BEAM_MERGE, True, True)
     for r in lines:  # bench_train.py --gpu-time's lines: wall time over the kernels' time
         if "gpu_ms" in r:
             mode = "CUDA graphs" if r.get("cuda_graphs") else "eager"
