@@ -264,6 +264,8 @@ class _DevicePrefixes:
         self.empty_real = self.empty_real.expand(batch, 2 * W + 1, 4)
         self.empty_int = torch.zeros(batch, 2 * W + 1, 4, dtype=torch.long, device=device)
         self.positions = torch.arange(W, device=device)
+        self.row_ids = torch.arange(self.rows, device=device)  # built once, not per sub-step
+        self.ones = torch.ones(self.rows, dtype=torch.long, device=device)
 
     def start_scores(self) -> PrefixScores:
         scores = PrefixScores(self.rows, self.dtype, self.device)
@@ -277,9 +279,9 @@ class _DevicePrefixes:
 
     def add(self, am_blank: torch.Tensor, scores: PrefixScores, width: int, offset: int) -> None:
         B, W, spill = self.batch, self.width, 2 * self.width
-        source = offset + torch.arange(B * W, device=self.device)
+        source = offset + self.row_ids
         new_real = torch.stack([am_blank, scores.fused, scores.lm, scores.ilm], 1).double()
-        new_int = torch.stack([self.c_hash, self.c_length, source, torch.ones_like(source)], 1)
+        new_int = torch.stack([self.c_hash, self.c_length, source, self.ones], 1)
         new_real, new_int = new_real.view(B, W, 4), new_int.view(B, W, 4)
         hash_, length, _, valid = self.int.unbind(2)
         same = (  # (B, W, 2 W + 1): candidate r's prefix is entry m's
@@ -471,19 +473,26 @@ class _StaticSearch:
         prefixes.buffer = torch.zeros(h.shape[1], steps, B * W, dtype=torch.long, device=device)
         h, lens = self.h, self.lens
 
-        def first(v):
-            rows = DecoderRows(decoder, decoder.begin(h, lens), B, W, per_utterance, device)
-            scores = prefixes.start_scores()
+        def variables(t, rows, scores, prefix, lm_state) -> dict:
             v = {
-                "t": torch.zeros((), dtype=torch.long, device=device),
+                "t": t,
                 "expanded": rows.expanded,
                 "dynamic": rows.dynamic,
                 "scores": [scores.am, scores.fused, scores.lm, scores.ilm],
-                "prefix": [torch.zeros_like(prefixes.hash), torch.zeros_like(prefixes.length)],
+                "prefix": prefix,
             }
             if lm is not None:  # (the variables hold tensors only)
-                v["lm"] = lm.reorder(lm.begin(B, device), utterance_rows(B, W, device))
+                v["lm"] = lm_state
             return v
+
+        def first(v):
+            rows = DecoderRows(decoder, decoder.begin(h, lens), B, W, per_utterance, device)
+            t = torch.zeros((), dtype=torch.long, device=device)
+            prefix = [torch.zeros_like(prefixes.hash), torch.zeros_like(prefixes.length)]
+            lm_state = None
+            if lm is not None:
+                lm_state = lm.reorder(lm.begin(B, device), utterance_rows(B, W, device))
+            return variables(t, rows, prefixes.start_scores(), prefix, lm_state)
 
         def frame(v):
             rows = DecoderRows.restore(decoder, B, W, v["expanded"], v["dynamic"])
@@ -491,16 +500,8 @@ class _StaticSearch:
             scores.am, scores.fused, scores.lm, scores.ilm = v["scores"]
             prefixes.hash, prefixes.length = v["prefix"]
             scores, _, lm_state = frames(v["t"], lens, rows, prefixes, scores, W, v.get("lm"))
-            out = {
-                "t": v["t"] + 1,
-                "expanded": v["expanded"],
-                "dynamic": rows.dynamic,
-                "scores": [scores.am, scores.fused, scores.lm, scores.ilm],
-                "prefix": [prefixes.hash, prefixes.length],
-            }
-            if lm is not None:
-                out["lm"] = lm_state
-            return out
+            prefix = [prefixes.hash, prefixes.length]
+            return variables(v["t"] + 1, rows, scores, prefix, lm_state)
 
         self.phases, self.static = (first, frame), static or graphs
         if self.static:
