@@ -277,6 +277,9 @@ def simple_transducer_nll(
 
     Returns:
         ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
+        The lattice runs in the two sides' common dtype, float32 where that is a half
+        precision (under autocast: the pruned loss sums in float32 too); the gradients are
+        each side's own dtype.
     """
     _check_joint_sides(am, lm, targets)
     B, T, V = am.shape
@@ -285,6 +288,8 @@ def simple_transducer_nll(
         check_lengths("input_lengths", input_lengths, B, T, min_len=1)
         _check_labels(targets, target_lengths, V)
         _check_windows(input_lengths, target_lengths, prune_range, monotonic)
+    dtype = _sum_dtype(am, lm)
+    am, lm = am.to(dtype), lm.to(dtype)
     if _fused_simple(am, lm):  # the Triton kernels: edges, lattice, windows in four launches
         from cbasr.losses import _pruned_triton
 
@@ -310,6 +315,14 @@ def simple_transducer_nll(
     starts = _prune_ranges(occupancy, input_lengths, target_lengths, prune_range, monotonic)
     linear = (grad_blank * blank_lp).sum(dim=(1, 2)) + (grad_emit * emit_lp).sum(dim=(1, 2))
     return nll.detach() + linear - linear.detach(), starts
+
+
+def _sum_dtype(am: torch.Tensor, lm: torch.Tensor) -> torch.dtype:
+    """The simple loss's dtype: the sides' common one, float32 for half precisions (a
+    lattice summed in bfloat16 loses the loss's digits, and its Triton kernels take float32
+    and float64 only)."""
+    dtype = torch.promote_types(am.dtype, lm.dtype)
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _fused_simple(am: torch.Tensor, lm: torch.Tensor) -> bool:

@@ -95,3 +95,33 @@ def test_the_windows_kernel_is_prune_ranges_where_the_bounds_bind(monotonic, dev
         )
         assert torch.equal(got.cpu(), want), (where, S)
         assert nll.cpu().tolist() == [3.0, float("inf"), 1.5, -0.0]
+
+
+@pytest.mark.parametrize("criterion", ["rnnt", "hat"])
+def test_half_precision_sides_take_the_kernels_and_sum_in_float32(criterion, device, monkeypatch):
+    """bfloat16 sides (``simple_am`` and ``simple_lm`` under autocast): on the Triton backend
+    the kernels' path, not the PyTorch one; on both backends the float32 loss and windows of
+    the same (rounded) sides, and each side's gradient in bfloat16."""
+    g = torch.Generator().manual_seed(29)
+    B, T, U, V, S = 2, 9, 4, 11, 3
+    il, tl = torch.tensor([9, 6]), torch.tensor([4, 2])
+    targets = torch.randint(1, V, (B, U), generator=g)
+    am = (2 * torch.randn(B, T, V, generator=g)).bfloat16()
+    lm = (2 * torch.randn(B, U + 1, V, generator=g)).bfloat16()
+    hat = criterion == "hat"
+    fused = []
+    apply = _pruned_triton.SimpleLoss.apply
+    monkeypatch.setattr(_pruned_triton.SimpleLoss, "apply", lambda *a: fused.append(1) or apply(*a))
+    args = (targets, il, tl, S, hat)
+    want, want_starts = simple_transducer_nll(am.float(), lm.float(), *args)
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        a, b = am.to(where).requires_grad_(), lm.to(where).requires_grad_()
+        with use_backend(backend):
+            nll, starts = simple_transducer_nll(a, b, *(x.to(where) for x in args[:3]), S, hat)
+        assert nll.dtype == torch.float32, backend
+        torch.testing.assert_close(nll.cpu(), want, rtol=1e-5, atol=1e-5)
+        assert torch.equal(starts.cpu(), want_starts)
+        grads = torch.autograd.grad(nll.sum(), (a, b))
+        assert [x.dtype for x in grads] == [torch.bfloat16] * 2
+        assert all(torch.isfinite(x).all() and x.abs().sum() > 0 for x in grads)
+    assert fused == [1]
