@@ -151,7 +151,9 @@ def proposal_sample(
     Returns:
         ``samples (M, B, T)`` 0./1. with exactly ``total`` highs, and
         ``step_log_probs (M, B, T)`` ``log Q(b_t | b_<t, L)``, differentiable w.r.t.
-        ``logits`` (and ``independent_logits``). T serial steps.
+        ``logits`` (and ``independent_logits``). ``T`` serial steps; the forced suffix, whose
+        odds do not depend on the prefix, in a few operations over all frames at once
+        (:func:`_forced_suffix_rows`: the same samples as the steps on the same noise).
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, T); got {tuple(logits.shape)}")
@@ -168,6 +170,11 @@ def proposal_sample(
     sampler = ProposalSampler(
         proposal, total.repeat(M), lengths.long().repeat(M), T, independent_logits, generator
     )
+    if proposal == "forced_suffix" and T:  # every frame at once: eq. (48)'s odds are w_t's
+        # (T, N): the noise the frame-by-frame steps would draw, in their order
+        noise = logistic_noise((T, M * B), generator, flat.dtype, device).t()
+        samples, step_log_probs = _forced_suffix_rows(flat, sampler.total, sampler.lengths, noise)
+        return samples.reshape(M, B, T), step_log_probs.reshape(M, B, T)
     draws = [sampler.step(column) for column in flat.unbind(1)]
     if not draws:
         empty = logits.new_zeros(M, B, 0)
@@ -175,3 +182,36 @@ def proposal_sample(
     samples = torch.stack([b for b, _ in draws], -1).reshape(M, B, T)  # (N, T) -> (M, B, T)
     step_log_probs = torch.stack([lp for _, lp in draws], -1).reshape(M, B, T)
     return samples, step_log_probs
+
+
+def _forced_suffix_rows(
+    logits: torch.Tensor, total: torch.Tensor, lengths: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forced-suffix proposal (eq. 48) over independent log odds ``logits (N, T)``, every
+    frame at once: :class:`ProposalSampler`'s ``T`` steps, given the logistic noise ``(N, T)``
+    each step would draw (the same samples and step log probabilities).
+
+    Until the first forced frame ``tau`` each frame is its free draw ``w_t + D_t > 0`` (eq. 35),
+    so the highs drawn before ``t`` are a running sum of the free draws, and ``tau`` is the first
+    frame where that count forces a step. From ``tau`` on the path is forced throughout: low to
+    the end once ``L`` highs are out, or, once the frames left equal the highs left, high to the
+    last frame and low in the padding after it.
+    """
+    N, T = logits.shape
+    free_draw = (logits.detach() + noise) > 0  # (N, T)
+    drawn = free_draw.long()
+    before = drawn.cumsum(1) - drawn  # highs before t, while no frame has been forced
+    remaining = total[:, None] - before  # r, this frame's included
+    frames = torch.arange(T, device=logits.device)
+    left = lengths[:, None] - frames  # frames left, this one's included
+    low = remaining <= 0
+    high = ~low & (remaining >= left)
+    forced = (low | high).long().cumsum(1) > 0  # tau onwards
+    onset = forced & ~F.pad(forced[:, :-1], (1, 0))  # tau
+    high_run = (high & onset).any(1, keepdim=True)  # forced high (then low past the length)
+    samples = torch.where(forced, high_run & (frames < lengths[:, None]), free_draw)
+    # a free step's log probability (an infinite log odds decides its step: 0, as if forced)
+    infinite = torch.isinf(logits)
+    finite = torch.where(infinite, 0.0, logits)
+    log_prob = torch.where(free_draw, F.logsigmoid(finite), F.logsigmoid(-finite))
+    return samples.to(logits.dtype), torch.where(forced | infinite, 0.0, log_prob)

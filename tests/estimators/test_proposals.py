@@ -145,3 +145,39 @@ def test_bad_inputs():
     sampler.step(torch.zeros(1))
     with pytest.raises(RuntimeError, match="all 1 frames"):
         sampler.step(torch.zeros(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_forced_suffix_at_once_is_the_step_wise_sampler(dtype):
+    """proposal_sample's forced suffix, every frame at once, against ProposalSampler's frame
+    by frame on the same noise (a CPU generator draws (T, N) as T draws of N): the same
+    samples, step log probabilities and gradient, with none, some and all frames high, padding,
+    a run forced high and +-inf log odds."""
+    g = torch.Generator().manual_seed(44)
+    B, T, M = 6, 9, 40
+    logits = 2 * torch.randn(B, T, generator=g, dtype=dtype)
+    logits[4, 2], logits[5, 0], logits[5, 4] = math.inf, -math.inf, math.inf
+    logits.requires_grad_()
+    total, lengths = torch.tensor([0, 3, 7, 9, 2, 3]), torch.tensor([9, 5, 7, 9, 8, 6])
+    samples, steps = proposal_sample(
+        "forced_suffix", logits, total, lengths, M, torch.Generator().manual_seed(5)
+    )
+    sampler = ProposalSampler(
+        "forced_suffix", total.repeat(M), lengths.repeat(M), T,
+        generator=torch.Generator().manual_seed(5),
+    )  # fmt: skip
+    flat = logits.unsqueeze(0).expand(M, B, T).reshape(M * B, T)
+    draws = [sampler.step(column) for column in flat.unbind(1)]
+    want = torch.stack([b for b, _ in draws], -1).reshape(M, B, T)
+    want_steps = torch.stack([lp for _, lp in draws], -1).reshape(M, B, T)
+    assert samples.dtype == dtype and torch.equal(samples, want)
+    assert torch.equal(samples.sum(-1), total.to(dtype).expand(M, B))
+    # some rows were forced high before their last frame, and row 2 (L = T_b) from its first
+    assert (samples[:, 2, :7] == 1).all() and not samples[:, :, 7:][:, 2].any()
+    torch.testing.assert_close(steps, want_steps, rtol=0, atol=0)
+    assert not steps[:, 0].any() and not steps[:, 3].any()  # every step forced
+    weights = torch.randn(M, B, T, generator=g, dtype=dtype)
+    got_grad = torch.autograd.grad((weights * steps).sum(), logits)[0]
+    want_grad = torch.autograd.grad((weights * want_steps).sum(), logits)[0]
+    torch.testing.assert_close(got_grad, want_grad)
+    assert got_grad[1].abs().sum() > 0 and not got_grad[0].any()
