@@ -296,3 +296,67 @@ def test_one_read_of_one_statistic_launches_no_stack():
         with one_read():
             checks.check_at_least(least, 0, lambda: pytest.fail("0 >= 0"))
     assert "stack" not in ops.names and ops.names.count("_local_scalar_dense") == 1
+
+
+class _Reads(TorchDispatchMode):
+    """Counts every operator that reads a value to the host (outside one_read's own copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
+    """The estimators' argument checks (lengths, labels against frames and reward columns,
+    finite rewards) share one read, and the forced-suffix estimator's sampler adds its own
+    check to it: its whole call reads the device once."""
+    from cbasr.estimators import forced_suffix_reinforce
+    from cbasr.estimators._common import check_inputs
+    from tests.estimators.cases import ragged_batch
+
+    logits, rewards, total, lengths = ragged_batch(3)
+    with _Reads() as other:
+        assert check_inputs(logits, total, rewards, lengths) == rewards.shape[2]
+    assert (reads[0], other.count) == (1, 0)
+    with _Reads() as other:
+        forced_suffix_reinforce(logits, total, rewards, lengths, 4, "loo", 0.1)
+    assert (reads[0], other.count) == (2, 0)
+    bad = rewards.detach().clone()
+    bad[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"rewards\[0, 1, 2\] = nan: rewards must be finite"):
+        forced_suffix_reinforce(logits, total, bad, lengths, 4)
+    with pytest.raises(ValueError, match=r"total\[3\] = 4 > input_lengths\[3\] = 3"):
+        forced_suffix_reinforce(logits, total + 1, rewards, lengths, 4)
+
+
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+def test_poisson_binomial_log_prob_reads_once(backend, monkeypatch):
+    """``PoissonBinomial.log_prob`` (unvalidated) reads the states its counts need and, for the
+    kernel, whether the logits are finite, in one copy; the same values as the table's."""
+    from cbasr._backends import use_backend
+
+    tolist = torch.Tensor.tolist
+    copies = [0]
+
+    def counted(x, *a, **k):
+        copies[0] += 1
+        return tolist(x, *a, **k)
+
+    logits, lengths = torch.randn(3, 6, dtype=torch.float64), torch.tensor([6, 4, 5])
+    counts = torch.tensor([2.0, 4.0, 0.0])
+    with use_backend("torch"):  # the table
+        want = PoissonBinomial(logits, lengths).log_prob(counts)
+    monkeypatch.setattr(torch.Tensor, "tolist", counted)
+    with use_backend(backend), _Reads() as other:
+        got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)
+    assert (copies[0], other.count) == (1, 0)
+    torch.testing.assert_close(got, want)
+    logits[1, 2] = float("inf")  # an infinite logit: left to the table
+    with use_backend(backend):
+        got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)
+    assert torch.isfinite(got).all() and got[1] > want[1]

@@ -99,10 +99,19 @@ class PoissonBinomial(Distribution):
         rows, row_index, shape = value_rows(value.unsqueeze(-1), self.batch_shape)  # (N, 1)
         rows = rows.double()
         count = torch.where(rows == rows.floor(), rows, -1).long()  # non-integers are impossible
-        num_states = int(count.max().clamp(0, T)) + 1 if count.numel() else 1
         valid = frame_mask(args.lengths, T)
-        if _backends.backend(args.logits) != "torch" and len(rows) == len(args.logits):
-            one_per_row = _tilted_log_prob(args.logits, valid, count[:, 0], args.lengths)
+        kernel = _backends.backend(args.logits) != "torch" and len(rows) == len(args.logits)
+        # one read: the states the counts need and, for the kernel, whether every logit is
+        # finite (an infinite one is left to the table, which handles it)
+        stats = [count.max().clamp(0, T) if count.numel() else count.new_zeros(())]
+        if kernel:
+            stats.append(torch.where(valid, args.logits, 0.0).isfinite().all())
+        highest, *finite = torch.stack([x.double() for x in stats]).tolist()
+        num_states = int(highest) + 1
+        if kernel and finite[0]:
+            one_per_row = _tilted_log_prob(
+                args.logits, valid, count[:, 0], args.lengths, num_states
+            )
             if one_per_row is not None:
                 return one_per_row.reshape(shape)
         log_off, log_on = bernoulli_log_weights(args.logits, valid)
@@ -129,11 +138,12 @@ class PoissonBinomial(Distribution):
         return values
 
 
-def _tilted_log_prob(logits, valid, count, lengths) -> torch.Tensor | None:
+def _tilted_log_prob(logits, valid, count, lengths, num_states) -> torch.Tensor | None:
     """``log P(K = count)``, one count per parameter row, by a kernel
     (:func:`cbasr.distributions._dispatch.log_normaliser`: numba on CPU, triton on CUDA) on the
-    tilted trials (:func:`cbasr.distributions._tables.tilt_for_total`); None where a logit is
-    infinite or the backend has no kernel for the dtype (left to the table, which handles it).
+    tilted trials (:func:`cbasr.distributions._tables.tilt_for_total`) of finite ``logits``,
+    counting up to ``num_states - 1`` (at least the largest possible count); None where the
+    backend has no kernel for the dtype (left to the table).
 
     With ``w_t = exp(x_t)`` and the tilt ``lambda``, ``P(K = k) = C(k; w) / prod_t (1 + w_t)``
     and ``C(k; w) = exp(k lambda) P_lambda(K = k) prod_t (1 + w_t exp(-lambda))`` (eq. 8
@@ -141,13 +151,10 @@ def _tilted_log_prob(logits, valid, count, lengths) -> torch.Tensor | None:
     ``log P(K = k) = k lambda + log P_lambda(K = k) + sum_t [softplus(x_t - lambda) -
     softplus(x_t)]``, the sum taken in float64.
     """
-    if not bool(torch.where(valid, logits, 0.0).isfinite().all()):
-        return None
     possible = (count >= 0) & (count <= lengths)
     total = torch.where(possible, count, 0)
     tilt = tilt_for_total(logits, total, valid)
     log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
-    num_states = int(total.max()) + 1 if total.numel() else 1
     tilted = log_normaliser(log_off, log_on, total, lengths, num_states)
     if tilted is None:  # no kernel for this backend and dtype
         return None

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from cbasr.checks import check_floating, check_lengths, check_shape
+from cbasr.checks import check_floating, check_lengths, check_none, check_shape, one_read
 
 __all__: list[str] = []  # package-internal
 
@@ -53,33 +53,45 @@ def check_inputs(
 
     ``L`` is ``rewards.shape[2]`` for a tensor and ``max(total)`` for a callable.
     Raises ValueError naming the argument: a wrong shape or dtype, ``total > input_lengths``,
-    ``total`` above the rewards' ``L``, or a non-finite reward at a valid position.
+    ``total`` above the rewards' ``L``, or a non-finite reward at a valid position. The value
+    checks read the device once (:func:`cbasr.checks.one_read`).
     """
     check_floating("emit_logits", emit_logits)
     check_shape("emit_logits", emit_logits, "(B, T)", (None, None))
     B, T = emit_logits.shape
-    check_lengths("input_lengths", input_lengths, B, T)
-    check_lengths("total", total, B, torch.iinfo(torch.int64).max)
-    over = (total.to(input_lengths.device) > input_lengths).nonzero().flatten().tolist()
-    if over:
-        b = over[0]
-        raise ValueError(
-            f"total[{b}] = {int(total[b])} > input_lengths[{b}] = {int(input_lengths[b])}: "
-            f"a CB sample places at most one label per frame (batch indices {over[:10]})"
-        )
-    if callable(rewards) and not isinstance(rewards, torch.Tensor):
+    tensor_rewards = not callable(rewards) or isinstance(rewards, torch.Tensor)
+    if tensor_rewards:
+        check_floating("rewards", rewards)
+        check_shape("rewards", rewards, "(B, T, L)", (B, T, None))
+    with one_read():
+        check_lengths("input_lengths", input_lengths, B, T)
+        check_lengths("total", total, B, torch.iinfo(torch.int64).max)
+        over = total.to(input_lengths.device) > input_lengths
+
+        def too_many():
+            b = int(over.nonzero()[0, 0])
+            raise ValueError(
+                f"total[{b}] = {int(total[b])} > input_lengths[{b}] = {int(input_lengths[b])}: "
+                "a CB sample places at most one label per frame (batch indices "
+                f"{over.nonzero().flatten().tolist()[:10]})"
+            )
+
+        check_none(over, too_many)
+        if tensor_rewards:
+            L = rewards.shape[2]
+            short = total.to(rewards.device) > L
+
+            def no_column():
+                b = int(short.nonzero()[0, 0])
+                raise ValueError(
+                    f"total[{b}] = {int(total[b])} > rewards.shape[2] = {L}: rewards (B, T, L) "
+                    "needs a column for every label"
+                )
+
+            check_none(short, no_column)
+            check_finite("rewards", rewards, reward_mask(input_lengths, total, T, L))
+    if not tensor_rewards:
         return int(total.max()) if B else 0
-    check_floating("rewards", rewards)
-    check_shape("rewards", rewards, "(B, T, L)", (B, T, None))
-    L = rewards.shape[2]
-    short = (total.to(rewards.device) > L).nonzero().flatten().tolist()
-    if short:
-        b = short[0]
-        raise ValueError(
-            f"total[{b}] = {int(total[b])} > rewards.shape[2] = {L}: rewards (B, T, L) needs a "
-            "column for every label"
-        )
-    check_finite("rewards", rewards, reward_mask(input_lengths, total, T, L))
     return L
 
 
@@ -95,14 +107,19 @@ def masked_logits(emit_logits: torch.Tensor, input_lengths: torch.Tensor) -> tor
 
 
 def check_finite(name: str, values: torch.Tensor, valid: torch.Tensor) -> None:
-    """Raise ValueError if ``values`` holds NaN or +-inf where ``valid`` is True."""
-    bad = (valid & ~torch.isfinite(values.detach())).nonzero()
-    if bad.numel():
-        index = tuple(int(i) for i in bad[0])
+    """Raise ValueError if ``values`` holds NaN or +-inf where ``valid`` is True (at the end of
+    the enclosing :func:`cbasr.checks.one_read` block, if any)."""
+    bad = valid & ~torch.isfinite(values.detach())
+
+    def fail():
+        hits = bad.nonzero()
+        index = tuple(int(i) for i in hits[0])
         raise ValueError(
             f"{name}{list(index)} = {float(values[index])}: rewards must be finite at valid "
-            f"positions (frames < input_lengths, labels < total); {bad.shape[0]} such entries"
+            f"positions (frames < input_lengths, labels < total); {hits.shape[0]} such entries"
         )
+
+    check_none(bad, fail)
 
 
 def reward_mask(input_lengths: torch.Tensor, total: torch.Tensor, T: int, L: int) -> torch.Tensor:

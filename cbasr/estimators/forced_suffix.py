@@ -18,6 +18,7 @@ marginals of eq. (3) (Figure 1) instead of ``L / T``.
 import torch
 import torch.nn.functional as F
 
+from cbasr.checks import one_read
 from cbasr.distributions import sequence_to_times
 from cbasr.estimators._common import (
     Estimate,
@@ -146,12 +147,17 @@ def forced_suffix_reinforce(
     Returns:
         :class:`~cbasr.estimators.Estimate`; ``value`` is the objective estimate.
     """
-    L = check_inputs(emit_logits, total, rewards, input_lengths)
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1; got {num_samples}")
-    emit_logits = masked_logits(emit_logits, input_lengths)
-    total = total.to(emit_logits.device).long()
-    samples, steps = forced_suffix_sample(emit_logits, total, input_lengths, num_samples, generator)
+    # the arguments' checks and the sampler's own (the same) in one read; the sampler indexes
+    # nothing by the values checked, and what it drew is dropped if a check fails
+    with one_read():
+        L = check_inputs(emit_logits, total, rewards, input_lengths)
+        emit_logits = masked_logits(emit_logits, input_lengths)
+        total = total.to(emit_logits.device).long()
+        samples, steps = forced_suffix_sample(
+            emit_logits, total, input_lengths, num_samples, generator
+        )
     samples = samples.detach()
     times = sequence_to_times(samples, L)  # (M, B, L)
     per_label = label_rewards(rewards, times, total)  # (M, B, L)

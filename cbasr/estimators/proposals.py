@@ -21,6 +21,7 @@ log probability 0).
 import torch
 import torch.nn.functional as F
 
+from cbasr.checks import check_none
 from cbasr.distributions import log_count_suffix, logistic_noise
 
 __all__ = ["PROPOSALS", "ProposalSampler", "proposal_sample"]
@@ -58,10 +59,13 @@ class ProposalSampler:
     ):
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}; got {proposal!r}")
-        over = (total > lengths).nonzero().flatten().tolist()
-        if over:
-            b = over[0]
+        over = total > lengths
+
+        def too_many():
+            b = int(over.nonzero()[0, 0])
             raise ValueError(f"total[{b}] = {int(total[b])} > lengths[{b}] = {int(lengths[b])}")
+
+        check_none(over, too_many)  # (at the end of the caller's one_read block, if any)
         self.proposal = proposal
         self.total = total.long()
         self.lengths = lengths.long()
