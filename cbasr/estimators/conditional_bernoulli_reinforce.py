@@ -96,16 +96,14 @@ def cb_reinforce(
     total = total.to(emit_logits.device).long()
     with torch.no_grad():
         logits = emit_logits.detach()
-        K = int(total.max()) if total.numel() else 0
         shape = (num_samples,)
         if estimator in ("global", "idb"):
             samples = id_checking_sample(logits, total, input_lengths, shape, generator)
-            times = sequence_to_times(samples, K)  # (M, B, K)
+            times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total
         else:
             times = bounded_bernoulli_sample(logits, total, input_lengths, shape, generator)
-    return _estimate(
-        emit_logits, total, rewards, input_lengths, estimator, pad_times(times, L), baseline
-    )
+            times = pad_times(times, L)  # (M, B, max(total)) -> (M, B, L)
+    return _estimate(emit_logits, total, rewards, input_lengths, estimator, times, baseline)
 
 
 def cb_reinforce_from_samples(
@@ -187,7 +185,6 @@ def _score_terms(estimator, emit_logits, total, input_lengths, samples, times, f
     """
     M, B, L = times.shape
     T = emit_logits.shape[1]
-    K = int(total.max()) if total.numel() else 0
     if estimator == "global":
         # Global REINFORCE, CB paper eq. (21): the whole return times d log P(b | L).
         cb = ConditionalBernoulli(emit_logits, total, input_lengths)
@@ -202,6 +199,7 @@ def _score_terms(estimator, emit_logits, total, input_lengths, samples, times, f
         valid = (torch.arange(T, device=times.device) < input_lengths[:, None]).expand(M, B, T)
         return steps, returns, covered, valid
     label_valid = label_mask(total, L).expand(M, B, L)
+    K = int(total.max()) if total.numel() else 0  # (the per-label estimators' tables)
     if estimator == "bb":
         # Bounded Bernoulli REINFORCE, CB paper eq. (28): reward-to-go times each draft (eq. 13).
         steps = bounded_bernoulli_log_probs(emit_logits, total, times[..., :K], input_lengths)

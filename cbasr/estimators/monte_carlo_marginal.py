@@ -41,7 +41,6 @@ from cbasr.estimators._common import (
     check_inputs,
     label_rewards,
     masked_logits,
-    pad_times,
 )
 from cbasr.estimators.baselines import vimco_signals
 
@@ -79,12 +78,11 @@ def cb_monte_carlo_marginal(
     emit_logits = masked_logits(emit_logits, input_lengths)
     total = total.to(emit_logits.device).long()
     with torch.no_grad():
-        K = int(total.max()) if total.numel() else 0
         samples = id_checking_sample(
             emit_logits.detach(), total, input_lengths, (num_samples,), generator
         )
-        times = sequence_to_times(samples, K)  # (M, B, K)
-    return _estimate(emit_logits, total, rewards, input_lengths, pad_times(times, L))
+        times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total (no read of K)
+    return _estimate(emit_logits, total, rewards, input_lengths, times)
 
 
 def cb_monte_carlo_marginal_from_samples(
