@@ -58,6 +58,33 @@ def _tilted_weights(args: Arguments):
     return valid, log_off, log_on, max_total(args.total, T) + 1
 
 
+def count_table(
+    log_off: torch.Tensor, log_on: torch.Tensor, num_states: int, suffix: bool = False
+) -> torch.Tensor:
+    """:func:`cbasr.distributions._tables.count_table` (its arguments and table): one program
+    per row of the Triton kernels (:class:`cbasr.distributions._tables_triton.CountTable`, the
+    recursion and its adjoint) where the backend is triton and the dtype float32 or float64,
+    the reference's ``T`` PyTorch steps each way elsewhere."""
+    if _backends.backend(log_on) == "triton" and log_on.dtype in (torch.float32, torch.float64):
+        from cbasr.distributions import _tables_triton
+
+        off, on = log_off.transpose(0, 1), log_on.transpose(0, 1)  # (B, T) -> (T, B)
+        return _tables_triton.CountTable.apply(off, on, num_states, suffix)
+    return _tables.count_table(log_off, log_on, num_states, suffix)
+
+
+def prefix_and_suffix_tables(
+    log_off: torch.Tensor, log_on: torch.Tensor, num_states: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`cbasr.distributions._tables.prefix_and_suffix_tables`: on the triton backend two
+    launches of :func:`count_table`'s kernels (a program per row each, side by side)."""
+    if _backends.backend(log_on) == "triton" and log_on.dtype in (torch.float32, torch.float64):
+        return count_table(log_off, log_on, num_states), count_table(
+            log_off, log_on, num_states, suffix=True
+        )
+    return _tables.prefix_and_suffix_tables(log_off, log_on, num_states)
+
+
 def conditional_tables(
     args: Arguments, prefix: bool = True, suffix: bool = True
 ) -> ConditionalTables:
@@ -68,9 +95,8 @@ def conditional_tables(
     """
     valid, log_off, log_on, num_states = _tilted_weights(args)
     if prefix and suffix:
-        prefix_table, suffix_table = _tables.prefix_and_suffix_tables(log_off, log_on, num_states)
+        prefix_table, suffix_table = prefix_and_suffix_tables(log_off, log_on, num_states)
     else:
-        count_table = _tables.count_table
         prefix_table = count_table(log_off, log_on, num_states) if prefix else None
         suffix_table = count_table(log_off, log_on, num_states, suffix=True) if suffix else None
     return ConditionalTables(
@@ -88,7 +114,7 @@ def conditional_normaliser(args: Arguments) -> ConditionalTables:
     valid, log_off, log_on, num_states = _tilted_weights(args)
     normaliser = log_normaliser(log_off, log_on, args.total, args.lengths, num_states)
     if normaliser is None:
-        prefix = _tables.count_table(log_off, log_on, num_states)
+        prefix = count_table(log_off, log_on, num_states)
         return ConditionalTables(log_off, log_on, prefix, None, args.total, args.lengths, valid)
     return ConditionalTables(
         log_off, log_on, None, None, args.total, args.lengths, valid, normaliser

@@ -24,6 +24,12 @@ registers (a state vector of ``max(k) + 1`` entries: one block):
   ``P(B_t = 1 | k) = sum_v exp(prefix[t, v] + log_on[t] + gamma[t + 1, v + 1] - log P(K = k))``,
   which is the gradient: ``d/d log_on_t = P(B_t = 1 | k)``, ``d/d log_off_t = 1 - P(B_t = 1 | k)``.
 
+- :class:`CountTable`: the reference's whole table (:func:`~cbasr.distributions._tables.count_table`,
+  prefix or suffix, time-major) and its adjoint, the table's gradient carried back through each
+  frame's two branches by their shares of the row it wrote, as the reference's backward does;
+  what the ID-checking estimator's steps (eq. 11) and the bounded-Bernoulli marginals are
+  differentiated through (before, ``T`` PyTorch steps each way).
+
 Padding frames (``log_off = 0``, ``log_on = -inf``) are identity steps, as in the reference.
 Float32 and float64, in log space like the PyTorch reference (whose accuracy the tilt provides).
 Importing this module needs Triton; ``TRITON_INTERPRET=1`` runs it on CPU tensors.
@@ -648,3 +654,123 @@ def bounded(logits, tilt, total, lengths, uniform):
             N, T, suffix.shape[-1], K, BLOCK=_SAMPLES, num_warps=1,
         )  # fmt: skip
     return out, possible
+
+
+# ---- the count recursion of :mod:`cbasr.distributions._tables`, with its adjoint ---------------
+
+
+@triton.jit
+def _share(log_share):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """``exp(log_share)``, 0 for NaN and below the smallest normal number (the reference's
+    ``_share``)."""
+    keep = log_share > math.log(1.1754943508222875e-38)
+    return tl.where(keep, tl.exp(tl.where(keep, log_share, 0.0)), 0.0)
+
+
+@triton.jit(do_not_specialize=["T", "B", "V"])
+def _count_kernel(
+    off_ptr, on_ptr, table_ptr, T, B, V, REVERSE: tl.constexpr, BLOCK: tl.constexpr
+):  # pragma: no cover - compiled (or interpreted: the tests run it)
+    """Column ``b = program_id`` of the time-major ``table (T + 1, B, V)`` from ``log_off``,
+    ``log_on (T, B)``: row 0 (``REVERSE``: row ``T``) is the count 0, and frame ``t`` takes row
+    ``t`` to ``t + 1`` (``REVERSE``: ``t + 1`` to ``t``), the count staying or growing by one."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    came_in = (v >= 1) & inside
+    left = tl.where(came_in, v - 1, 0)
+    row = tl.where(v == 0, 0.0, float("-inf")).to(table_ptr.dtype.element_ty)
+    first = T if REVERSE else 0
+    tl.store(table_ptr + (first * B + b) * V + v, row, mask=inside)
+    i = 0
+    while i < T:  # (a while loop: Triton's interpreter cannot take range() of an argument)
+        t = T - 1 - i if REVERSE else i
+        off = tl.load(off_ptr + t * B + b)
+        on = tl.load(on_ptr + t * B + b)
+        came = tl.where(came_in, tl.gather(row, left, 0), float("-inf"))  # count v - 1
+        row = log_add_exp(row + off, came + on)
+        dst = t if REVERSE else t + 1
+        tl.store(table_ptr + (dst * B + b) * V + v, row, mask=inside)
+        i += 1
+
+
+@triton.jit(do_not_specialize=["T", "B", "V"])
+def _count_backward_kernel(
+    off_ptr, on_ptr, table_ptr, grad_table_ptr, grad_off_ptr, grad_on_ptr, T, B, V,
+    REVERSE: tl.constexpr, BLOCK: tl.constexpr,
+):  # pragma: no cover - compiled (or interpreted: the tests run it)  # fmt: skip
+    """The adjoint of :func:`_count_kernel` for column ``b = program_id``: frames in the other
+    order, the adjoint of the row a frame wrote split between its two branches by their shares
+    of it, ``grad_off[t, b]`` and ``grad_on[t, b]`` the adjoint that went through each; every
+    row's own ``grad_table`` joins the adjoint as the recursion reaches it."""
+    b = tl.program_id(0).to(tl.int64)
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    came_in = (v >= 1) & inside
+    left = tl.where(came_in, v - 1, 0)
+    ahead_in = v + 1 < V
+    right = tl.where(ahead_in, v + 1, 0)
+    last = 0 if REVERSE else T
+    adjoint = tl.load(grad_table_ptr + (last * B + b) * V + v, mask=inside, other=0.0)
+    i = 0
+    while i < T:
+        t = i if REVERSE else T - 1 - i
+        src = t + 1 if REVERSE else t
+        dst = t if REVERSE else t + 1
+        off = tl.load(off_ptr + t * B + b)
+        on = tl.load(on_ptr + t * B + b)
+        came = tl.load(table_ptr + (src * B + b) * V + v, mask=inside, other=float("-inf"))
+        went = tl.load(table_ptr + (dst * B + b) * V + v, mask=inside, other=float("-inf"))
+        went = tl.where(went == float("-inf"), 0.0, went)  # unreached: both branches -inf
+        stay = _share(came + off - went)
+        below = tl.where(came_in, tl.gather(came, left, 0), float("-inf"))  # count v - 1
+        move = tl.where(came_in, _share(below + on - went), 0.0)
+        tl.store(grad_off_ptr + t * B + b, tl.sum(adjoint * stay, axis=0))
+        tl.store(grad_on_ptr + t * B + b, tl.sum(adjoint * move, axis=0))
+        moved = adjoint * move  # to count v from v - 1: back to v - 1
+        back = tl.load(grad_table_ptr + (src * B + b) * V + v, mask=inside, other=0.0)
+        adjoint = back + adjoint * stay + tl.where(ahead_in, tl.gather(moved, right, 0), 0.0)
+        i += 1
+
+
+class CountTable(torch.autograd.Function):
+    """:class:`cbasr.distributions._tables._CountRecursion` by :func:`_count_kernel` and
+    :func:`_count_backward_kernel`: ``log_off, log_on (T, B)`` float32 or float64 -> ``table
+    (T + 1, B, V)``. A backward that builds a graph (double backward) runs the reference's
+    differentiable adjoint instead."""
+
+    @staticmethod
+    def forward(ctx, log_off, log_on, num_states, reverse):
+        log_off, log_on = log_off.contiguous(), log_on.contiguous()
+        T, B = log_off.shape
+        table = log_off.new_empty(T + 1, B, num_states)
+        if B:
+            size, warps = block(num_states)
+            _count_kernel[(B,)](
+                log_off, log_on, table, T, B, num_states, REVERSE=reverse, BLOCK=size,
+                num_warps=warps,
+            )  # fmt: skip
+        ctx.save_for_backward(log_off, log_on, table)
+        ctx.reverse, ctx.num_states = reverse, num_states
+        return table
+
+    @staticmethod
+    def backward(ctx, grad_table):
+        from cbasr.distributions import _tables
+
+        log_off, log_on, table = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:2]
+        if torch.is_grad_enabled():  # a graph of the backward: the reference's adjoint
+            again = _tables._CountRecursion.apply(log_off, log_on, ctx.num_states, ctx.reverse)
+            inputs = [x for x, need in zip((log_off, log_on), needs) if need]
+            got = iter(torch.autograd.grad(again, inputs, grad_table, create_graph=True))
+            return tuple(next(got) if need else None for need in needs) + (None, None)
+        T, B = log_off.shape
+        grad_off, grad_on = torch.empty_like(log_off), torch.empty_like(log_on)
+        if B:
+            size, warps = block(ctx.num_states)
+            _count_backward_kernel[(B,)](
+                log_off, log_on, table, grad_table.contiguous(), grad_off, grad_on, T, B,
+                ctx.num_states, REVERSE=ctx.reverse, BLOCK=size, num_warps=warps,
+            )  # fmt: skip
+        return grad_off, grad_on, None, None

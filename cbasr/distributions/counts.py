@@ -13,7 +13,7 @@ Frames are 0-based: frame ``t`` here is frame ``t + 1`` of the paper.
 import torch
 
 from cbasr.distributions._arguments import broadcast_arguments, frame_mask
-from cbasr.distributions._tables import count_table
+from cbasr.distributions._dispatch import count_table
 
 __all__ = ["log_count", "log_count_prefix", "log_count_suffix"]
 

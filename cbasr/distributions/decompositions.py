@@ -19,11 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from cbasr.distributions._arguments import broadcast_arguments, frame_mask, max_total, value_rows
-from cbasr.distributions._dispatch import conditional_tables, tilt_for_total
+from cbasr.distributions._dispatch import conditional_tables, count_table, tilt_for_total
 from cbasr.distributions._tables import (
     ConditionalTables,
     bernoulli_log_weights,
-    count_table,
     gather_states,
     log_ratio,
     log_sum_exp,

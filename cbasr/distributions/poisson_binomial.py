@@ -16,8 +16,8 @@ from cbasr.distributions._arguments import (
     frame_mask,
     value_rows,
 )
-from cbasr.distributions._dispatch import log_normaliser, tilt_for_total
-from cbasr.distributions._tables import bernoulli_log_weights, count_table, gather_states
+from cbasr.distributions._dispatch import count_table, log_normaliser, tilt_for_total
+from cbasr.distributions._tables import bernoulli_log_weights, gather_states
 
 __all__ = ["PoissonBinomial"]
 

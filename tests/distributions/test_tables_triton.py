@@ -357,3 +357,69 @@ def test_fused_log_prob_fills_its_block_of_count_states(device):
         results[backend] = (log_prob.detach().cpu(), grad.cpu())
     for got, want in zip(results["triton"], results["torch"]):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("suffix", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_count_table_and_its_adjoint_equal_the_pytorch_recursion(
+    suffix, dtype, device, monkeypatch
+):
+    """``_dispatch.count_table`` on the triton backend (:class:`CountTable`: one program per
+    row, forward and backward) against the reference's ``T`` steps: rows with padding, no
+    frames, +-inf logits, more count states than a row's frames, a gradient on every row of
+    the table (and none on some entries)."""
+    from cbasr.distributions import _dispatch, _tables_triton
+
+    g = torch.Generator().manual_seed(7)
+    B, T, V = len(LENGTHS), 9, 6
+    logits = _logits(dtype)
+    valid = frame_mask(LENGTHS, T)
+    tilt = tilt_for_total(logits, TOTALS.clamp(max=LENGTHS), valid)
+    log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
+    weights = torch.randn(T + 1, B, V, generator=g, dtype=dtype)
+    launches = []
+    apply = _tables_triton.CountTable.apply
+    monkeypatch.setattr(
+        _tables_triton.CountTable, "apply", lambda *a: launches.append(a[3]) or apply(*a)
+    )
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        off = log_off.detach().to(where).requires_grad_()
+        on = log_on.detach().to(where).requires_grad_()
+        with use_backend(backend):
+            table = _dispatch.count_table(off, on, V, suffix=suffix)
+        w = weights.to(where)
+        finite = torch.where(table.isfinite(), table, 0.0)
+        grads = torch.autograd.grad((finite * w).sum(), (off, on))
+        results[backend] = [x.detach().cpu() for x in (table, *grads)]
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    for got, want, name in zip(results["triton"], results["torch"], ("table", "off", "on")):
+        assert torch.equal(got.isneginf(), want.isneginf()), name
+        torch.testing.assert_close(got, want, **tolerance, msg=name)
+    assert results["torch"][2].abs().sum() > 0
+    assert launches == [suffix]  # the triton backend took the kernels, the torch one did not
+
+
+def test_count_table_kernels_serve_the_id_checking_log_probs(device, monkeypatch):
+    """``id_checking_log_probs`` (the IDB estimator's steps, eq. 11) on the triton backend:
+    its suffix table from the kernels, the reference's values and gradient."""
+    from cbasr.distributions import _tables_triton, id_checking_log_probs
+
+    launches = []
+    apply = _tables_triton.CountTable.apply
+    monkeypatch.setattr(
+        _tables_triton.CountTable, "apply", lambda *a: launches.append(a[3]) or apply(*a)
+    )
+    logits = random_logits(3, 8, seed=9)
+    total, lengths = torch.tensor([3, 0, 5]), torch.tensor([8, 6, 7])
+    samples = id_checking_sample(logits, total, lengths, (4,), torch.Generator().manual_seed(3))
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        x = logits.to(where).requires_grad_()
+        with use_backend(backend):
+            steps = id_checking_log_probs(x, total.to(where), samples.to(where), lengths.to(where))
+        (grad,) = torch.autograd.grad(steps.sum(), x)
+        results[backend] = (steps.detach().cpu(), grad.cpu())
+    assert launches == [True]  # one suffix table, by the kernels
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
