@@ -332,6 +332,15 @@ def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
         forced_suffix_reinforce(logits, total, bad, lengths, 4)
     with pytest.raises(ValueError, match=r"total\[3\] = 4 > input_lengths\[3\] = 3"):
         forced_suffix_reinforce(logits, total + 1, rewards, lengths, 4)
+    # each check of the block names its argument
+    with pytest.raises(ValueError, match="rewards must be a floating-point tensor"):
+        check_inputs(logits, total, rewards.detach().long(), lengths)
+    with pytest.raises(ValueError, match=r"input_lengths\[0\] = 7 is outside \[0, 6\]"):
+        check_inputs(logits, total, rewards, lengths + 1)
+    with pytest.raises(ValueError, match=r"total\[1\] = -1 is outside"):
+        check_inputs(logits, torch.tensor([1, -1, 0, 0]), rewards, lengths)
+    with pytest.raises(ValueError, match=r"total\[0\] = 4 > rewards.shape\[2\] = 3"):
+        check_inputs(logits, torch.tensor([4, 0, 0, 0]), rewards, lengths)
 
 
 @pytest.mark.parametrize("backend", ["torch", "numba"])
@@ -352,9 +361,17 @@ def test_poisson_binomial_log_prob_reads_once(backend, monkeypatch):
     with use_backend("torch"):  # the table
         want = PoissonBinomial(logits, lengths).log_prob(counts)
     monkeypatch.setattr(torch.Tensor, "tolist", counted)
+    from cbasr.distributions import poisson_binomial
+
+    kernel = []
+    tilted = poisson_binomial._tilted_log_prob
+    monkeypatch.setattr(
+        poisson_binomial, "_tilted_log_prob", lambda *a: kernel.append(1) or tilted(*a)
+    )
     with use_backend(backend), _Reads() as other:
         got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)
     assert (copies[0], other.count) == (1, 0)
+    assert kernel == ([1] if backend == "numba" else [])  # the numba kernel, or the table
     torch.testing.assert_close(got, want)
     logits[1, 2] = float("inf")  # an infinite logit: left to the table
     with use_backend(backend):

@@ -211,8 +211,9 @@ def _forced_suffix_rows(
     low = remaining <= 0
     high = ~low & (remaining >= left)
     forced = (low | high).long().cumsum(1) > 0  # tau onwards
-    onset = forced & ~F.pad(forced[:, :-1], (1, 0))  # tau
-    high_run = (high & onset).any(1, keepdim=True)  # forced high (then low past the length)
+    # forced high at tau (then low past the length): a count that forces a low at tau keeps
+    # forcing lows, as the free draws' running sum never falls, so no later frame is high
+    high_run = (high & forced).any(1, keepdim=True)
     samples = torch.where(forced, high_run & (frames < lengths[:, None]), free_draw)
     # a free step's log probability (an infinite log odds decides its step: 0, as if forced)
     infinite = torch.isinf(logits)
