@@ -98,8 +98,9 @@ step conformer 150 "$out/conformer.tmp" "$py" $cmd
 annotate "$out/conformer.tmp" "$cmd"
 [[ -f $out/conformer.tmp ]] && cat "$out/conformer.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/conformer.tmp"
 
-# (cb_monotonic and cb_monotonic_variable: the second-order CB's frames/s over the first's)
-cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --gpu-time --presets blstm_ctc cb_pointwise demo_hat cb_monotonic cb_monotonic_variable"
+# (cb_monotonic and cb_monotonic_variable: the second-order CB's frames/s over the first's;
+# forced_suffix and cb_reinforce_idb: the sampled CB systems, their tables in Triton kernels)
+cmd="scripts/bench_train.py --synthetic --device cuda --json --warm-pass --gpu-time --presets blstm_ctc cb_pointwise demo_hat cb_monotonic cb_monotonic_variable forced_suffix cb_reinforce_idb"
 step bench_train 150 "$out/train.tmp" "$py" $cmd
 annotate "$out/train.tmp" "$cmd"
 [[ -f $out/train.tmp ]] && cat "$out/train.tmp" >>"$out/bench_train.jsonl" && rm -f "$out/train.tmp"
