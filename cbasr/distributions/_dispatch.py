@@ -68,7 +68,8 @@ def count_table(
     if _backends.backend(log_on) == "triton" and log_on.dtype in (torch.float32, torch.float64):
         from cbasr.distributions import _tables_triton
 
-        off, on = log_off.transpose(0, 1), log_on.transpose(0, 1)  # (B, T) -> (T, B)
+        off = log_off.transpose(0, 1).contiguous()  # (B, T) -> (T, B)
+        on = log_on.transpose(0, 1).contiguous()
         return _tables_triton.CountTable.apply(off, on, num_states, suffix)
     return _tables.count_table(log_off, log_on, num_states, suffix)
 

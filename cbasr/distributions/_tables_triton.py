@@ -735,13 +735,13 @@ def _count_backward_kernel(
 
 class CountTable(torch.autograd.Function):
     """:class:`cbasr.distributions._tables._CountRecursion` by :func:`_count_kernel` and
-    :func:`_count_backward_kernel`: ``log_off, log_on (T, B)`` float32 or float64 -> ``table
+    :func:`_count_backward_kernel`: ``log_off, log_on (T, B)`` contiguous, float32 or float64 -> ``table
     (T + 1, B, V)``. A backward that builds a graph (double backward) runs the reference's
     differentiable adjoint instead."""
 
     @staticmethod
     def forward(ctx, log_off, log_on, num_states, reverse):
-        log_off, log_on = log_off.contiguous(), log_on.contiguous()
+        # (contiguous already: a copy made here would be saved cut off from the inputs' graph)
         T, B = log_off.shape
         table = log_off.new_empty(T + 1, B, num_states)
         if B:

@@ -359,23 +359,34 @@ def test_fused_log_prob_fills_its_block_of_count_states(device):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+def _count_weights(case: str, dtype):
+    """``(log_off, log_on) (B, T)`` and ``V``: the ragged rows above (padding, no frames, +-inf
+    logits, more count states than a row's frames), or a full block of 16 states over 20
+    frames (the highest count reachable, so the kernels' shifts meet the block's edge)."""
+    if case == "ragged":
+        logits, lengths, totals, V = _logits(dtype), LENGTHS, TOTALS.clamp(max=LENGTHS), 6
+    else:
+        logits, V = random_logits(2, 20, seed=8, dtype=dtype), 16
+        lengths, totals = torch.tensor([20, 17]), torch.tensor([15, 9])
+    valid = frame_mask(lengths, logits.shape[-1])
+    tilt = tilt_for_total(logits, totals, valid)
+    return (*bernoulli_log_weights(logits, valid, tilt), V)
+
+
+@pytest.mark.parametrize("case", ["ragged", "full block"])
 @pytest.mark.parametrize("suffix", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_count_table_and_its_adjoint_equal_the_pytorch_recursion(
-    suffix, dtype, device, monkeypatch
+    case, suffix, dtype, device, monkeypatch
 ):
     """``_dispatch.count_table`` on the triton backend (:class:`CountTable`: one program per
-    row, forward and backward) against the reference's ``T`` steps: rows with padding, no
-    frames, +-inf logits, more count states than a row's frames, a gradient on every row of
-    the table (and none on some entries)."""
+    row, forward and backward) against the reference's ``T`` steps, with a gradient on every
+    row of the table (and none on some entries)."""
     from cbasr.distributions import _dispatch, _tables_triton
 
     g = torch.Generator().manual_seed(7)
-    B, T, V = len(LENGTHS), 9, 6
-    logits = _logits(dtype)
-    valid = frame_mask(LENGTHS, T)
-    tilt = tilt_for_total(logits, TOTALS.clamp(max=LENGTHS), valid)
-    log_off, log_on = bernoulli_log_weights(logits, valid, tilt)
+    log_off, log_on, V = _count_weights(case, dtype)
+    B, T = log_off.shape
     weights = torch.randn(T + 1, B, V, generator=g, dtype=dtype)
     launches = []
     apply = _tables_triton.CountTable.apply
@@ -397,6 +408,7 @@ def test_count_table_and_its_adjoint_equal_the_pytorch_recursion(
         assert torch.equal(got.isneginf(), want.isneginf()), name
         torch.testing.assert_close(got, want, **tolerance, msg=name)
     assert results["torch"][2].abs().sum() > 0
+    assert results["torch"][0][:, :, V - 1].isfinite().any()  # the last state is reached
     assert launches == [suffix]  # the triton backend took the kernels, the torch one did not
 
 
@@ -423,3 +435,24 @@ def test_count_table_kernels_serve_the_id_checking_log_probs(device, monkeypatch
     assert launches == [True]  # one suffix table, by the kernels
     for got, want in zip(results["triton"], results["torch"]):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_count_table_double_backward_runs_the_reference_adjoint(device):
+    """A backward with a graph through :class:`CountTable` (the reference's differentiable
+    adjoint): the gradient and its own gradient in a direction, the PyTorch backend's."""
+    from cbasr.distributions import _dispatch
+
+    log_off, log_on, V = _count_weights("ragged", torch.float64)
+    direction = torch.linspace(-1.0, 1.0, log_on.numel(), dtype=torch.float64).view_as(log_on)
+    results = {}
+    for backend, where in (("triton", device), ("torch", "cpu")):
+        on = log_on.detach().to(where).requires_grad_()  # (log_off: no gradient asked)
+        with use_backend(backend):
+            table = _dispatch.count_table(log_off.to(where), on, V, suffix=True)
+        finite = torch.where(table.isfinite(), table, 0.0)
+        (grad,) = torch.autograd.grad(finite.sum(), on, create_graph=True)
+        (second,) = torch.autograd.grad((grad * direction.to(where)).sum(), on)
+        results[backend] = (grad.detach().cpu(), second.cpu())
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert results["torch"][1].abs().sum() > 0
