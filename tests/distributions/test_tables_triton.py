@@ -456,3 +456,25 @@ def test_count_table_double_backward_runs_the_reference_adjoint(device):
     for got, want in zip(results["triton"], results["torch"]):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     assert results["torch"][1].abs().sum() > 0
+
+
+def test_prefix_and_suffix_tables_by_the_kernels(device, monkeypatch):
+    """``_dispatch.prefix_and_suffix_tables`` on the triton backend: a prefix and a suffix
+    launch of :class:`CountTable`, the reference's pair of tables."""
+    from cbasr.distributions import _dispatch, _tables, _tables_triton
+
+    launches = []
+    apply = _tables_triton.CountTable.apply
+    monkeypatch.setattr(
+        _tables_triton.CountTable, "apply", lambda *a: launches.append(a[3]) or apply(*a)
+    )
+    log_off, log_on, V = _count_weights("ragged", torch.float64)
+    with use_backend("triton"):
+        got = _dispatch.prefix_and_suffix_tables(log_off.to(device), log_on.to(device), V)
+    want = _tables.prefix_and_suffix_tables(log_off, log_on, V)
+    assert launches == [False, True]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-12)
+    with use_backend("torch"):
+        _dispatch.prefix_and_suffix_tables(log_off, log_on, V)
+    assert launches == [False, True]  # the reference's, not the kernels
