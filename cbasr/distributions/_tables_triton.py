@@ -116,6 +116,18 @@ def _frame(off_ptr, on_ptr, b, t, T):  # pragma: no cover - compiled (or interpr
     return off, on
 
 
+@triton.jit
+def _lanes(V, BLOCK: tl.constexpr):  # pragma: no cover - compiled (or interpreted)
+    """A row's count-state lanes ``v``, which of them exist (``v < V``), and the shifts'
+    sources: count ``v - 1`` (``came_in``, from lane ``left``) and ``v + 1`` (``ahead_in``, from
+    lane ``right``), the index 0 where there is none (the caller masks it)."""
+    v = tl.arange(0, BLOCK)
+    inside = v < V
+    came_in = (v >= 1) & inside
+    ahead_in = v + 1 < V
+    return v, inside, came_in, tl.where(came_in, v - 1, 0), ahead_in, tl.where(ahead_in, v + 1, 0)
+
+
 @triton.jit(do_not_specialize=["T", "V"])
 def _prefix_kernel(
     off_ptr, on_ptr, total_ptr, prefix_ptr, normaliser_ptr, T, V, BLOCK: tl.constexpr
@@ -123,10 +135,7 @@ def _prefix_kernel(
     """Row ``b = program_id``: ``prefix`` ``(B, T + 1, V)`` and ``normaliser[b] = prefix[T, k]``
     from ``log_off``, ``log_on`` ``(B, T)``."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
-    v = tl.arange(0, BLOCK)
-    inside = v < V
-    came_in = (v >= 1) & inside
-    left = tl.where(came_in, v - 1, 0)
+    v, inside, came_in, left, _, _ = _lanes(V, BLOCK)
     row = tl.where(v == 0, 0.0, float("-inf")).to(prefix_ptr.dtype.element_ty)
     tl.store(prefix_ptr + b * (T + 1) * V + v, row, mask=inside)
     off, on = _frame(off_ptr, on_ptr, b, 0, T)
@@ -675,10 +684,7 @@ def _count_kernel(
     ``log_on (T, B)``: row 0 (``REVERSE``: row ``T``) is the count 0, and frame ``t`` takes row
     ``t`` to ``t + 1`` (``REVERSE``: ``t + 1`` to ``t``), the count staying or growing by one."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a table may pass 2**31 elements
-    v = tl.arange(0, BLOCK)
-    inside = v < V
-    came_in = (v >= 1) & inside
-    left = tl.where(came_in, v - 1, 0)
+    v, inside, came_in, left, _, _ = _lanes(V, BLOCK)
     row = tl.where(v == 0, 0.0, float("-inf")).to(table_ptr.dtype.element_ty)
     first = T if REVERSE else 0
     tl.store(table_ptr + (first * B + b) * V + v, row, mask=inside)
@@ -704,12 +710,7 @@ def _count_backward_kernel(
     of it, ``grad_off[t, b]`` and ``grad_on[t, b]`` the adjoint that went through each; every
     row's own ``grad_table`` joins the adjoint as the recursion reaches it."""
     b = tl.program_id(0).to(tl.int64)
-    v = tl.arange(0, BLOCK)
-    inside = v < V
-    came_in = (v >= 1) & inside
-    left = tl.where(came_in, v - 1, 0)
-    ahead_in = v + 1 < V
-    right = tl.where(ahead_in, v + 1, 0)
+    v, inside, came_in, left, ahead_in, right = _lanes(V, BLOCK)
     last = 0 if REVERSE else T
     adjoint = tl.load(grad_table_ptr + (last * B + b) * V + v, mask=inside, other=0.0)
     i = 0

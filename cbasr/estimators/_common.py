@@ -69,7 +69,7 @@ def check_inputs(
         over = total.to(input_lengths.device) > input_lengths
 
         def too_many():
-            b = int(over.nonzero()[0, 0])
+            b = _first(over)
             raise ValueError(
                 f"total[{b}] = {int(total[b])} > input_lengths[{b}] = {int(input_lengths[b])}: "
                 "a CB sample places at most one label per frame (batch indices "
@@ -82,7 +82,7 @@ def check_inputs(
             short = total.to(rewards.device) > L
 
             def no_column():
-                b = int(short.nonzero()[0, 0])
+                b = _first(short)
                 raise ValueError(
                     f"total[{b}] = {int(total[b])} > rewards.shape[2] = {L}: rewards (B, T, L) "
                     "needs a column for every label"
@@ -93,6 +93,11 @@ def check_inputs(
     if not tensor_rewards:
         return int(total.max()) if B else 0
     return L
+
+
+def _first(bad: torch.Tensor) -> int:
+    """The first index where the boolean ``(B,)`` ``bad`` is true (for an error message)."""
+    return int(bad.nonzero()[0, 0])
 
 
 def masked_logits(emit_logits: torch.Tensor, input_lengths: torch.Tensor) -> torch.Tensor:

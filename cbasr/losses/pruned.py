@@ -326,11 +326,9 @@ def _sum_dtype(am: torch.Tensor, lm: torch.Tensor) -> torch.dtype:
 
 
 def _fused_simple(am: torch.Tensor, lm: torch.Tensor) -> bool:
-    """Whether :class:`cbasr.losses._pruned_triton.SimpleLoss` takes the simple loss: the
-    Triton backend, and both sides float32 or both float64."""
-    if _backends.backend(am) != "triton" or am.dtype not in (torch.float32, torch.float64):
-        return False
-    return lm.dtype == am.dtype and lm.device == am.device
+    """Whether :class:`cbasr.losses._pruned_triton.SimpleLoss` takes the simple loss (of sides
+    already in :func:`_sum_dtype`: float32 or float64): the Triton backend, one device."""
+    return _backends.backend(am) == "triton" and lm.device == am.device
 
 
 def pruned_transducer_nll(
