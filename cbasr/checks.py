@@ -21,6 +21,7 @@ __all__ = [
     "check_none",
     "check_at_least",
     "one_read",
+    "read",
     "graph_capturing",
     "graph_step",
     "in_graph_step",
@@ -46,7 +47,8 @@ def one_read() -> Iterator[None]:
     say, is raised at once, before them). A block inside another leaves the reading to the
     outer one. The code in the block must not use the values it checks: an out-of-range index
     would fail on the device first, without the message; nor call a function that computes on
-    values it checks in a block of its own, which leaves the reading to this one.
+    values it checks in a block of its own, which leaves the reading to this one. A value that
+    the code must read anyway, read by :func:`read`, carries the checks queued before it.
 
     While the current CUDA stream captures a graph (:func:`graph_capturing`: the training step
     of ``trainer.cuda_graphs``), the block reads nothing and checks nothing: a graph's replays
@@ -65,12 +67,45 @@ def one_read() -> Iterator[None]:
         _queue.reset(token)
     if graph_capturing():
         return
+    _run(queued, _copy([stats for stats, _, _ in queued]))
+
+
+def read(*values: torch.Tensor) -> list:
+    """The values of the 0-d tensors ``values`` as Python numbers (floats where their dtypes
+    mix a floating one with others), with one copy to the host per device.
+
+    Inside a :func:`one_read` block the copy also carries the value checks queued in the block
+    so far, which it then runs: the first failing one raises its error, before any value is
+    returned, and the block's end reads only what is queued after it. So a value the code must
+    read anyway (a size to allocate, a path to choose) costs the block no read of its own.
+    """
+    queued = _queue.get()
+    pending = list(queued or ())
+    if queued:
+        queued.clear()
+    *checked, got = _copy([stats for stats, _, _ in pending] + [list(values)])
+    token = _queue.set(None)  # a failing check raises its own error at once, as after a block
+    try:
+        _run(pending, checked)
+    finally:
+        _queue.reset(token)
+    return got
+
+
+def _copy(groups: list[list[torch.Tensor]]) -> list[list]:
+    """The values of groups of 0-d tensors, with one copy per device for all of them."""
     by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for stats, _, _ in queued:
-        by_device.setdefault(stats[0].device, []).extend(stats)
-    read = {device: iter(_read(stats)) for device, stats in by_device.items()}
-    for stats, ok, check in queued:
-        if not ok([next(read[stats[0].device]) for _ in stats]):
+    for group in groups:
+        for x in group:
+            by_device.setdefault(x.device, []).append(x)
+    copied = {device: iter(_read(xs)) for device, xs in by_device.items()}
+    return [[next(copied[x.device]) for x in group] for group in groups]
+
+
+def _run(queued, values: list[list]) -> None:
+    """Raise the error of the first queued check that its values fail."""
+    for (_, ok, check), got in zip(queued, values, strict=True):
+        if not ok(got):
             check()  # raises the check's own error
             raise AssertionError(f"one_read: a deferred check failed but {check} did not raise")
 
@@ -105,9 +140,12 @@ def graph_capturing() -> bool:
 
 
 def _read(stats: list[torch.Tensor]) -> list:
-    """The values of 0-d tensors on one device, with one copy to the host."""
+    """The values of 0-d tensors on one device, with one copy to the host (in float64 where a
+    floating dtype meets another: a stack would round integers to the narrowest float)."""
     if len(stats) == 1:  # (no stack to launch)
         return [stats[0].item()]
+    if len({x.dtype for x in stats}) > 1 and any(x.is_floating_point() for x in stats):
+        stats = [x.double() for x in stats]
     return torch.stack(stats).tolist()
 
 

@@ -106,6 +106,43 @@ def test_an_inner_block_leaves_the_reading_to_the_outer_one(reads):
     assert reads[0] == 1
 
 
+def test_read_carries_the_checks_queued_before_it(reads):
+    """``read`` copies its values with the block's queued checks, runs them (a failing one
+    raises its own error, not the value), and the block's end reads only what came after."""
+    with one_read():
+        check_lengths("lens", LENGTHS, 3, 5)  # passes
+        assert checks.read(LENGTHS.max(), LENGTHS.sum()) == [5, 8]
+        assert reads[0] == 1
+    assert reads[0] == 1  # nothing queued after the read: the end copies nothing
+    with pytest.raises(ValueError, match=r"lens\[2\] = 5 is outside \[0, 4\]"):
+        with one_read():
+            check_lengths("lens", LENGTHS, 3, 4)
+            checks.read(LENGTHS.max())
+            pytest.fail("read returned past a failing check")
+    assert reads[0] == 2
+    with pytest.raises(ValueError, match=r"lens\[0\] = 3 is outside \[0, 2\]"):
+        with one_read():
+            assert checks.read(LENGTHS.min()) == [0]
+            check_lengths("lens", LENGTHS, 3, 2)  # queued after the read: the end reads it
+    assert reads[0] == 4
+
+
+def test_a_failing_check_s_error_is_raised_at_once_inside_read():
+    """A failing check's own error may run further checks (as ``check_total`` does): inside
+    ``read`` they raise at once instead of joining the block's queue."""
+    with pytest.raises(ValueError, match=r"x\[0\] = 5 is outside \[0, 3\]"):
+        with one_read():
+            check_that(LENGTHS > 10, lambda: check_range("x", torch.tensor([5]), 0, 3))
+            checks.read(LENGTHS.max())
+
+
+def test_read_keeps_integers_exact_beside_floats(reads):
+    big = torch.tensor(2**30 + 1)  # rounded to 2**30 in a float32 stack
+    assert checks.read(big, torch.tensor(0.5)) == [2**30 + 1, 0.5]
+    assert checks.read(big, torch.tensor(True)) == [2**30 + 1, 1]
+    assert checks.read() == [] and reads[0] == 2
+
+
 def test_an_error_inside_the_block_drops_its_queue(reads):
     with pytest.raises(RuntimeError, match="elsewhere"):
         with one_read():
@@ -307,7 +344,8 @@ class _Reads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
-            self.count += 1
+            if not any(f.name == "_read" for f in traceback.extract_stack()):
+                self.count += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -343,36 +381,73 @@ def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
         check_inputs(logits, torch.tensor([4, 0, 0, 0]), rewards, lengths)
 
 
-@pytest.mark.parametrize("backend", ["torch", "numba"])
-def test_poisson_binomial_log_prob_reads_once(backend, monkeypatch):
-    """``PoissonBinomial.log_prob`` (unvalidated) reads the states its counts need and, for the
-    kernel, whether the logits are finite, in one copy; the same values as the table's."""
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("estimator", ["global", "idb", "bb", "mbb", "monte_carlo", "callable"])
+def test_a_sampled_cb_estimator_reads_the_device_twice(estimator, backend, reads):
+    """On the CUDA code path: the argument checks once (with the largest total, for callable
+    rewards), then the sampler's check, the distributions' checks and PoissonBinomial's
+    statistics once (the tables sized by the rewards' columns: no read of the largest total).
+    A wrong total is still named: the checks run, only their reads are shared."""
     from cbasr._backends import use_backend
+    from cbasr.estimators import cb_monte_carlo_marginal, cb_reinforce
+    from tests.estimators.cases import ragged_batch
 
-    tolist = torch.Tensor.tolist
-    copies = [0]
+    logits, rewards, total, lengths = ragged_batch(3)
 
-    def counted(x, *a, **k):
-        copies[0] += 1
-        return tolist(x, *a, **k)
+    def call(logits):
+        if estimator == "monte_carlo":
+            return cb_monte_carlo_marginal(logits, total, rewards, lengths, 3)
+        if estimator == "callable":  # rewards read at the sampled times
+            table = rewards.detach()
+
+            def memoryless(times):  # (M, B, L) -> (M, B, L)
+                at = times.clamp(min=0).unsqueeze(-1)  # (M, B, L, 1) frames
+                picked = table.unsqueeze(0).expand(len(times), -1, -1, -1).transpose(2, 3)
+                return picked.gather(-1, at).squeeze(-1)
+
+            return cb_reinforce(logits, total, memoryless, lengths, "idb", 3)
+        return cb_reinforce(logits, total, rewards, lengths, estimator, 3)
+
+    with use_backend(backend), _Reads() as other:
+        estimate = call(logits)
+        estimate.loss.sum().backward()
+    assert (reads[0], other.count) == (2, 0)
+    assert estimate.loss.isfinite().all() and logits.grad.isfinite().all()
+    logits = logits.detach().clone()
+    logits[1, 3] = float("nan")
+    with use_backend(backend), pytest.raises(ValueError, match="Expected parameter logits"):
+        call(logits)
+
+
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+def test_poisson_binomial_log_prob_reads_once(backend, reads, monkeypatch):
+    """``PoissonBinomial.log_prob`` reads the states its counts need, for the kernel whether
+    the logits are finite and, validating, whether the values are in the support, in one copy
+    (:func:`cbasr.checks.read`); the same values as the table's."""
+    from cbasr._backends import use_backend
+    from cbasr.distributions import poisson_binomial
 
     logits, lengths = torch.randn(3, 6, dtype=torch.float64), torch.tensor([6, 4, 5])
     counts = torch.tensor([2.0, 4.0, 0.0])
     with use_backend("torch"):  # the table
         want = PoissonBinomial(logits, lengths).log_prob(counts)
-    monkeypatch.setattr(torch.Tensor, "tolist", counted)
-    from cbasr.distributions import poisson_binomial
-
     kernel = []
     tilted = poisson_binomial._tilted_log_prob
     monkeypatch.setattr(
         poisson_binomial, "_tilted_log_prob", lambda *a: kernel.append(1) or tilted(*a)
     )
-    with use_backend(backend), _Reads() as other:
-        got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)
-    assert (copies[0], other.count) == (1, 0)
-    assert kernel == ([1] if backend == "numba" else [])  # the numba kernel, or the table
-    torch.testing.assert_close(got, want)
+    for validate in (False, True):
+        distribution = PoissonBinomial(logits, lengths, validate_args=validate)
+        reads[0] = 0
+        with use_backend(backend), _Reads() as other:
+            got = distribution.log_prob(counts)
+        assert (reads[0], other.count) == (1, 0)
+        torch.testing.assert_close(got, want)
+    assert kernel == ([1, 1] if backend == "numba" else [])  # the numba kernel, or the table
+    with pytest.raises(ValueError, match=r"Expected value argument .* within the support"):
+        PoissonBinomial(logits, lengths, validate_args=True).log_prob(counts + 0.5)
+    with pytest.raises(ValueError, match="not broadcastable"):
+        PoissonBinomial(logits, lengths, validate_args=True).log_prob(counts[:2])
     logits[1, 2] = float("inf")  # an infinite logit: left to the table
     with use_backend(backend):
         got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from cbasr.checks import check_at_least, check_that
+from cbasr.checks import check_at_least, check_none, check_that
 
 __all__: list[str] = []  # private helpers only
 
@@ -23,20 +23,30 @@ class Arguments(NamedTuple):
         total: ``(B,)`` int64, or None when the function has no total.
         lengths: ``(B,)`` int64; ``T`` where no lengths were given.
         batch_shape: the broadcast batch shape ``*`` with ``prod(*) == B``.
+        max_total: the caller's bound on ``total`` (:func:`largest_total`), or None.
     """
 
     logits: torch.Tensor
     total: torch.Tensor | None
     lengths: torch.Tensor
     batch_shape: torch.Size
+    max_total: int | None = None
 
 
 def broadcast_arguments(
     logits: torch.Tensor,
     total: torch.Tensor | int | None = None,
     lengths: torch.Tensor | int | None = None,
+    max_total: int | None = None,
 ) -> Arguments:
-    """Broadcast ``logits (*, T)``, ``total (*,)`` and ``lengths (*,)`` and flatten the batch."""
+    """Broadcast ``logits (*, T)``, ``total (*,)`` and ``lengths (*,)`` and flatten the batch.
+
+    ``max_total``, where the caller knows one (the columns of its rewards, say), bounds every
+    total: the tables are sized by it instead of by the largest total, which would be read from
+    the device. A total above it is an error (checked with :func:`cbasr.checks.check_none`: in
+    an enclosing :func:`cbasr.checks.one_read` block, with the block's read, the total computed
+    on meanwhile as ``max_total``, so that no table is indexed past its end).
+    """
     if logits.dim() < 1:
         raise ValueError("logits must have a frame dimension: shape (*, T)")
     T = logits.shape[-1]
@@ -56,7 +66,23 @@ def broadcast_arguments(
         lengths = torch.full((logits.shape[0],), T, dtype=torch.long, device=device)
     else:
         lengths = lengths.expand(batch_shape).reshape(-1).long()  # (*,) -> (B,)
-    return Arguments(logits, total, lengths, batch_shape)
+    if max_total is not None:
+        if total is None or isinstance(max_total, bool) or not isinstance(max_total, int):
+            raise ValueError(f"max_total must be an int bounding a total; got {max_total!r}")
+        if max_total < 0:
+            raise ValueError(f"max_total must be at least 0; got {max_total}")
+        given, over = total, total > max_total
+
+        def above():
+            b = int(over.nonzero()[0, 0])
+            raise ValueError(
+                f"total[{b}] = {int(given[b])} > max_total = {max_total}, the bound the caller "
+                "gave for every total (flattened batch index)"
+            )
+
+        check_none(over, above)
+        total = total.clamp(max=max_total)  # no table indexed past its end
+    return Arguments(logits, total, lengths, batch_shape, max_total)
 
 
 def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
@@ -142,8 +168,12 @@ def check_total(total: torch.Tensor, lengths: torch.Tensor) -> None:
     check_at_least(torch.minimum(total, lengths - total), 0, fail)
 
 
-def max_total(total: torch.Tensor, num_frames: int) -> int:
-    """The largest total in the batch, clamped to ``[0, T]`` (host sync)."""
-    if total.numel() == 0:
+def largest_total(args: Arguments) -> int:
+    """The largest total in the batch, clamped to ``[0, T]``: the caller's bound
+    ``args.max_total`` where it gave one, else read from the device."""
+    num_frames = args.logits.shape[-1]
+    if args.max_total is not None:
+        return min(args.max_total, num_frames)
+    if args.total.numel() == 0:
         return 0
-    return min(max(int(total.max()), 0), num_frames)
+    return min(max(int(args.total.max()), 0), num_frames)

@@ -11,7 +11,7 @@ import torch
 
 from cbasr import _backends
 from cbasr.distributions import _kernels, _tables
-from cbasr.distributions._arguments import Arguments, frame_mask, max_total
+from cbasr.distributions._arguments import Arguments, frame_mask, largest_total
 from cbasr.distributions._tables import ConditionalTables
 
 __all__: list[str] = []  # package-internal
@@ -55,7 +55,7 @@ def _tilted_weights(args: Arguments):
     valid = frame_mask(args.lengths, T)
     tilt = tilt_for_total(args.logits, args.total, valid)
     log_off, log_on = _tables.bernoulli_log_weights(args.logits, valid, tilt)
-    return valid, log_off, log_on, max_total(args.total, T) + 1
+    return valid, log_off, log_on, largest_total(args) + 1
 
 
 def count_table(
@@ -152,7 +152,7 @@ def fused_log_prob(args: Arguments, rows: torch.Tensor):
     def reference(x):  # the same log probabilities, differentiable twice (double backward)
         return log_prob_of_rows(conditional_normaliser(args._replace(logits=x)), rows).reshape(-1)
 
-    num_states = max_total(args.total, logits.shape[-1]) + 1
+    num_states = largest_total(args) + 1
     return _tables_triton.LogProb.apply(
         logits, args.total, args.lengths, rows, num_states, reference
     )

@@ -342,6 +342,41 @@ class ConditionalTables(NamedTuple):
         return gather_states(self.prefix[T], self.total.unsqueeze(-1)).squeeze(-1)
 
 
+class SkippedLogOff(NamedTuple):
+    """Prefix sums over frames ``u < t`` of ``(B, T)`` ``log(1 - p_u)``, ``(B, T + 1)`` each,
+    so that the log probability of skipping frames ``s <= u < e`` (none of them high, as the
+    Bounded Bernoulli step between two highs does, eq. 13) is a difference
+    (:meth:`between`), accurate for long sequences.
+
+    Attributes:
+        finite: float64 sums of the finite ``log(1 - p_u)``.
+        forced: int64 counts of the frames with ``log(1 - p_u) = -inf`` (a ``+inf`` logit: a
+            frame that is always high), kept apart: a sum over them is ``-inf`` and a
+            difference of two such sums NaN.
+    """
+
+    finite: torch.Tensor
+    forced: torch.Tensor
+
+    @classmethod
+    def of(cls, log_off: torch.Tensor) -> "SkippedLogOff":
+        """The sums of ``log_off (B, T)``."""
+        forced = log_off == _NEG_INF
+        finite = torch.where(forced, 0.0, log_off.double())
+        return cls(F.pad(finite.cumsum(-1), (1, 0)), F.pad(forced.long().cumsum(-1), (1, 0)))
+
+    def rows(self, row_index: torch.Tensor) -> "SkippedLogOff":
+        """The sums of parameter rows ``row_index (N,)``: ``(N, T + 1)`` each."""
+        return SkippedLogOff(self.finite[row_index], self.forced[row_index])
+
+    @staticmethod
+    def between(start: "SkippedLogOff", end: "SkippedLogOff", dtype) -> torch.Tensor:
+        """``sum_{s <= u < e} log(1 - p_u)`` in ``dtype`` from the sums at ``s`` and at ``e``
+        (broadcast): ``-inf`` where a skipped frame is always high."""
+        skipped = (end.finite - start.finite).to(dtype)
+        return torch.where(end.forced > start.forced, _NEG_INF, skipped)
+
+
 def suffix_at(suffix: torch.Tensor, row_index, frames, states) -> torch.Tensor:
     """``suffix[frames, row, states]`` for ``suffix (T + 1, B, V)``; ``-inf`` out of range.
 

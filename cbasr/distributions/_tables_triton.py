@@ -613,11 +613,11 @@ def _bounded_kernel(
 _SAMPLES = 32  # samples per program of the samplers: one lane each of one warp (num_warps=1)
 
 
-def _suffix_table(logits, tilt, total, lengths):
-    """The suffix table ``(B, T + 1, V)`` of the trials ``sigmoid(logits - tilt)`` and whether
-    each row's total can be met ``(B,)`` (:func:`_suffix_kernel`)."""
+def _suffix_table(logits, tilt, total, lengths, num_states: int):
+    """The suffix table ``(B, T + 1, V)``, ``V = num_states`` (more than the largest total), of
+    the trials ``sigmoid(logits - tilt)`` and whether each row's total can be met ``(B,)``
+    (:func:`_suffix_kernel`)."""
     B, T = logits.shape
-    num_states = max(int(total.max()), 0) + 1 if B else 1
     suffix = logits.new_empty(B, T + 1, num_states)
     possible = torch.empty(B, dtype=torch.bool, device=logits.device)
     if B:
@@ -629,13 +629,14 @@ def _suffix_table(logits, tilt, total, lengths):
     return suffix, possible
 
 
-def id_checking(logits, tilt, total, lengths, uniform):
+def id_checking(logits, tilt, total, lengths, uniform, num_states: int):
     """ID-checking draws (eq. 11), as :func:`cbasr.distributions._kernels.id_checking` with
     sample row ``m`` of parameter row ``m % B``: ``(N, T)`` 0. / 1. in ``logits``' dtype and
     the ``(B,)`` feasibility of each row's total. ``logits (B, T)`` and ``tilt (B,)`` of one
-    dtype; ``total``, ``lengths`` ``(B,)`` int64; ``uniform (N, T)`` in ``(0, 1)``."""
+    dtype; ``total``, ``lengths`` ``(B,)`` int64, every total below ``num_states``; ``uniform
+    (N, T)`` in ``(0, 1)``."""
     logits = logits.contiguous()
-    suffix, possible = _suffix_table(logits, tilt, total, lengths)
+    suffix, possible = _suffix_table(logits, tilt, total, lengths, num_states)
     B, T = logits.shape
     N = uniform.shape[0]
     out = logits.new_empty(N, T)
@@ -651,11 +652,12 @@ def bounded(logits, tilt, total, lengths, uniform):
     """Bounded Bernoulli draws (eq. 13) by inversion, one uniform per high, as
     :func:`cbasr.distributions._kernels.bounded` with sample row ``m`` of parameter row ``m %
     B``: ``(N, K)`` int64 increasing frames (-1 past the total) and the ``(B,)`` feasibility of
-    each row's total. Arguments as :func:`id_checking`'s, ``uniform (N, K)``."""
+    each row's total. Arguments as :func:`id_checking`'s, ``uniform (N, K)``, every total at
+    most ``K``."""
     logits = logits.contiguous()
-    suffix, possible = _suffix_table(logits, tilt, total, lengths)
-    B, T = logits.shape
     N, K = uniform.shape
+    suffix, possible = _suffix_table(logits, tilt, total, lengths, K + 1)
+    B, T = logits.shape
     out = torch.full((N, K), -1, dtype=torch.int64, device=logits.device)
     if N and K and T:
         _bounded_kernel[(triton.cdiv(N, _SAMPLES),)](

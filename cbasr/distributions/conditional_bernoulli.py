@@ -94,6 +94,9 @@ class ConditionalBernoulli(Distribution):
         validate_args: check arguments and values (ValueError for ``total < 0``,
             ``total > lengths``, or a value that is not in the support). Without it, such a
             value has log probability ``-inf``.
+        max_total: a bound on every total that the caller knows (its rewards' label columns,
+            say): the tables are sized by it, and the largest total is not read from the
+            device; a total above it is an error, checked at each use.
     """
 
     arg_constraints = {
@@ -103,7 +106,9 @@ class ConditionalBernoulli(Distribution):
     }
     has_rsample = False
 
-    def __init__(self, logits, total, lengths=None, sampler="id_checking", validate_args=None):
+    def __init__(
+        self, logits, total, lengths=None, sampler="id_checking", validate_args=None, max_total=None
+    ):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         args = broadcast_arguments(logits, total, lengths)
@@ -112,6 +117,7 @@ class ConditionalBernoulli(Distribution):
         self.total = args.total.reshape(args.batch_shape)
         self.lengths = args.lengths.reshape(args.batch_shape)
         self.sampler = sampler
+        self.max_total = max_total
         super().__init__(args.batch_shape, torch.Size((T,)), validate_args=False)
         if validate_args is None:  # torch's default, read at each use as torch reads it
             del self._validate_args
@@ -145,6 +151,7 @@ class ConditionalBernoulli(Distribution):
         new.total = self.total.expand(batch_shape)
         new.lengths = self.lengths.expand(batch_shape)
         new.sampler = self.sampler
+        new.max_total = self.max_total
         super(ConditionalBernoulli, new).__init__(
             batch_shape, self.event_shape, validate_args=False
         )
@@ -154,7 +161,7 @@ class ConditionalBernoulli(Distribution):
     # ---- tables ------------------------------------------------------------------------
 
     def _arguments(self):
-        return broadcast_arguments(self.logits, self.total, self.lengths)
+        return broadcast_arguments(self.logits, self.total, self.lengths, self.max_total)
 
     @lazy_property
     def _normaliser_tables(self) -> ConditionalTables:
@@ -260,10 +267,11 @@ class ConditionalBernoulli(Distribution):
         """
         sample_shape = torch.Size(sample_shape)
         T = self.event_shape[0]
+        args = (self.logits, self.total, self.lengths, sample_shape, generator)
         if self.sampler == "id_checking":
-            return id_checking_sample(
-                self.logits, self.total, self.lengths, sample_shape, generator
-            )
-        draw = bounded_bernoulli_sample if self.sampler == "bounded" else draft_sample
-        times = draw(self.logits, self.total, self.lengths, sample_shape, generator)
+            return id_checking_sample(*args, max_total=self.max_total)
+        if self.sampler == "bounded":
+            times = bounded_bernoulli_sample(*args, max_total=self.max_total)
+        else:
+            times = draft_sample(*args)
         return times_to_sequence(times, T, dtype=self.logits.dtype)

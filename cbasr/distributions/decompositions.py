@@ -18,10 +18,16 @@ Impossible steps (a value that breaks the constraints) are ``-inf``; steps that 
 import torch
 import torch.nn.functional as F
 
-from cbasr.distributions._arguments import broadcast_arguments, frame_mask, max_total, value_rows
+from cbasr.distributions._arguments import (
+    broadcast_arguments,
+    frame_mask,
+    largest_total,
+    value_rows,
+)
 from cbasr.distributions._dispatch import conditional_tables, count_table, tilt_for_total
 from cbasr.distributions._tables import (
     ConditionalTables,
+    SkippedLogOff,
     bernoulli_log_weights,
     gather_states,
     log_ratio,
@@ -44,6 +50,8 @@ def id_checking_log_probs(
     total: torch.Tensor | int,
     b: torch.Tensor,
     lengths: torch.Tensor | None = None,
+    *,
+    max_total: int | None = None,
 ) -> torch.Tensor:
     """ID-checking Bernoulli steps ``log P(b_t | b_<t, k - r_{t-1})``, eq. (11).
 
@@ -56,12 +64,14 @@ def id_checking_log_probs(
         total: ``(*,)`` number of highs ``k``.
         b: ``(*sample, *, T)`` binary sequences.
         lengths: ``(*,)`` number of existing frames.
+        max_total: a bound on every total that the caller knows: the tables are sized by it
+            instead of by the largest total, which is then not read from the device.
 
     Returns:
         ``(*sample, *, T)``; 0 on padding frames, ``-inf`` from the step where ``b`` becomes
         impossible (wrong count, or a high in padding). Differentiable w.r.t. ``logits``.
     """
-    args = broadcast_arguments(logits, total, lengths)
+    args = broadcast_arguments(logits, total, lengths, max_total)
     tables = conditional_tables(args, prefix=False)
     T = args.logits.shape[-1]
     rows, row_index, shape = value_rows(b, args.batch_shape)  # (N, T)
@@ -86,6 +96,8 @@ def bounded_bernoulli_log_probs(
     total: torch.Tensor | int,
     times: torch.Tensor,
     lengths: torch.Tensor | None = None,
+    *,
+    max_total: int | None = None,
 ) -> torch.Tensor:
     """Bounded Bernoulli steps ``log P(t_l | t_{l-1}, k - l)``, eq. (13).
 
@@ -98,19 +110,22 @@ def bounded_bernoulli_log_probs(
         total: ``(*,)`` number of highs ``k``.
         times: ``(*sample, *, K)`` int64 emission frames (0-based), increasing in ``l``, with
             ``K >= max(total)``. Entries ``l >= total`` are padding and may hold anything
-            (the samplers put -1 there).
+            (the samplers put -1 there); ``K >= max_total`` where that is given.
         lengths: ``(*,)`` number of existing frames.
+        max_total: a bound on every total that the caller knows: the tables are sized by it
+            instead of by the largest total, which is then not read from the device.
 
     Returns:
         ``(*sample, *, K)``; 0 for ``l >= total``, ``-inf`` at an impossible step (not
         increasing, or outside ``[0, lengths)``). Differentiable w.r.t. ``logits``.
     """
-    args = broadcast_arguments(logits, total, lengths)
+    args = broadcast_arguments(logits, total, lengths, max_total)
     tables = conditional_tables(args, prefix=False)
     rows, row_index, shape = value_rows(times, args.batch_shape)  # (N, K)
     K = rows.shape[-1]
-    if K < max_total(args.total, args.logits.shape[-1]):
-        raise ValueError(f"times has {K} entries per row, fewer than the largest total")
+    if K < largest_total(args):
+        bound = "the largest total" if max_total is None else f"max_total = {max_total}"
+        raise ValueError(f"times has {K} entries per row, fewer than {bound}")
     total_n = tables.total[row_index].unsqueeze(-1)  # (N, 1)
     order = torch.arange(K, device=rows.device)
     active = order < total_n
@@ -131,14 +146,14 @@ def bounded_bernoulli_log_probs(
 
 
 def _skipped_log_off(tables: ConditionalTables, row_index, prev, at) -> torch.Tensor:
-    """``sum_{prev < u < at} log(1 - p_u)``: the frames passed over between two highs.
+    """``sum_{prev < u < at} log(1 - p_u)``: the frames passed over between two highs, ``-inf``
+    where one of them is always high. ``prev, at (N, L)`` -> ``(N, L)``."""
+    sums = SkippedLogOff.of(tables.log_off).rows(row_index)  # (N, T + 1)
 
-    Differences of a float64 cumulative sum, so long sequences keep float32 accuracy.
-    ``prev, at (N, L)`` -> ``(N, L)``.
-    """
-    cumulative = F.pad(tables.log_off.double().cumsum(-1), (1, 0))  # (B, T + 1): sum_{u < t}
-    cumulative = cumulative[row_index]  # (N, T + 1)
-    return (cumulative.gather(1, at) - cumulative.gather(1, prev + 1)).to(tables.log_off.dtype)
+    def at_frame(index):
+        return SkippedLogOff(sums.finite.gather(1, index), sums.forced.gather(1, index))
+
+    return SkippedLogOff.between(at_frame(prev + 1), at_frame(at), tables.log_off.dtype)
 
 
 def _log_marginals(tables: ConditionalTables) -> torch.Tensor:
@@ -165,6 +180,8 @@ def bounded_bernoulli_marginals(
     total: torch.Tensor | int,
     lengths: torch.Tensor | None = None,
     log: bool = False,
+    *,
+    max_total: int | None = None,
 ) -> torch.Tensor:
     """``P(t is the l-th high | k)``, eq. (15), the marginal of the Bounded Bernoulli.
 
@@ -177,12 +194,14 @@ def bounded_bernoulli_marginals(
         total: ``(*,)`` number of highs ``k``.
         lengths: ``(*,)`` number of existing frames.
         log: return log probabilities (``-inf`` for zero) instead.
+        max_total: a bound on every total that the caller knows: the tables are sized by it
+            instead of by the largest total, which is then not read from the device.
 
     Returns:
-        ``(*, K, T)`` with ``K = max(total)``; rows ``l >= total`` and padding frames are 0.
-        Differentiable w.r.t. ``logits``.
+        ``(*, K, T)`` with ``K = max(total)`` (``max_total`` where given; both at most ``T``);
+        rows ``l >= total`` and padding frames are 0. Differentiable w.r.t. ``logits``.
     """
-    args = broadcast_arguments(logits, total, lengths)
+    args = broadcast_arguments(logits, total, lengths, max_total)
     marginals = _log_marginals(conditional_tables(args))
     if not log:
         marginals = torch.exp(marginals)
@@ -219,7 +238,7 @@ def draft_log_probs(
     T = args.logits.shape[-1]
     rows, row_index, shape = value_rows(drafts, args.batch_shape)  # (N, K)
     K = rows.shape[-1]
-    if K < max_total(args.total, T):
+    if K < largest_total(args):
         raise ValueError(f"drafts has {K} entries per row, fewer than the largest total")
     valid = frame_mask(args.lengths, T)
     tilt = tilt_for_total(args.logits, args.total, valid)
@@ -227,7 +246,7 @@ def draft_log_probs(
     log_off, log_on = log_off[row_index], log_on[row_index]  # (N, T)
     total_n = args.total[row_index]
     ok, at = _valid_drafts(rows, total_n, args.lengths[row_index])
-    undrafted = _undrafted_log_probs(log_off, log_on, ok, at, total_n, max_total(args.total, T) + 1)
+    undrafted = _undrafted_log_probs(log_off, log_on, ok, at, total_n, largest_total(args) + 1)
     # Draft step, CB paper eq. (9).
     j = torch.arange(K, device=rows.device)
     draws_left = (total_n.unsqueeze(-1) - j).clamp(min=1).to(log_on.dtype)  # k - j + 1 (1-based j)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.distributions import Distribution, constraints
 
 from cbasr import _backends
-from cbasr.checks import check_range, one_read
+from cbasr.checks import check_range, check_that, one_read, read
 from cbasr.distributions._arguments import (
     broadcast_arguments,
     check_arguments,
@@ -90,9 +90,18 @@ class PoissonBinomial(Distribution):
         return (probs * (1 - probs)).sum(-1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """``log P(K = value)`` (eq. 5) for ``value (*sample, *)``; ``-inf`` outside the support."""
-        if self._validate_args:
-            self._validate_sample(value)
+        """``log P(K = value)`` (eq. 5) for ``value (*sample, *)``; ``-inf`` outside the support.
+
+        Reads the device once (:func:`cbasr.checks.read`): the states its counts need, for a
+        kernel whether every logit is finite, and, validating, whether the values are in the
+        support (with the checks of an enclosing :func:`cbasr.checks.one_read` block).
+        """
+        with one_read():
+            if self._validate_args:
+                self._validate_sample(value)
+            return self._log_prob(value)
+
+    def _log_prob(self, value: torch.Tensor) -> torch.Tensor:
         args = broadcast_arguments(self.logits, None, self.lengths)
         T = args.logits.shape[-1]
         value = torch.as_tensor(value, device=self.logits.device)
@@ -106,7 +115,7 @@ class PoissonBinomial(Distribution):
         stats = [count.max().clamp(0, T) if count.numel() else count.new_zeros(())]
         if kernel:
             stats.append(torch.where(valid, args.logits, 0.0).isfinite().all())
-        highest, *finite = torch.stack([x.double() for x in stats]).tolist()
+        highest, *finite = read(*stats)
         num_states = int(highest) + 1
         if kernel and finite[0]:
             one_per_row = _tilted_log_prob(
@@ -117,6 +126,29 @@ class PoissonBinomial(Distribution):
         log_off, log_on = bernoulli_log_weights(args.logits, valid)
         final = count_table(log_off, log_on, num_states)[T]  # (B, V): log P(K = v)
         return gather_states(final[row_index], count).reshape(shape)
+
+    def _validate_sample(self, value: torch.Tensor) -> None:
+        """torch's checks of a value, in its words; the support's with
+        :func:`cbasr.checks.check_that`, so that in a block it joins the block's read."""
+        if not isinstance(value, torch.Tensor):
+            raise ValueError("The value argument to log_prob must be a Tensor")
+        try:
+            torch.broadcast_shapes(value.shape, self.batch_shape)
+        except RuntimeError:
+            raise ValueError(
+                "Value is not broadcastable with batch_shape+event_shape: "
+                f"{value.size()} vs {self.batch_shape}."
+            ) from None
+        support = self.support
+
+        def outside():
+            raise ValueError(
+                f"Expected value argument ({type(value).__name__} of shape "
+                f"{tuple(value.shape)}) to be within the support ({support!r}) of the "
+                f"distribution {self!r}, but found invalid values:\n{value}"
+            )
+
+        check_that(support.check(value), outside)
 
     def sample(
         self, sample_shape=torch.Size(), generator: torch.Generator | None = None

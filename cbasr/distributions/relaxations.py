@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from cbasr.distributions._arguments import max_total
+from cbasr.distributions._arguments import largest_total
 from cbasr.distributions._tables import log_sum_exp, suffix_at
 from cbasr.distributions.samplers import (
     _bounded_loop,
@@ -218,7 +218,7 @@ def bounded_bernoulli_relaxed(
     sample_shape = torch.Size(sample_shape)
     args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
     T, N = args.logits.shape[-1], len(row_index)
-    K = max_total(args.total, T)
+    K = largest_total(args)
     rows = _bounded_rows(tables, row_index)
     with torch.no_grad():
         times, noise = _bounded_loop(tables, rows, K, generator, keep_noise=True)

@@ -19,19 +19,19 @@ the suffix table once per parameter row however many samples are drawn.
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from cbasr import _backends
+from cbasr.checks import check_that
 from cbasr.distributions import _kernels
 from cbasr.distributions._arguments import (
     Arguments,
     broadcast_arguments,
     check_total,
     frame_mask,
-    max_total,
+    largest_total,
 )
 from cbasr.distributions._dispatch import conditional_tables, tilt_for_total
-from cbasr.distributions._tables import ConditionalTables, log_ratio, suffix_at
+from cbasr.distributions._tables import ConditionalTables, SkippedLogOff, log_ratio, suffix_at
 
 __all__ = [
     "id_checking_sample",
@@ -66,8 +66,20 @@ def gumbel_noise(shape, generator=None, dtype=torch.float32, device=None) -> tor
 _CANNOT_MEET = "total cannot be met: too few frames with a finite or +inf logit, or too many +inf"
 
 
+def _check_met(possible: torch.Tensor, args: Arguments) -> None:
+    """Raise ValueError unless every row's total can be met (``possible (B,)``), with
+    :func:`check_total`'s more precise error where it applies; in an enclosing
+    :func:`cbasr.checks.one_read` block, with its read."""
+
+    def fail():
+        check_total(args.total, args.lengths)
+        raise ValueError(_CANNOT_MEET)
+
+    check_that(possible, fail)
+
+
 def _prepare_sampling(
-    logits, total, lengths, sample_shape
+    logits, total, lengths, sample_shape, max_total=None
 ) -> tuple[Arguments, ConditionalTables, torch.Tensor]:
     """Broadcast, check that ``total`` can be met, build the suffix table, index sample rows.
 
@@ -75,12 +87,11 @@ def _prepare_sampling(
         the arguments, their tables, and ``(N,)`` parameter row of each of the
         ``N = prod(sample_shape) * B`` sample rows.
     """
-    args = broadcast_arguments(logits, total, lengths)
+    args = broadcast_arguments(logits, total, lengths, max_total)
     check_total(args.total, args.lengths)  # no sequence exists otherwise: always an error
     tables = conditional_tables(args, prefix=False)
     rows = torch.arange(len(args.total), device=args.total.device)
-    if bool((suffix_at(tables.suffix, rows, 0, args.total) == _NEG_INF).any()):
-        raise ValueError(_CANNOT_MEET)
+    _check_met(suffix_at(tables.suffix, rows, 0, args.total) != _NEG_INF, args)
     num_rows = torch.Size(sample_shape).numel() * len(args.total)
     row_index = torch.arange(num_rows, device=args.logits.device) % max(len(args.total), 1)
     return args, tables, row_index
@@ -135,22 +146,23 @@ class _BoundedRows(NamedTuple):
     Attributes:
         row_index: ``(N,)`` parameter row of each sample row.
         log_on: ``(N, T)`` ``log p_t``.
-        cumulative_off: ``(N, T + 1)`` float64 ``sum_{u < t} log(1 - p_u)``, so that the frames
-            skipped between two highs are a difference (accurate for long sequences).
+        skipped_off: ``(N, T + 1)`` sums of ``log(1 - p_u)`` over ``u < t``
+            (:class:`~cbasr.distributions._tables.SkippedLogOff`), so that the frames skipped
+            between two highs are a difference.
         suffix_by_count: ``(B, V, T + 1)`` the suffix table with frames last, so that a step
             reads one contiguous row ``log P(K_{>=t} = r)`` over ``t``.
     """
 
     row_index: torch.Tensor
     log_on: torch.Tensor
-    cumulative_off: torch.Tensor
+    skipped_off: SkippedLogOff
     suffix_by_count: torch.Tensor
 
 
 def _bounded_rows(tables: ConditionalTables, row_index: torch.Tensor) -> _BoundedRows:
-    cumulative = F.pad(tables.log_off.double().cumsum(-1), (1, 0))  # (B, T + 1)
+    skipped_off = SkippedLogOff.of(tables.log_off).rows(row_index)  # (N, T + 1)
     suffix_by_count = tables.suffix.permute(1, 2, 0).contiguous()  # (T + 1, B, V) -> (B, V, T + 1)
-    return _BoundedRows(row_index, tables.log_on[row_index], cumulative[row_index], suffix_by_count)
+    return _BoundedRows(row_index, tables.log_on[row_index], skipped_off, suffix_by_count)
 
 
 def _bounded_step_log_probs(
@@ -172,8 +184,12 @@ def _bounded_step_log_probs(
     """
     T = tables.log_on.shape[-1]
     frames = torch.arange(T, device=prev.device)
-    start = rows.cumulative_off.gather(1, prev + 1).unsqueeze(-1)  # (N, L, 1)
-    skipped = (rows.cumulative_off[:, :T].unsqueeze(1) - start).to(rows.log_on.dtype)  # (N, L, T)
+    sums = rows.skipped_off
+    start = SkippedLogOff(  # at prev + 1: (N, L, 1)
+        sums.finite.gather(1, prev + 1).unsqueeze(-1), sums.forced.gather(1, prev + 1).unsqueeze(-1)
+    )
+    end = SkippedLogOff(sums.finite[:, :T].unsqueeze(1), sums.forced[:, :T].unsqueeze(1))
+    skipped = SkippedLogOff.between(start, end, rows.log_on.dtype)  # (N, L, T)
     row = rows.row_index.unsqueeze(-1)  # (N,) -> (N, 1)
     following = rows.suffix_by_count[row, remaining][..., 1:]  # (N, L, T): log P(K_{>t} = r)
     current = rows.suffix_by_count[row, remaining + 1, prev + 1].unsqueeze(-1)  # (N, L, 1)
@@ -214,7 +230,13 @@ def _bounded_loop(
 
 
 def id_checking_sample(
-    logits, total, lengths=None, sample_shape=torch.Size(), generator: torch.Generator | None = None
+    logits,
+    total,
+    lengths=None,
+    sample_shape=torch.Size(),
+    generator: torch.Generator | None = None,
+    *,
+    max_total: int | None = None,
 ) -> torch.Tensor:
     """Draw CB sequences by ID-checking (eq. 11).
 
@@ -222,16 +244,22 @@ def id_checking_sample(
         logits: ``(*, T)`` log odds; total: ``(*,)`` highs; lengths: ``(*,)`` frames.
         sample_shape: leading sample dimensions.
         generator: source of randomness (on the logits' device), or None for the global one.
+        max_total: a bound on every total that the caller knows (its rewards' label columns,
+            say): the tables are sized by it, and the largest total is not read from the
+            device.
 
     Returns:
         ``(*sample_shape, *, T)`` 0./1. in the logits' dtype: exactly ``total`` highs, all
-        before ``lengths``. Raises ValueError if ``total`` cannot be met. Not differentiable.
+        before ``lengths``. Raises ValueError if ``total`` cannot be met (in an enclosing
+        :func:`cbasr.checks.one_read` block, at its read). Not differentiable.
     """
     which = _sampler_backend(logits)
     if which != "torch":
-        return _kernel_sample("id_checking", which, logits, total, lengths, sample_shape, generator)
+        return _kernel_sample(
+            "id_checking", which, logits, total, lengths, sample_shape, generator, max_total
+        )
     with torch.no_grad():
-        args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
+        args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape, max_total)
         T = args.logits.shape[-1]
         noise = logistic_noise(
             (len(row_index), T), generator, args.logits.dtype, args.logits.device
@@ -249,7 +277,9 @@ def _sampler_backend(logits: torch.Tensor) -> str:
     return which
 
 
-def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator) -> torch.Tensor:
+def _kernel_sample(
+    kind, which, logits, total, lengths, sample_shape, generator, max_total
+) -> torch.Tensor:
     """A sampler by the kernels of backend ``which`` (``numba``:
     :mod:`cbasr.distributions._kernels`; ``triton``: :mod:`cbasr.distributions._tables_triton`).
     ``kind="id_checking"``: ID-checking (eq. 11) deciding frame ``t`` by the uniform ``U_t``
@@ -262,10 +292,11 @@ def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator)
         ``(*sample_shape, *, T)`` 0./1. (ID-checking) or ``(*sample_shape, *, K)`` int64 times.
     """
     with torch.no_grad():
-        args = broadcast_arguments(logits, total, lengths)
+        args = broadcast_arguments(logits, total, lengths, max_total)
         T = args.logits.shape[-1]
         num_rows = torch.Size(sample_shape).numel() * len(args.total)
-        width = T if kind == "id_checking" else max_total(args.total, T)
+        K = largest_total(args)
+        width = T if kind == "id_checking" else K
         uniform = _uniform_noise(
             (num_rows, width), generator, args.logits.dtype, args.logits.device
         )
@@ -280,34 +311,41 @@ def _kernel_sample(kind, which, logits, total, lengths, sample_shape, generator)
             from cbasr.distributions import _tables_triton
 
             tilt = _tables_triton.tilt(args.logits, args.total, args.lengths)
+            sized = (K + 1,) if kind == "id_checking" else ()  # (bounded: by the uniforms)
             drawn, possible = getattr(_tables_triton, kind)(
-                args.logits, tilt, args.total, args.lengths, uniform
+                args.logits, tilt, args.total, args.lengths, uniform, *sized
             )
-        if not bool(possible.all()):
-            check_total(args.total, args.lengths)  # the more precise error where it applies
-            raise ValueError(_CANNOT_MEET)
+        _check_met(possible, args)
     if kind == "id_checking":
         drawn = drawn.to(args.logits.dtype)
     return drawn.reshape(torch.Size(sample_shape) + args.batch_shape + (width,))
 
 
 def bounded_bernoulli_sample(
-    logits, total, lengths=None, sample_shape=torch.Size(), generator: torch.Generator | None = None
+    logits,
+    total,
+    lengths=None,
+    sample_shape=torch.Size(),
+    generator: torch.Generator | None = None,
+    *,
+    max_total: int | None = None,
 ) -> torch.Tensor:
     """Draw CB emission times by Bounded Bernoulli steps (eq. 13).
 
     Args: as :func:`id_checking_sample`.
 
     Returns:
-        ``(*sample_shape, *, K)`` int64 increasing frames, ``K = max(total)``; entries
-        ``l >= total`` are -1. Not differentiable.
+        ``(*sample_shape, *, K)`` int64 increasing frames, ``K = max(total)`` (``max_total``
+        where given; both at most ``T``); entries ``l >= total`` are -1. Not differentiable.
     """
     which = _sampler_backend(logits)
     if which != "torch":
-        return _kernel_sample("bounded", which, logits, total, lengths, sample_shape, generator)
+        return _kernel_sample(
+            "bounded", which, logits, total, lengths, sample_shape, generator, max_total
+        )
     with torch.no_grad():
-        args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape)
-        K = max_total(args.total, args.logits.shape[-1])
+        args, tables, row_index = _prepare_sampling(logits, total, lengths, sample_shape, max_total)
+        K = largest_total(args)
         times, _ = _bounded_loop(tables, _bounded_rows(tables, row_index), K, generator)
     return times.reshape(torch.Size(sample_shape) + args.batch_shape + (K,))
 

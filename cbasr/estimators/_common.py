@@ -16,7 +16,14 @@ from typing import NamedTuple
 
 import torch
 
-from cbasr.checks import check_floating, check_lengths, check_none, check_shape, one_read
+from cbasr.checks import (
+    check_floating,
+    check_lengths,
+    check_none,
+    check_shape,
+    one_read,
+    read,
+)
 
 __all__: list[str] = []  # package-internal
 
@@ -51,7 +58,8 @@ def check_inputs(
 ) -> int:
     """Check the common estimator arguments; return ``L``, the rewards' label dimension.
 
-    ``L`` is ``rewards.shape[2]`` for a tensor and ``max(total)`` for a callable.
+    ``L`` is ``rewards.shape[2]`` for a tensor and ``max(total)`` for a callable (read with
+    the checks).
     Raises ValueError naming the argument: a wrong shape or dtype, ``total > input_lengths``,
     ``total`` above the rewards' ``L``, or a non-finite reward at a valid position. The value
     checks read the device once (:func:`cbasr.checks.one_read`).
@@ -90,8 +98,10 @@ def check_inputs(
 
             check_none(short, no_column)
             check_finite("rewards", rewards, reward_mask(input_lengths, total, T, L))
-    if not tensor_rewards:
-        return int(total.max()) if B else 0
+        elif B:  # the largest total, read with the checks (which run first)
+            L = int(read(total.max())[0])
+        else:
+            L = 0
     return L
 
 

@@ -20,6 +20,7 @@ var(eq. 29) <= var(eq. 23) (eqs. 30-31); ``recipes/toy`` measures them.
 
 import torch
 
+from cbasr.checks import one_read
 from cbasr.distributions import (
     ConditionalBernoulli,
     PoissonBinomial,
@@ -94,16 +95,16 @@ def cb_reinforce(
         raise ValueError(f"num_samples must be >= 1; got {num_samples}")
     emit_logits = masked_logits(emit_logits, input_lengths)
     total = total.to(emit_logits.device).long()
-    with torch.no_grad():
-        logits = emit_logits.detach()
-        shape = (num_samples,)
-        if estimator in ("global", "idb"):
-            samples = id_checking_sample(logits, total, input_lengths, shape, generator)
-            times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total
-        else:
-            times = bounded_bernoulli_sample(logits, total, input_lengths, shape, generator)
-            times = pad_times(times, L)  # (M, B, max(total)) -> (M, B, L)
-    return _estimate(emit_logits, total, rewards, input_lengths, estimator, times, baseline)
+    with one_read():  # the sampler's check joins the estimate's (see _estimate)
+        with torch.no_grad():
+            args = (emit_logits.detach(), total, input_lengths, (num_samples,), generator)
+            if estimator in ("global", "idb"):
+                samples = id_checking_sample(*args, max_total=L)
+                times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total
+            else:
+                times = bounded_bernoulli_sample(*args, max_total=L)
+                times = pad_times(times, L)  # (M, B, min(L, T)) -> (M, B, L)
+        return _estimate(emit_logits, total, rewards, input_lengths, estimator, times, baseline)
 
 
 def cb_reinforce_from_samples(
@@ -156,7 +157,15 @@ def _check_times(times: torch.Tensor, total, input_lengths, L: int) -> None:
 
 
 def _estimate(emit_logits, total, rewards, input_lengths, estimator, times, baseline) -> Estimate:
-    """The surrogate of the chosen estimator at ``times (M, B, L)``."""
+    """The surrogate of the chosen estimator at ``times (M, B, L)``, whose ``L`` the checks
+    have found at least every total: the CB tables are sized by it (``max_total``), and every
+    value check of the distributions joins the one read of the device that PoissonBinomial's
+    ``log_prob`` makes (:func:`cbasr.checks.read`)."""
+    with one_read():
+        return _surrogate(emit_logits, total, rewards, input_lengths, estimator, times, baseline)
+
+
+def _surrogate(emit_logits, total, rewards, input_lengths, estimator, times, baseline):
     M, B, L = times.shape
     samples = times_to_sequence(times, emit_logits.shape[1], dtype=emit_logits.dtype)  # (M, B, T)
     per_label = label_rewards(rewards, times, total)  # (M, B, L), differentiable
@@ -187,27 +196,31 @@ def _score_terms(estimator, emit_logits, total, input_lengths, samples, times, f
     T = emit_logits.shape[1]
     if estimator == "global":
         # Global REINFORCE, CB paper eq. (21): the whole return times d log P(b | L).
-        cb = ConditionalBernoulli(emit_logits, total, input_lengths)
+        cb = ConditionalBernoulli(emit_logits, total, input_lengths, max_total=L)
         steps = cb.log_prob(samples).unsqueeze(-1)  # (M, B, 1)
         valid = torch.ones_like(steps, dtype=torch.bool)
         return steps, fixed.sum(-1, keepdim=True), total[None, :, None], valid
     if estimator == "idb":
         # ID-checking REINFORCE, CB paper eq. (23): reward-to-go times each frame's step (eq. 11).
-        steps = id_checking_log_probs(emit_logits, total, samples, input_lengths)  # (M, B, T)
+        steps = id_checking_log_probs(emit_logits, total, samples, input_lengths, max_total=L)
         returns = reward_to_go(frame_rewards(fixed, times, T))
         covered = total[None, :, None] - emitted_before(samples).long()
         valid = (torch.arange(T, device=times.device) < input_lengths[:, None]).expand(M, B, T)
         return steps, returns, covered, valid
     label_valid = label_mask(total, L).expand(M, B, L)
-    K = int(total.max()) if total.numel() else 0  # (the per-label estimators' tables)
     if estimator == "bb":
         # Bounded Bernoulli REINFORCE, CB paper eq. (28): reward-to-go times each draft (eq. 13).
-        steps = bounded_bernoulli_log_probs(emit_logits, total, times[..., :K], input_lengths)
+        steps = bounded_bernoulli_log_probs(
+            emit_logits, total, times, input_lengths, max_total=L
+        )  # (M, B, L)
         covered = total[None, :, None] - torch.arange(L, device=times.device)
-        return _pad_steps(steps, L), reward_to_go(fixed), covered, label_valid
+        return steps, reward_to_go(fixed), covered, label_valid
     # Marginal Bounded Bernoulli REINFORCE, CB paper eq. (29): each label's own reward times
     # the log marginal of its emission time (eq. 15).
-    log_marginals = bounded_bernoulli_marginals(emit_logits, total, input_lengths, log=True)
+    log_marginals = bounded_bernoulli_marginals(
+        emit_logits, total, input_lengths, log=True, max_total=L
+    )
+    K = log_marginals.shape[1]  # min(L, T)
     # log_marginals[b, l, times[m, b, l]] by a flat index into (B, K, T): a gather from the
     # marginals expanded over samples would write an (M, B, K, T) gradient in its backward.
     rows = torch.arange(B * K, device=times.device).view(B, K) * T  # (B, K)

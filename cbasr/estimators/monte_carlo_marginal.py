@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from cbasr.checks import one_read
 from cbasr.distributions import (
     ConditionalBernoulli,
     PoissonBinomial,
@@ -77,12 +78,13 @@ def cb_monte_carlo_marginal(
     _check_num_samples(num_samples)
     emit_logits = masked_logits(emit_logits, input_lengths)
     total = total.to(emit_logits.device).long()
-    with torch.no_grad():
-        samples = id_checking_sample(
-            emit_logits.detach(), total, input_lengths, (num_samples,), generator
-        )
-        times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total (no read of K)
-    return _estimate(emit_logits, total, rewards, input_lengths, times)
+    with one_read():  # the sampler's check joins the estimate's (see _estimate)
+        with torch.no_grad():
+            samples = id_checking_sample(
+                emit_logits.detach(), total, input_lengths, (num_samples,), generator, max_total=L
+            )
+            times = sequence_to_times(samples, L)  # (M, B, L), -1 past each total
+        return _estimate(emit_logits, total, rewards, input_lengths, times)
 
 
 def cb_monte_carlo_marginal_from_samples(
@@ -119,14 +121,22 @@ def _check_num_samples(num_samples: int) -> None:
 
 
 def _estimate(emit_logits, total, rewards, input_lengths, times) -> Estimate:
-    """Value and surrogate of the Monte Carlo marginal at ``times (M, B, L)``."""
-    M = times.shape[0]
+    """Value and surrogate of the Monte Carlo marginal at ``times (M, B, L)``, whose ``L`` the
+    checks have found at least every total: the CB tables are sized by it (``max_total``), and
+    every value check of the distributions joins the one read of the device that
+    PoissonBinomial's ``log_prob`` makes (:func:`cbasr.checks.read`)."""
+    with one_read():
+        return _value_and_surrogate(emit_logits, total, rewards, input_lengths, times)
+
+
+def _value_and_surrogate(emit_logits, total, rewards, input_lengths, times) -> Estimate:
+    M, L = times.shape[0], times.shape[-1]
     samples = times_to_sequence(times, emit_logits.shape[1], dtype=emit_logits.dtype)  # (M, B, T)
     log_weights = label_rewards(rewards, times, total).sum(-1)  # log P(y | b_m), (M, B)
     # Pathwise part: autograd through the log-mean-exp gives sum_m w_m d log P(y | b_m).
     log_mean = torch.logsumexp(log_weights, dim=0) - math.log(M)  # (B,)
     # Score-function part: (L^ - L^_{-m}) d log P(b_m | L), zero in value.
-    log_q = ConditionalBernoulli(emit_logits, total, input_lengths).log_prob(samples)  # (M, B)
+    log_q = ConditionalBernoulli(emit_logits, total, input_lengths, max_total=L).log_prob(samples)
     score = (vimco_signals(log_weights) * (log_q - log_q.detach())).sum(0)  # (B,)
     log_prior = PoissonBinomial(emit_logits, input_lengths).log_prob(total)  # (B,), exact
     value = (log_prior + log_mean).detach()

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cbasr.checks import read
 from cbasr.config.schema import OptimConfig, TrainerConfig
 from cbasr.devices import select_device
 from cbasr.progress import counter_bar
@@ -94,8 +95,7 @@ def _read_scalars(norm: torch.Tensor, stats: dict) -> tuple[float, dict[str, flo
     """The gradient norm and the step's statistics (floats, or 0-d tensors on the norm's
     device) as floats, with one read of the device."""
     keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
-    scalars = [norm, *(stats[k].to(norm.device) for k in keys)]
-    values = torch.stack([v.detach().double() for v in scalars]).tolist()
+    values = read(norm.detach(), *(stats[k].detach().to(norm.device) for k in keys))
     return values[0], {**stats, **dict(zip(keys, values[1:]))}
 
 

@@ -196,3 +196,23 @@ def test_float32_long_sequence_steps_sum_to_log_prob():
     assert (draft_steps.double() - draft_log_probs(exact, 300, drafts)).abs().max() < 1e-3
     (id_steps.sum() + bb_steps.sum() + draft_steps.sum()).backward()
     assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("T", [4, 6])
+def test_bounded_steps_after_a_frame_that_is_always_high(T):
+    """A ``+inf`` logit (``log(1 - p) = -inf``) before a high: the frames skipped after it are
+    a difference of prefix sums that would both hold ``-inf`` (NaN). The reference takes
+    ``+40`` for ``+inf`` (the sequences without that frame weigh ``e^-40`` in the CB)."""
+    logits = random_logits(T, seed=90 + T)
+    logits[1], logits[T - 2] = math.inf, -math.inf
+    near = torch.where(logits == math.inf, 40.0, logits)
+    for length in (T, T - 1):
+        for k in range(1, length - 1):
+            for b in ref.cb_support(T, k, length):
+                steps = bounded_bernoulli_log_probs(logits, k, _times(b, k), torch.tensor(length))
+                assert not steps.isnan().any()
+                if b[1] and not b[T - 2]:  # possible
+                    want = ref.bounded_steps(near, k, length, _times(b, k).tolist())
+                    torch.testing.assert_close(steps, want, rtol=0, atol=1e-9)
+                else:
+                    assert steps.sum() == -math.inf

@@ -118,3 +118,19 @@ def test_noise_is_finite_and_has_the_right_mean():
     assert torch.isfinite(logistic).all() and torch.isfinite(gumbel).all()
     assert abs(float(logistic.mean())) < 0.03  # Logistic(0, 1): mean 0, sd 1.81
     assert abs(float(gumbel.mean()) - 0.5772) < 0.02  # Gumbel(0, 1): Euler's constant, sd 1.28
+
+
+@pytest.mark.parametrize("sampler", ["id_checking", "bounded", "draft"])
+def test_goodness_of_fit_with_frames_always_and_never_high(sampler):
+    """A ``+inf`` and a ``-inf`` logit (the reference takes ``+40`` for ``+inf``): the bounded
+    steps after the forced frame are differences of sums that both held ``-inf``."""
+    logits = random_logits(6, seed=130)
+    logits[1], logits[4] = float("inf"), float("-inf")
+    support, log_probs = ref.cb_log_probs(
+        torch.where(logits.isinf(), logits.clamp(max=40), logits), 3, 6
+    )
+    generator = torch.Generator().manual_seed(5)
+    samples = _draw(sampler, logits, 3, torch.tensor(6), generator)
+    keep = log_probs.exp() > 1e-12  # (the cells a sample can reach)
+    cells = [c for c, k in zip(support, keep) if k]
+    assert chi_square_p_value(_counts(samples, cells), log_probs.exp()[keep]) > P_VALUE

@@ -190,7 +190,10 @@ def test_draws_equal_the_compiled_kernels_given_the_same_uniforms(sampler, dtype
     inputs = _draw_inputs("frames" if sampler == "id_checking" else "highs", dtype)
     want, want_possible = getattr(_kernels, sampler)(*inputs)
     logits, tilt, total, lengths, _, uniform = (x.to(device) for x in inputs)
-    got, got_possible = getattr(_tables_triton, sampler)(logits, tilt, total, lengths, uniform)
+    sized = (int(total.max()) + 1,) if sampler == "id_checking" else ()  # (bounded: uniform's K)
+    got, got_possible = getattr(_tables_triton, sampler)(
+        logits, tilt, total, lengths, uniform, *sized
+    )
     if sampler == "id_checking":  # 0. / 1. in the logits' dtype
         assert got.dtype == dtype and ((got == 0) | (got == 1)).all()
         got = got.bool()
