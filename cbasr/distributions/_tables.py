@@ -369,6 +369,10 @@ class SkippedLogOff(NamedTuple):
         """The sums of parameter rows ``row_index (N,)``: ``(N, T + 1)`` each."""
         return SkippedLogOff(self.finite[row_index], self.forced[row_index])
 
+    def at(self, frames: torch.Tensor) -> "SkippedLogOff":
+        """The sums at ``frames (N, L)`` of each row (``0 <= frames <= T``): ``(N, L)`` each."""
+        return SkippedLogOff(self.finite.gather(1, frames), self.forced.gather(1, frames))
+
     @staticmethod
     def between(start: "SkippedLogOff", end: "SkippedLogOff", dtype) -> torch.Tensor:
         """``sum_{s <= u < e} log(1 - p_u)`` in ``dtype`` from the sums at ``s`` and at ``e``

@@ -149,11 +149,7 @@ def _skipped_log_off(tables: ConditionalTables, row_index, prev, at) -> torch.Te
     """``sum_{prev < u < at} log(1 - p_u)``: the frames passed over between two highs, ``-inf``
     where one of them is always high. ``prev, at (N, L)`` -> ``(N, L)``."""
     sums = SkippedLogOff.of(tables.log_off).rows(row_index)  # (N, T + 1)
-
-    def at_frame(index):
-        return SkippedLogOff(sums.finite.gather(1, index), sums.forced.gather(1, index))
-
-    return SkippedLogOff.between(at_frame(prev + 1), at_frame(at), tables.log_off.dtype)
+    return SkippedLogOff.between(sums.at(prev + 1), sums.at(at), tables.log_off.dtype)
 
 
 def _log_marginals(tables: ConditionalTables) -> torch.Tensor:

@@ -184,11 +184,8 @@ def _bounded_step_log_probs(
     """
     T = tables.log_on.shape[-1]
     frames = torch.arange(T, device=prev.device)
-    sums = rows.skipped_off
-    start = SkippedLogOff(  # at prev + 1: (N, L, 1)
-        sums.finite.gather(1, prev + 1).unsqueeze(-1), sums.forced.gather(1, prev + 1).unsqueeze(-1)
-    )
-    end = SkippedLogOff(sums.finite[:, :T].unsqueeze(1), sums.forced[:, :T].unsqueeze(1))
+    start = SkippedLogOff(*(x.unsqueeze(-1) for x in rows.skipped_off.at(prev + 1)))  # (N, L, 1)
+    end = SkippedLogOff(*(x[:, :T].unsqueeze(1) for x in rows.skipped_off))  # (N, 1, T)
     skipped = SkippedLogOff.between(start, end, rows.log_on.dtype)  # (N, L, T)
     row = rows.row_index.unsqueeze(-1)  # (N,) -> (N, 1)
     following = rows.suffix_by_count[row, remaining][..., 1:]  # (N, L, T): log P(K_{>t} = r)

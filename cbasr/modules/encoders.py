@@ -522,13 +522,38 @@ def _chunk_conv(conv: nn.Conv1d, y: torch.Tensor, context: int, chunk: int | Non
     """The depthwise convolution ``conv`` (kernel ``2 context + 1``) of ``y (B, D, context +
     T)`` (``context`` earlier inputs, then ``T`` frames whose chunks of ``chunk`` frames start
     at frame 0; 0 or None: one chunk), each frame reading its ``context`` earlier inputs and
-    its later ones up to its chunk's end (zeros past it): ``(B, D, T)``. The taps on the past
-    are one convolution; each tap on the future a shifted, masked product (no size arithmetic:
-    a trace serves any length)."""
+    its later ones up to its chunk's end (zeros past it): ``(B, D, T)``.
+
+    The taps on the past are one convolution over ``y``; the taps on the future one more over
+    the frames laid out a chunk to a row, each row padded with zeros (a few kernels whatever
+    the kernel's size). A trace (``cbasr-export``) takes :func:`_chunk_conv_taps` instead, which
+    does no arithmetic on sizes, so that the trace serves any length."""
     w = conv.weight  # (D, 1, 2 context + 1)
     out = nn.functional.conv1d(y, w[:, :, : context + 1], conv.bias, groups=w.shape[0])
+    if not context:
+        return out
+    if torch.jit.is_tracing():
+        return out + _chunk_conv_taps(w, y[:, :, context:], context, chunk)
     x = y[:, :, context:]  # the frames
-    t = torch.arange(x.shape[2], device=y.device)
+    B, D, T = x.shape
+    size = chunk if chunk and chunk < T else T  # (one chunk: the whole row)
+    rows = -(-T // size) if T else 0
+    if rows > 1:  # (B, D, rows * size) -> (B rows, D, size): a chunk to a row
+        x = nn.functional.pad(x, (0, rows * size - T)).unflatten(2, (rows, size))
+        x = x.transpose(1, 2).reshape(B * rows, D, size)
+    # frame t of a row reads t + 1 .. t + context of that row, zeros past its end
+    later = nn.functional.pad(x[:, :, 1:], (0, context))
+    ahead = nn.functional.conv1d(later, w[:, :, context + 1 :], groups=D)
+    if rows > 1:
+        ahead = ahead.unflatten(0, (B, rows)).transpose(1, 2).flatten(2)[:, :, :T]
+    return out + ahead
+
+
+def _chunk_conv_taps(w: torch.Tensor, x: torch.Tensor, context: int, chunk: int | None):
+    """The future taps of :func:`_chunk_conv` (its weight ``w``, its frames ``x (B, D, T)``)
+    one at a time, each a shifted, masked product: no arithmetic on sizes."""
+    t = torch.arange(x.shape[2], device=x.device)
+    out = torch.zeros_like(x)
     for j in range(1, context + 1):
         later = nn.functional.pad(x, (0, j))[:, :, j:]  # frame t + j (zeros past the end)
         if chunk:

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch import nn
 
 from cbasr.modules import encoders
 from cbasr.modules.encoders import (
@@ -361,3 +362,48 @@ def test_a_traced_conformer_serves_other_lengths(chunk, conv):
     got, got_n = traced(x, lens)
     assert got_n.tolist() == n.tolist()
     torch.testing.assert_close(got, h)
+
+
+@pytest.mark.parametrize("context", [0, 1, 2, 3])
+def test_chunk_wise_convolution_by_rows_of_chunks_is_the_tap_by_tap_one(context):
+    """``_chunk_conv``'s later taps, one convolution over the frames a chunk to a row, against
+    the tap-by-tap products a trace takes (``_chunk_conv_taps``): values and gradients, for
+    lengths that are and are not a multiple of the chunk, chunks of one frame, of the whole
+    row and longer, and one chunk (0, None)."""
+    from cbasr.modules.encoders import _chunk_conv, _chunk_conv_taps
+
+    conv = nn.Conv1d(3, 3, 2 * context + 1, groups=3).double()
+    w = conv.weight
+    for T in (1, 5, 7, 12):
+        for chunk in (None, 0, 1, 2, 3, 4, 12, 20):
+            y = torch.randn(2, 3, context + T, dtype=torch.float64, requires_grad=True)
+            got = _chunk_conv(conv, y, context, chunk)
+            past = nn.functional.conv1d(y, w[:, :, : context + 1], conv.bias, groups=3)
+            want = past + _chunk_conv_taps(w, y[:, :, context:], context, chunk)
+            torch.testing.assert_close(got, want)
+            probe = torch.randn_like(want)
+            grads = [torch.autograd.grad((z * probe).sum(), (y, w)) for z in (got, want)]
+            for a, b in zip(*grads):
+                torch.testing.assert_close(a, b)
+
+
+def test_a_traced_chunk_wise_convolution_serves_other_lengths():
+    """Traced (``cbasr-export``), the chunk-wise convolution takes the tap-by-tap products,
+    which do no arithmetic on sizes: a trace of one chunk (3 frames) gives the eager result
+    at 11 and 7 (the rows of chunks would have been traced as one row)."""
+    from cbasr.modules.encoders import _chunk_conv
+
+    class Chunked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(3, 3, 5, groups=3)
+
+        def forward(self, y):
+            return _chunk_conv(self.conv, y, 2, 3)
+
+    chunked = Chunked()
+    with torch.no_grad():
+        traced = torch.jit.trace(chunked, torch.randn(1, 3, 2 + 3), check_trace=False)
+        for T in (11, 7):
+            y = torch.randn(2, 3, 2 + T)
+            torch.testing.assert_close(traced(y), chunked(y))
