@@ -448,6 +448,8 @@ def test_poisson_binomial_log_prob_reads_once(backend, reads, monkeypatch):
         PoissonBinomial(logits, lengths, validate_args=True).log_prob(counts + 0.5)
     with pytest.raises(ValueError, match="not broadcastable"):
         PoissonBinomial(logits, lengths, validate_args=True).log_prob(counts[:2])
+    with pytest.raises(ValueError, match="The value argument to log_prob must be a Tensor"):
+        PoissonBinomial(logits, lengths, validate_args=True).log_prob([2.0, 4.0, 0.0])
     logits[1, 2] = float("inf")  # an infinite logit: left to the table
     with use_backend(backend):
         got = PoissonBinomial(logits, lengths, validate_args=False).log_prob(counts)

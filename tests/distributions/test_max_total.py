@@ -144,6 +144,7 @@ def test_with_a_bound_nothing_is_read_before_the_block_s_end(name, recursion):
     if recursion == "numba":  # (the normaliser's kernel reads on the host, where it costs nothing)
         pytest.skip("the CPU's compiled kernels are not the CUDA code path")
     x = _logits().requires_grad_(name not in ("id_checking_sample", "bounded_bernoulli_sample"))
+    _draws()  # (drawn once, before the count)
     with one_read():
         with _Reads() as inside:
             CALLS[name](x, BOUND)
@@ -167,6 +168,14 @@ def test_a_total_above_the_bound_is_an_error(name):
             CALLS[name](x, 3)
             reached = True
     assert reached
+
+
+def test_a_bound_of_zero_serves_totals_of_zero():
+    zero, logits = torch.zeros_like(TOTALS), random_logits(len(LENGTHS), 6, seed=3)
+    draws = id_checking_sample(logits, zero, LENGTHS, (2,), max_total=0)
+    assert draws.shape == (2, 5, 6) and not draws.any()
+    log_prob = ConditionalBernoulli(logits, zero, LENGTHS, max_total=0).log_prob(draws)
+    torch.testing.assert_close(log_prob, torch.zeros_like(log_prob))  # the one sequence
 
 
 @pytest.mark.parametrize("bound", [-1, True, 2.0, "4"])

@@ -2,6 +2,7 @@
 against the PyTorch recursion and the closed forms: on CPU in Triton's interpreter, on a GPU
 with ``--device cuda``."""
 
+import contextlib
 import math
 
 import pytest
@@ -228,6 +229,14 @@ def test_samplers_dispatch_to_the_kernels_and_refuse_an_impossible_total():
     lows = _logits()[5:6]  # 3 of its 9 frames have a -inf logit: 7 highs cannot be met
     with use_backend("triton"), pytest.raises(ValueError, match="cannot be met"):
         id_checking_sample(lows, torch.tensor([7]), torch.tensor([9]))
+    # more highs than frames: the kernels find the total impossible, and the error says why,
+    # at once or at the end of a one_read block
+    from cbasr.checks import one_read
+
+    for block in (False, True):
+        with use_backend("triton"), pytest.raises(ValueError, match=r"0 <= total <= lengths"):
+            with one_read() if block else contextlib.nullcontext():
+                id_checking_sample(_logits()[:1], torch.tensor([5]), torch.tensor([4]))
 
 
 def test_a_total_outside_the_states_has_probability_zero(device):
