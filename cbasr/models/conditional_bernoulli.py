@@ -247,19 +247,20 @@ class CBModel(AsrModel):
         prev = torch.full((M * B,), START, dtype=torch.long, device=h.device)
         emitted_count = torch.zeros(M * B, dtype=torch.long, device=h.device)
         logits, highs, steps, rewards = [], [], [], h.new_zeros(M * B, L)
+        columns = torch.arange(L, device=h.device)
+        # Every frame takes a label step, its results kept where a row emits: no read of the
+        # device to skip the frames where none does (rare in a batch of M B rows).
         for t in range(T):
             a_t = decoder.emission_step(h_rows[:, t], s)  # (M B,)
             high, step = sampler.step(a_t)
             logits.append(a_t), highs.append(high), steps.append(step)
             emitted = high.bool()
-            if not bool(emitted.any()):
-                continue
             position = emitted_count.clamp(max=L - 1)
             label = y_rows.gather(1, position.unsqueeze(1)).squeeze(1)  # y_l, the next label
             log_probs, s_new, (hx, cx) = decoder.label_step(h_rows[:, t], prev, lstm)
             reward = log_probs.gather(1, (label - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # (M B,)
-            at = F.one_hot(position, L).to(reward.dtype) * emitted.unsqueeze(1)  # (M B, L)
-            rewards = rewards + at * reward.unsqueeze(1)
+            at = (columns == position.unsqueeze(1)) & emitted.unsqueeze(1)  # (M B, L)
+            rewards = rewards + torch.where(at, reward.unsqueeze(1), 0.0)
             keep = emitted.view(1, -1, 1)
             lstm = (torch.where(keep, hx, lstm[0]), torch.where(keep, cx, lstm[1]))
             s = torch.where(emitted.unsqueeze(1), s_new, s)

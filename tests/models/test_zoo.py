@@ -431,3 +431,29 @@ def test_autoregressive_emission_forced_suffix_is_unbiased_for_its_objective():
     torch.testing.assert_close(
         label_est, label_exact, atol=0.01 * float(label_exact.abs().max()), rtol=0.0
     )
+
+
+def test_autoregressive_emission_forced_suffix_reads_the_device_once():
+    """Sampled frame by frame, Luo et al.'s loss still reads the device once, whatever the
+    number of frames: the proposal's check; each frame's label step runs for every row, kept
+    where a row emits (before: two or three reads a frame, to skip frames and in one_hot)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = _build("autoregressive_luo", "forced_suffix", input_dim=4, vocab_size=5)
+    targets, target_lens = torch.tensor([[3, 1, 2], [2, 0, 0]]), torch.tensor([3, 1])
+    for T in (6, 12):
+        h = torch.randn(2, T, model.encoder.output_dim)
+        with Reads() as reads:
+            out = model._autoregressive_forced_suffix(
+                h, torch.tensor([T, T - 2]), targets, target_lens, "loo"
+            )
+        assert reads.count == 1 and out.loss.isfinite().all()
