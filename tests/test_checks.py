@@ -304,6 +304,33 @@ def test_the_pruned_loss_reads_no_values_the_simple_loss_checked(reads):
         pruned_transducer_nll(units, starts, targets * 2, lens, tlens)
 
 
+def test_the_auxiliary_ctc_loss_reads_no_values_the_transducer_loss_checked(reads):
+    """A transducer's auxiliary CTC loss (``values_checked=True``) reads nothing; its shapes
+    are still checked, and alone it checks its values. A transducer model with ``ctc_weight``
+    reads its labels and lengths once, in its own loss."""
+    B, T, V = 2, 6, 5
+    targets, tlens = torch.tensor([[1, 2, 3], [4, 1, 0]]), torch.tensor([3, 2])
+    lens = torch.tensor([T, T - 1])
+    log_probs = torch.randn(B, T, V).log_softmax(-1)
+    checked = ctc_nll(log_probs, targets, lens, tlens, values_checked=True)
+    assert reads[0] == 0
+    assert torch.equal(checked, ctc_nll(log_probs, targets, lens, tlens))
+    assert reads[0] == 1
+    with pytest.raises(ValueError, match="targets must have shape"):
+        ctc_nll(log_probs, targets[:1], lens, tlens, values_checked=True)
+    with pytest.raises(ValueError, match=r"targets\[1, 0\] = 5"):
+        ctc_nll(log_probs, targets + 1, lens, tlens)
+    from tests.search import tiny
+
+    for pruned in ({}, {"prune_range": 3}):  # the whole lattice, the pruned loss
+        options = {"ctc_weight": 0.3, **pruned}
+        model = tiny.build("hat", seed=2, loss_options=options).train()
+        feats, flens = torch.randn(B, 3 * T, tiny.FEATS), torch.tensor([3 * T, 3 * T - 2])
+        reads[0] = 0
+        out = model.loss(feats, flens, targets, tlens)
+        assert reads[0] == 1 and out.loss.isfinite().all() and "ctc_loss" in out.stats
+
+
 def test_check_none_and_check_at_least_raise_their_own_errors_outside_a_block(reads):
     def fail():
         raise ValueError("the caller's own error")

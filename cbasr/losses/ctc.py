@@ -22,6 +22,8 @@ def ctc_nll(
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     blank: int = 0,
+    *,
+    values_checked: bool = False,
 ) -> torch.Tensor:
     """-log P(y | x) under CTC, one value per utterance.
 
@@ -38,6 +40,9 @@ def ctc_nll(
         input_lengths: ``(B,)`` valid frames per utterance, ``T_b <= T``.
         target_lengths: ``(B,)`` valid labels per utterance, ``L_b <= L``.
         blank: id of the blank symbol.
+        values_checked: the lengths and label ids were checked already against the same
+            ``T``, vocabulary and blank (a transducer's loss on the same targets, of which this
+            is the auxiliary loss): their values are not read again (the shapes still are).
 
     Returns:
         ``(B,)`` negative log likelihoods; ``inf`` where no alignment exists
@@ -59,10 +64,11 @@ def ctc_nll(
     check_shape("targets", targets, "(B, L)", (B, None))
     if not 0 <= blank < V:
         raise ValueError(f"blank = {blank} must be in [0, {V})")
-    with one_read():
-        check_lengths("input_lengths", input_lengths, B, T)
-        check_lengths("target_lengths", target_lengths, B, targets.shape[1])
-        check_label_ids("targets", targets, target_lengths, V, blank=blank)
+    if not values_checked:
+        with one_read():
+            check_lengths("input_lengths", input_lengths, B, T)
+            check_lengths("target_lengths", target_lengths, B, targets.shape[1])
+            check_label_ids("targets", targets, target_lengths, V, blank=blank)
     if in_graph_step() and _backends.backend(log_probs) == "triton":
         # the step of a CUDA graph: torch's CUDA ctc_loss reads the lengths on the host
         from cbasr.losses import _ctc_triton

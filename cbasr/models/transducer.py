@@ -407,7 +407,8 @@ class TransducerModel(AsrModel):
         if not (self.ctc_weight and self.training):
             return out
         log_probs = self.ctc_head(h).log_softmax(dim=-1)  # (B, T, V)
-        ctc = ctc_nll(log_probs, targets, lens, target_lens)
+        # the transducer's loss has checked these lengths and label ids (the same V, blank 0)
+        ctc = ctc_nll(log_probs, targets, lens, target_lens, values_checked=True)
         labels = target_lens.to(ctc.device).sum().clamp(min=1)
         stats = {**out.stats, "ctc_loss": ctc.detach().sum() / labels}
         return LossOutput(out.loss + self.ctc_weight * ctc, out.nll, stats)
