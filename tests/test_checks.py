@@ -320,6 +320,8 @@ def test_the_auxiliary_ctc_loss_reads_no_values_the_transducer_loss_checked(read
         ctc_nll(log_probs, targets[:1], lens, tlens, values_checked=True)
     with pytest.raises(ValueError, match=r"targets\[1, 0\] = 5"):
         ctc_nll(log_probs, targets + 1, lens, tlens)
+    with pytest.raises(ValueError, match=r"target_lengths\[0\] = 4 is outside \[0, 3\]"):
+        ctc_nll(log_probs, targets, lens, tlens + 1)
     from tests.search import tiny
 
     for pruned in ({}, {"prune_range": 3}):  # the whole lattice, the pruned loss
