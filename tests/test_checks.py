@@ -24,6 +24,7 @@ from cbasr.losses import (
     transducer_lattice_nll,
     trivial_joint_log_probs,
 )
+from tests.device_reads import DeviceReads
 
 LENGTHS = torch.tensor([3, 0, 5])
 TARGETS = torch.tensor([[1, 2, 9], [7, 0, 0], [1, 1, 1]])  # row 1 is all padding
@@ -364,20 +365,6 @@ def test_one_read_of_one_statistic_launches_no_stack():
     assert "stack" not in ops.names and ops.names.count("_local_scalar_dense") == 1
 
 
-class _Reads(TorchDispatchMode):
-    """Counts every operator that reads a value to the host (outside one_read's own copy)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
-            if not any(f.name == "_read" for f in traceback.extract_stack()):
-                self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
     """The estimators' argument checks (lengths, labels against frames and reward columns,
     finite rewards) share one read, and the forced-suffix estimator's sampler adds its own
@@ -387,10 +374,10 @@ def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
     from tests.estimators.cases import ragged_batch
 
     logits, rewards, total, lengths = ragged_batch(3)
-    with _Reads() as other:
+    with DeviceReads(besides_checks=True) as other:
         assert check_inputs(logits, total, rewards, lengths) == rewards.shape[2]
     assert (reads[0], other.count) == (1, 0)
-    with _Reads() as other:
+    with DeviceReads(besides_checks=True) as other:
         forced_suffix_reinforce(logits, total, rewards, lengths, 4, "loo", 0.1)
     assert (reads[0], other.count) == (2, 0)
     bad = rewards.detach().clone()
@@ -437,7 +424,7 @@ def test_a_sampled_cb_estimator_reads_the_device_twice(estimator, backend, reads
             return cb_reinforce(logits, total, memoryless, lengths, "idb", 3)
         return cb_reinforce(logits, total, rewards, lengths, estimator, 3)
 
-    with use_backend(backend), _Reads() as other:
+    with use_backend(backend), DeviceReads(besides_checks=True) as other:
         estimate = call(logits)
         estimate.loss.sum().backward()
     assert (reads[0], other.count) == (2, 0)
@@ -468,7 +455,7 @@ def test_poisson_binomial_log_prob_reads_once(backend, reads, monkeypatch):
     for validate in (False, True):
         distribution = PoissonBinomial(logits, lengths, validate_args=validate)
         reads[0] = 0
-        with use_backend(backend), _Reads() as other:
+        with use_backend(backend), DeviceReads(besides_checks=True) as other:
             got = distribution.log_prob(counts)
         assert (reads[0], other.count) == (1, 0)
         torch.testing.assert_close(got, want)

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cbasr._backends import use_backend
 from cbasr.checks import one_read
@@ -19,6 +18,7 @@ from cbasr.distributions import (
     id_checking_sample,
     sequence_to_times,
 )
+from tests.device_reads import DeviceReads
 from tests.distributions.cases import random_logits
 
 LENGTHS = torch.tensor([6, 4, 6, 0, 5])
@@ -114,19 +114,6 @@ def test_id_checking_draws_are_the_unbounded_ones():
     assert torch.equal(draw(BOUND), draw(None))
 
 
-class _Reads(TorchDispatchMode):
-    """Counts the operators that read a device value to the host."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 CALLS = {
     "id_checking_sample": lambda x, k: id_checking_sample(x, TOTALS, LENGTHS, (2,), max_total=k),
     "bounded_bernoulli_sample": lambda x, k: bounded_bernoulli_sample(
@@ -146,10 +133,10 @@ def test_with_a_bound_nothing_is_read_before_the_block_s_end(name, recursion):
     x = _logits().requires_grad_(name not in ("id_checking_sample", "bounded_bernoulli_sample"))
     _draws()  # (drawn once, before the count)
     with one_read():
-        with _Reads() as inside:
+        with DeviceReads() as inside:
             CALLS[name](x, BOUND)
         assert inside.count == 0
-        with _Reads() as unbounded:
+        with DeviceReads() as unbounded:
             CALLS[name](x, None)
         assert unbounded.count >= 1
 

@@ -10,6 +10,7 @@ from cbasr import builder
 from cbasr.data.dataset import AsrDataset, collate
 from cbasr.data.features import load_cmvn
 from cbasr.data.vocab import Vocabulary
+from tests.device_reads import DeviceReads
 
 ENCODER = {"name": "rnn", "hidden": 16, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
 DECODERS = {
@@ -437,22 +438,12 @@ def test_autoregressive_emission_forced_suffix_reads_the_device_once():
     """Sampled frame by frame, Luo et al.'s loss still reads the device once, whatever the
     number of frames: the proposal's check; each frame's label step runs for every row, kept
     where a row emits (before: two or three reads a frame, to skip frames and in one_hot)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Reads(TorchDispatchMode):
-        count = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket in (torch.ops.aten.nonzero, torch.ops.aten._local_scalar_dense):
-                self.count += 1
-            return func(*args, **(kwargs or {}))
-
     torch.manual_seed(0)
     model = _build("autoregressive_luo", "forced_suffix", input_dim=4, vocab_size=5)
     targets, target_lens = torch.tensor([[3, 1, 2], [2, 0, 0]]), torch.tensor([3, 1])
     for T in (6, 12):
         h = torch.randn(2, T, model.encoder.output_dim)
-        with Reads() as reads:
+        with DeviceReads() as reads:
             out = model._autoregressive_forced_suffix(
                 h, torch.tensor([T, T - 2]), targets, target_lens, "loo"
             )
