@@ -260,6 +260,8 @@ def simple_transducer_nll(
     prune_range: int,
     hat: bool = False,
     monotonic: bool = False,
+    *,
+    values_checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The trivial joint's loss (steps 1 and 2 of the module docstring) and the windows it
     chooses.
@@ -274,6 +276,10 @@ def simple_transducer_nll(
         input_lengths: ``(B,)`` frames.
         prune_range: ``S``, as :func:`prune_ranges`.
         monotonic: the one-label-per-frame lattice, for the loss and the windows.
+        values_checked: the lengths, label ids and windows were checked already on the same
+            ``targets``, lengths, ``T``, vocabulary and ``prune_range`` (the dual-mode model's
+            full-context pass, after its chunked one): their values are not read again (the
+            shapes still are).
 
     Returns:
         ``nll (B,)``, differentiable once w.r.t. ``am`` and ``lm``, and ``starts (B, T)``.
@@ -284,10 +290,11 @@ def simple_transducer_nll(
     _check_joint_sides(am, lm, targets)
     B, T, V = am.shape
     U1 = lm.shape[1]
-    with one_read():
-        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-        _check_labels(targets, target_lengths, V)
-        _check_windows(input_lengths, target_lengths, prune_range, monotonic)
+    if not values_checked:
+        with one_read():
+            check_lengths("input_lengths", input_lengths, B, T, min_len=1)
+            _check_labels(targets, target_lengths, V)
+            _check_windows(input_lengths, target_lengths, prune_range, monotonic)
     dtype = _sum_dtype(am, lm)
     am, lm = am.to(dtype), lm.to(dtype)
     if _fused_simple(am, lm):  # the Triton kernels: edges, lattice, windows in four launches

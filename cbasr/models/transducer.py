@@ -344,7 +344,9 @@ class TransducerModel(AsrModel):
         with self.encoder.full_context():
             full, _ = self.encoder(feats, feat_lens)
         out = self._loss(h, lens, targets, target_lens, barred)
-        other = self._loss(full, lens, targets, target_lens)
+        # (the first pass's loss checked the targets and lengths; without its barred edges it
+        # is the same loss, the pruned one's windows included)
+        other = self._loss(full, lens, targets, target_lens, values_checked=barred is None)
         labels = target_lens.to(out.nll.device).sum().clamp(min=1)
         stats = {**out.stats, "full_context_loss": other.nll.sum() / labels}
         loss = out.loss + other.loss
@@ -397,11 +399,12 @@ class TransducerModel(AsrModel):
         h, lens = self.encoder(feats, feat_lens)
         return self._loss(h, lens, targets, target_lens), self._greedy(h, lens)
 
-    def _loss(self, h, lens, targets, target_lens, barred=None) -> LossOutput:
+    def _loss(self, h, lens, targets, target_lens, barred=None, values_checked=False):
         """The loss on encoder outputs ``h``; ``barred``: the nodes without a label edge
-        (:meth:`barred_edges`)."""
+        (:meth:`barred_edges`); ``values_checked``: the pruned loss reads no value a loss on
+        the same targets and lengths has checked (dual mode's second pass)."""
         if self.prune_range and self.training and barred is None:
-            out = self._pruned_loss(h, lens, targets, target_lens)
+            out = self._pruned_loss(h, lens, targets, target_lens, values_checked)
         else:
             out = self._lattice_loss(h, lens, targets, target_lens, barred)
         if not (self.ctc_weight and self.training):
@@ -448,14 +451,22 @@ class TransducerModel(AsrModel):
         )
         return LossOutput(nll, nll.detach(), {})
 
-    def _pruned_loss(self, h, lens, targets, target_lens) -> LossOutput:
+    def _pruned_loss(self, h, lens, targets, target_lens, values_checked=False) -> LossOutput:
         """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
         g = self.decoder.history(targets)  # (B, U + 1, H); label y is unit y of the joint
         am, lm, S = self.simple_am(h), self.simple_lm(g), self.prune_range
         simple, starts = simple_transducer_nll(
-            am, lm, targets, lens, target_lens, S, hat, self.monotonic
+            am,
+            lm,
+            targets,
+            lens,
+            target_lens,
+            S,
+            hat,
+            self.monotonic,
+            values_checked=values_checked,
         )
         units = self.decoder.joint.pruned_scores(h, g, starts, S)
         nll = pruned_transducer_nll(  # the lengths and labels: checked by the simple loss
