@@ -305,6 +305,31 @@ def test_the_pruned_loss_reads_no_values_the_simple_loss_checked(reads):
         pruned_transducer_nll(units, starts, targets * 2, lens, tlens)
 
 
+def test_the_simple_loss_with_values_checked_reads_nothing_and_alone_names_each_value(reads):
+    """``simple_transducer_nll(values_checked=True)`` (dual mode's second pass) reads nothing
+    and gives the checked call's loss and windows; alone it names a length of 0 or past the
+    frames, a label id outside the vocabulary and labels without windows."""
+    B, T, U, V, S = 2, 5, 3, 6, 3
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randint(1, V, (B, U), generator=g)
+    lens, tlens = torch.tensor([T, T - 1]), torch.tensor([U, U - 1])
+    am, lm = torch.randn(B, T, V, generator=g), torch.randn(B, U + 1, V, generator=g)
+    checked = simple_transducer_nll(am, lm, targets, lens, tlens, S, values_checked=True)
+    assert reads[0] == 0
+    for a, b in zip(checked, simple_transducer_nll(am, lm, targets, lens, tlens, S)):
+        assert torch.equal(a, b)
+    assert reads[0] == 1
+    for bad_lens, message in ((lens - T, r"input_lengths\[0\] = 0"), (lens + 1, r"= 6 is outside")):
+        with pytest.raises(ValueError, match=message):
+            simple_transducer_nll(am, lm, targets, bad_lens, tlens, S)
+    outside = targets.clone()
+    outside[1, 0] = V
+    with pytest.raises(ValueError, match=r"targets\[1, 0\] = 6"):
+        simple_transducer_nll(am, lm, outside, lens, tlens, S)
+    with pytest.raises(ValueError, match="prune_range"):
+        simple_transducer_nll(am, lm, targets, lens.clamp(max=1), tlens, S)
+
+
 def test_the_auxiliary_ctc_loss_reads_no_values_the_transducer_loss_checked(reads):
     """A transducer's auxiliary CTC loss (``values_checked=True``) reads nothing; its shapes
     are still checked, and alone it checks its values. A transducer model with ``ctc_weight``

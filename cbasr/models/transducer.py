@@ -451,7 +451,7 @@ class TransducerModel(AsrModel):
         )
         return LossOutput(nll, nll.detach(), {})
 
-    def _pruned_loss(self, h, lens, targets, target_lens, values_checked=False) -> LossOutput:
+    def _pruned_loss(self, h, lens, targets, target_lens, values_checked: bool) -> LossOutput:
         """The pruned loss plus ``simple_loss_scale`` times the trivial joint's; reports the
         pruned loss (an upper bound of the exact NLL) and the trivial joint's per label."""
         hat = self.criterion == "hat"
