@@ -70,6 +70,23 @@ def _build_tone_data(root: Path) -> None:
     )
 
 
+@pytest.fixture
+def reads(monkeypatch):
+    """``[n]``: the copies to the host that :mod:`cbasr.checks` made (its ``one_read`` blocks'
+    and ``read``'s), counted from the fixture's start; a test may reset it."""
+    from cbasr import checks
+
+    count = [0]
+    read = checks._read
+
+    def counted(stats):
+        count[0] += 1
+        return read(stats)
+
+    monkeypatch.setattr(checks, "_read", counted)
+    return count
+
+
 @pytest.fixture(scope="session")
 def tone_data(tmp_path_factory, worker_id):
     """A prepared tone corpus (see tests/fakes.py): ``corpus/``, ``fbank/`` (40 mel bins),

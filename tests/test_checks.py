@@ -31,20 +31,6 @@ TARGETS = torch.tensor([[1, 2, 9], [7, 0, 0], [1, 1, 1]])  # row 1 is all paddin
 TARGET_LENGTHS = torch.tensor([2, 0, 3])
 
 
-@pytest.fixture
-def reads(monkeypatch):
-    """The number of copies to the host that one_read blocks made."""
-    count = [0]
-    read = checks._read
-
-    def counted(stats):
-        count[0] += 1
-        return read(stats)
-
-    monkeypatch.setattr(checks, "_read", counted)
-    return count
-
-
 def _error(fn) -> str:
     with pytest.raises(ValueError) as info:
         fn()

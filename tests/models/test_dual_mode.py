@@ -147,24 +147,14 @@ def test_dual_mode_options_are_checked_and_named():
         _model("hat", encoder={**CHUNKED, "chunk_size": 0}, dual_mode=True)
 
 
-def test_the_full_context_pass_reads_no_value_the_chunked_pass_checked(monkeypatch):
+def test_the_full_context_pass_reads_no_value_the_chunked_pass_checked(reads):
     """With the pruned loss, the second pass's simple loss takes the first pass's checks of the
     same targets and lengths: the dual-mode loss reads its values once; with barred edges
     (align_restrict_left: the first pass on the whole lattice) the second checks its own."""
-    from cbasr import checks
-
-    copies = [0]
-    read = checks._read
-
-    def counted(stats):
-        copies[0] += 1
-        return read(stats)
-
-    monkeypatch.setattr(checks, "_read", counted)
     dual = _model("hat", dual_mode=True, prune_range=2).train()
     feats, lens = _batch()
     out = dual.loss(feats, lens, TARGETS, TARGET_LENS)
-    assert copies[0] == 1 and out.loss.isfinite().all()
+    assert reads[0] == 1 and out.loss.isfinite().all()
     crowded = TARGETS.clone()  # 3 labels in the last utterance's 2 frames: no windows
     crowded[3] = torch.tensor([2, 1, 1])
     with pytest.raises(ValueError, match="prune_range"):
