@@ -19,8 +19,19 @@ import numba
 import cbasr
 
 # imported inside functions: the training curves, TensorBoard, the compiled loops' code
-# generation, the Conformer; and what the tests import (the `test` extra, when installed)
-LAZY = ("matplotlib.pyplot", "torch.utils.tensorboard", "llvmlite.ir", "torchaudio.models")
+# generation, the Conformer, and torch's compiler stack (about 900 modules: torch.optim imports
+# torch._dynamo when it builds the first optimizer, 2.8 s to compile again in every training
+# process); and what the tests import (the `test` extra, when installed)
+LAZY = (
+    "matplotlib.pyplot",
+    "torch.utils.tensorboard",
+    "llvmlite.ir",
+    "torchaudio.models",
+    "torch._dynamo",
+    "matplotlib.backends.backend_agg",
+)
+# packages whose modules Hydra finds at run time (its launcher, sweeper and config sources)
+PLUGINS = ("hydra._internal.core_plugins",)
 OPTIONAL = ("pytest", "onnx", "onnxruntime")
 
 
@@ -29,6 +40,9 @@ def main() -> None:
         importlib.import_module(module.name)
     for name in LAZY:
         importlib.import_module(name)
+    for name in PLUGINS:
+        for module in pkgutil.walk_packages(importlib.import_module(name).__path__, name + "."):
+            importlib.import_module(module.name)
     for name in OPTIONAL:
         try:
             importlib.import_module(name)

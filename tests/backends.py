@@ -2,6 +2,8 @@
 PyTorch reference and the Triton kernels, the last marked ``triton`` (on CPU in Triton's
 interpreter, which tests/conftest.py switches on)."""
 
+from collections.abc import Callable
+
 import pytest
 
 from cbasr._backends import triton_interpreted
@@ -20,3 +22,24 @@ def skip_interpreted(backend: str, why: str) -> None:
     full with ``--device cuda`` on a GPU)."""
     if interpreted(backend):
         pytest.skip(f"too slow in Triton's interpreter: {why}")
+
+
+def on_triton_keep(keep: Callable[[dict], bool]):
+    """Decorate a test parametrised over the backends whose ``triton`` cases repeat one kernel
+    path over many parameters: ``make test`` runs only the ``triton`` cases whose parameters
+    (a dict by name) ``keep`` accepts, ``make test-slow`` runs them all (tests/conftest.py marks
+    the others ``slow``). The other backends run every case in both."""
+
+    def mark(test):
+        test.on_triton_keep = keep
+        return test
+
+    return mark
+
+
+def sweep_marks(item) -> list:
+    """The marks :func:`on_triton_keep` gives a collected test case (``[]`` or ``[slow]``)."""
+    keep = getattr(getattr(item, "function", None), "on_triton_keep", None)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    on_triton = any(isinstance(v, str) and v == "triton" for v in params.values())
+    return [pytest.mark.slow] if keep is not None and on_triton and not keep(params) else []

@@ -29,7 +29,13 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config, items):
+    from tests.backends import sweep_marks
+
+    for item in items:
+        for mark in sweep_marks(item):
+            item.add_marker(mark)
     if torch.cuda.is_available() and config.getoption("--device").startswith("cuda"):
         return
     skip_gpu = pytest.mark.skip(reason="needs --device cuda and a visible GPU")

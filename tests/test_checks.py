@@ -24,6 +24,7 @@ from cbasr.losses import (
     transducer_lattice_nll,
     trivial_joint_log_probs,
 )
+from tests.backends import on_triton_keep
 from tests.device_reads import DeviceReads
 
 LENGTHS = torch.tensor([3, 0, 5])
@@ -408,6 +409,8 @@ def test_an_estimator_reads_its_checks_and_its_sampler_s_once(reads):
         check_inputs(logits, torch.tensor([4, 0, 0, 0]), rewards, lengths)
 
 
+# the Triton samplers of both kinds (idb: ID checking; bb: bounded) and the callable rewards
+@on_triton_keep(lambda case: case["estimator"] in ("idb", "bb", "callable"))
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("estimator", ["global", "idb", "bb", "mbb", "monte_carlo", "callable"])
 def test_a_sampled_cb_estimator_reads_the_device_twice(estimator, backend, reads):

@@ -23,13 +23,12 @@ pytestmark = [
 ]
 
 
-def test_every_kernel_compiles_for_a_gpu(tmp_path):
-    from tests import triton_compile  # (imports triton)
-
+def _compile(tmp_path, *args) -> tuple[str, Counter]:
+    """Run tests/triton_compile.py with ``args``: its output and each kernel's compilations."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compile, do not read a cached result
     run = subprocess.run(
-        [sys.executable, "-m", "tests.triton_compile"],
+        [sys.executable, "-m", "tests.triton_compile", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -41,10 +40,31 @@ def test_every_kernel_compiles_for_a_gpu(tmp_path):
     assert run.returncode == 0 and not failures, "\n".join(failures) or run.stderr[-2000:]
     compiled = Counter(line.split()[1] for line in lines if line.startswith("ok"))
     assert len(compiled) >= 16  # every kernel module's kernels were found
-    for name, count in compiled.items():  # float32 and float64 (and half precision), at least
-        assert count >= (8 if name.rsplit(".", 1)[1] in triton_compile.HALVES else 2), name
     # both lowerings of tl.gather (a warp shuffle in one warp, shared memory across two), both
     # transducer topologies, and the constants Triton makes of integers equal to 1
     for variant in ("BLOCK=64, 1 warp(s)", "BLOCK=256, 2 warp(s)", "MONOTONIC=False"):
         assert variant in run.stdout
     assert "MONOTONIC=True" in run.stdout and "integers equal to 1" in run.stdout
+    return run.stdout, compiled
+
+
+def test_every_kernel_compiles_for_a_gpu(tmp_path):
+    """A representative of each variant: float32, float64 and float16 (see the script)."""
+    from tests import triton_compile  # (imports triton)
+
+    out, compiled = _compile(tmp_path)
+    for name, count in compiled.items():
+        assert count >= (3 if name.rsplit(".", 1)[1] in triton_compile.HALVES else 2), name
+    for dtype in ("fp32", "fp64", "fp16"):
+        assert f" {dtype}, " in out
+    assert " fp64, integers equal to 1" not in out  # (the slow test's)
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_in_every_variant(tmp_path):
+    from tests import triton_compile
+
+    out, compiled = _compile(tmp_path, "--every-variant")
+    for name, count in compiled.items():  # float32 and float64 (and half precision), at least
+        assert count >= (8 if name.rsplit(".", 1)[1] in triton_compile.HALVES else 2), name
+    assert " bf16, " in out and " fp64, integers equal to 1" in out

@@ -11,7 +11,12 @@ a constant, so a loop bound of 1 becomes an empty loop there). The interpreter r
 stage. A float64 kernel whose ``FLOOR`` constant the compiler rounded to float32
 fails too, and so does a kernel that lets Triton specialise an integer argument that is a size
 of the batch (see :mod:`cbasr._triton`: each new batch shape would compile it again). Prints
-one line per compilation, ``FAIL`` for a failure."""
+one line per compilation, ``FAIL`` for a failure.
+
+``--every-variant`` compiles every combination of the above. Without it, a representative of
+each (``make test``'s): every kernel in float32 at each launch and with its integers equal to
+1, and at the first launch with run-time integers in float64 and float16 (bfloat16 and the rest
+of the combinations: ``make test-slow``)."""
 
 import importlib
 import inspect
@@ -185,7 +190,12 @@ def specialised_sizes(fn) -> list[str]:
     ]
 
 
-def main() -> int:
+def representative(dtype: str, launch: int, label: str) -> bool:
+    """Whether ``make test``'s run compiles this variant (see the module's docstring)."""
+    return dtype == "fp32" or (dtype in ("fp64", "fp16") and launch == 0 and "run-time" in label)
+
+
+def main(every_variant: bool) -> int:
     failures = 0
     for module_name in kernel_modules():
         module = importlib.import_module(module_name)
@@ -199,9 +209,11 @@ def main() -> int:
             for dtype in ("fp32", "fp64", "fp16", "bf16"):
                 if dtype in ("fp16", "bf16") and name not in HALVES:
                     continue
-                for (sizes, warps), (label, signature, constants) in itertools.product(
-                    launches(name, fn), variants(name, fn, dtype)
+                for (launch, (sizes, warps)), (label, signature, constants) in itertools.product(
+                    enumerate(launches(name, fn)), variants(name, fn, dtype)
                 ):
+                    if not (every_variant or representative(dtype, launch, label)):
+                        continue
                     if sizes:
                         constants = {**constants, **sizes}
                         label += "".join(f", {n}={v}" for n, v in sizes.items())
@@ -226,4 +238,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("--every-variant" in sys.argv[1:]))

@@ -42,16 +42,14 @@ def compatibility_table(input_dim: int = 80, vocab_size: int = 50, encoder: str 
         f"| decoder preset | {' | '.join(losses)} | decoder parameters |",
         "|---|" + ":---:|" * len(losses) + "---:|",
     ]
+    loss_configs = [compose_model_config([f"loss={loss}"])["loss"] for loss in losses]
     for name in presets("decoder"):
         cfg = compose_model_config([f"encoder={encoder}", f"decoder={name}"])
         enc = builder.build_model(
             cfg["encoder"], {"name": "pointwise"}, {"name": "ctc"}, input_dim, vocab_size
         ).encoder
         dec = builder.build_decoder(cfg["decoder"], enc.output_dim, vocab_size)
-        marks = [
-            "" if builder.refusal(compose_model_config([f"loss={loss}"])["loss"], dec) else "yes"
-            for loss in losses
-        ]
+        marks = ["" if builder.refusal(loss, dec) else "yes" for loss in loss_configs]
         lines.append(f"| {name} | {' | '.join(marks)} | {count_parameters(dec):,} |")
     return "\n".join(lines) + "\n"
 

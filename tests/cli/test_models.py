@@ -12,7 +12,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 @pytest.fixture(scope="module")
 def table() -> str:
-    """The compatibility table (it composes every pair's config: 8 s), once for the module."""
+    """The compatibility table (it composes every preset's config: 2 s), once for the module."""
     return models.compatibility_table()
 
 

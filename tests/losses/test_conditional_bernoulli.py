@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from cbasr._backends import use_backend
 from cbasr.losses import cb_marginal_nll, cb_posteriors, cb_viterbi, ctc_nll
-from tests.backends import BACKENDS, skip_interpreted
+from tests.backends import BACKENDS, on_triton_keep, skip_interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -328,6 +328,7 @@ def test_shape_and_length_errors_name_the_argument():
         cb_marginal_nll(a, lp, il, tl.double())
 
 
+@on_triton_keep(lambda case: case["seed"] < 5)  # each kernel path: the other seeds repeat it
 @pytest.mark.parametrize("seed", range(20))
 def test_random_sizes_match_enumeration(seed):
     # Wider sweep than the default suite: random ragged batches up to T = 7, L = 4, values,

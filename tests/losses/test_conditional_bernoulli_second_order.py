@@ -10,7 +10,7 @@ import torch
 
 from cbasr._backends import use_backend
 from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
-from tests.backends import skip_interpreted
+from tests.backends import on_triton_keep, skip_interpreted
 from tests.reference import lattice_enumeration as ref
 
 F64 = torch.float64
@@ -171,6 +171,7 @@ def test_errors_name_the_argument():
         cb_marginal_nll_windowed(a, lp, torch.tensor([2, 4]), tl)
 
 
+@on_triton_keep(lambda case: case["seed"] < 5)  # each kernel path: the other seeds repeat it
 @pytest.mark.parametrize("seed", range(20))
 def test_random_sizes_match_enumeration(seed):
     g = torch.Generator().manual_seed(100 + seed)
