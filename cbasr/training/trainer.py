@@ -91,12 +91,19 @@ class StepResult:
     save: bool  # a process asked for a checkpoint (time-based)
 
 
-def _read_scalars(norm: torch.Tensor, stats: dict) -> tuple[float, dict[str, float]]:
-    """The gradient norm and the step's statistics (floats, or 0-d tensors on the norm's
-    device) as floats, with one read of the device."""
+def _read_step(norm: torch.Tensor, loss: torch.Tensor, nll: torch.Tensor, stats: dict):
+    """After the backward, with one read of the device: the gradient norm, whether every
+    utterance's loss is finite, the NLL sum, and the step's statistics (floats, or 0-d tensors
+    on the norm's device) as floats."""
     keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
-    values = read(norm.detach(), *(stats[k].detach().to(norm.device) for k in keys))
-    return values[0], {**stats, **dict(zip(keys, values[1:]))}
+    values = read(
+        norm.detach(),
+        torch.isfinite(loss.detach()).all(),
+        nll.detach().sum(),
+        *(stats[k].detach().to(norm.device) for k in keys),
+    )
+    norm, finite, nll_sum, *rest = values
+    return norm, bool(finite), nll_sum, {**stats, **dict(zip(keys, rest))}
 
 
 def _plain_lr(state: dict) -> dict:
@@ -302,7 +309,10 @@ class Trainer:
 
         A non-finite loss in any process, or a non-finite gradient, skips the step in every
         process. The loss is ``sum(shard losses) / global_tokens * world_size``, so DDP's
-        gradient average is the gradient of the global batch's per-label loss.
+        gradient average is the gradient of the global batch's per-label loss. One process
+        reads the device once a step besides the loss's own checks, after the backward (a
+        non-finite loss gives a non-finite gradient, and the step is skipped then); several
+        read once more before it, to agree on skipping before DDP's backward.
         """
         self.ddp.train()
         if self.graphed is not None:
@@ -311,31 +321,11 @@ class Trainer:
         with self._noise():
             with self._autocast():
                 out = self.task.forward(self.ddp, batch)
-            bad_ids, local_nll = [], 0.0
-            if out is not None:  # one read of the device: the losses' finiteness and their sum
-                *finite, local_nll = torch.cat(
-                    [torch.isfinite(out.loss).double(), out.nll.sum().double()[None]]
-                ).tolist()
-                bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok]
-                local_nll = 0.0 if bad_ids else local_nll
-            bad, nll, save = distributed.all_reduce_sum(
-                [float(out is None or bool(bad_ids)), local_nll, float(want_save)],
-                self.dist,
-                self.device,
-            )
-            if bad:
-                if bad_ids:
-                    log.warning(
-                        "step %d: non-finite loss for %s; skipping the step",
-                        self.state.step,
-                        bad_ids,
-                    )
-                elif out is None:
-                    log.warning(
-                        "step %d: no readable utterance in this shard; skipping the step",
-                        self.state.step,
-                    )
-                return StepResult(None, math.nan, {}, save > 0)
+            agreed = None
+            if out is None or world > 1:
+                agreed = self._agree_before_backward(out, want_save)
+                if agreed.nll is None:
+                    return agreed
             loss = out.loss.sum() / global_tokens
             if world > 1:
                 loss = loss * world
@@ -346,8 +336,19 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), clip if clip > 0 else math.inf
         )
-        norm, stats = _read_scalars(norm, out.stats)  # one read of the device
+        norm, finite, nll, stats = _read_step(norm, out.loss, out.nll, out.stats)  # one read
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
+        save = want_save if agreed is None else agreed.save
+        nll = nll if agreed is None else agreed.nll
+        if not finite:  # (one process: several skipped before the backward)
+            bad_ids = [utt for utt, ok in zip(out.ids, torch.isfinite(out.loss).tolist()) if not ok]
+            log.warning(
+                "step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler.is_enabled():  # fp16: the same loss scale (no gradient overflowed)
+                self.scaler.update(self.scaler.get_scale())
+            return StepResult(None, math.nan, {}, save)
         if not math.isfinite(norm):
             scale = (
                 f" (fp16 loss scale {self.scaler.get_scale():g})"
@@ -362,11 +363,41 @@ class Trainer:
             )
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update()  # fp16: lowers the loss scale
-            return StepResult(None, math.nan, {}, save > 0)
+            return StepResult(None, math.nan, {}, save)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.schedule.step()
-        return StepResult(nll, norm, stats, save > 0)
+        return StepResult(nll, norm, stats, save)
+
+    def _agree_before_backward(self, out, want_save: bool) -> StepResult:
+        """Several processes (or a shard with no readable utterance): whether any process's
+        shard has a non-finite loss or none, agreed before DDP's backward, with one read of the
+        losses' finiteness and sum. ``nll`` is None when the step is skipped, else the global
+        batch's NLL sum."""
+        bad_ids, local_nll = [], 0.0
+        if out is not None:
+            *finite, local_nll = torch.cat(
+                [torch.isfinite(out.loss).double(), out.nll.sum().double()[None]]
+            ).tolist()
+            bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok]
+            local_nll = 0.0 if bad_ids else local_nll
+        bad, nll, save = distributed.all_reduce_sum(
+            [float(out is None or bool(bad_ids)), local_nll, float(want_save)],
+            self.dist,
+            self.device,
+        )
+        if not bad:
+            return StepResult(nll, math.nan, {}, save > 0)
+        if bad_ids:
+            log.warning(
+                "step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids
+            )
+        elif out is None:
+            log.warning(
+                "step %d: no readable utterance in this shard; skipping the step",
+                self.state.step,
+            )
+        return StepResult(None, math.nan, {}, save > 0)
 
     def _graphed_step(self, batch, global_tokens: int, want_save: bool) -> StepResult:
         """:meth:`train_step` by :class:`~cbasr.training.graphs.GraphedSteps` (one process)."""

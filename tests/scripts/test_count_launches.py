@@ -228,3 +228,11 @@ def test_a_conformer_step_launches_about_what_the_minimal_loop_does(count_launch
     assert row["kernels"] <= 1.05 * row["floor_kernels"], row
     alone = count_launches.count_step("conformer_ctc", 600, "bf16")
     assert "floor_kernels" not in alone and alone["kernels"] == row["kernels"], alone
+
+
+def test_one_process_s_training_step_reads_the_device_twice(count_launches):
+    """A ``blstm_ctc`` step: the loss's checks, then the trainer's one read after the backward
+    (the gradient norm, the losses' finiteness, the NLL sum and the statistics together); one
+    process reads nothing before the backward."""
+    row = count_launches.count_step("blstm_ctc", 600)
+    assert row["reads"] == 2, row

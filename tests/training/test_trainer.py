@@ -227,6 +227,34 @@ def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch
     assert (tmp_path / "b/checkpoints/last.pt").is_file()
 
 
+def test_a_non_finite_loss_after_the_backward_keeps_the_loss_scale(
+    tone_data, tmp_path, monkeypatch
+):
+    """One process finds a non-finite loss in its one read after the backward: the step is
+    skipped with the parameters unchanged, fp16's loss scale kept (no gradient overflowed) and
+    the scaler ready for the next step, which trains."""
+    t = asr_trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
+    t.initialise()
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # fp16's (on CUDA only)
+    batches = t.task.epoch_batches(0)[:2]
+    real_loss = CTCModel.loss
+
+    def nan(self, *b):
+        out = real_loss(self, *b)
+        return LossOutput(out.loss * math.nan, out.nll, {})
+
+    before = {k: p.detach().clone() for k, p in t.model.named_parameters()}
+    results = []
+    for i, (batch, indices) in enumerate(zip(t.loader(batches), batches)):
+        monkeypatch.setattr(CTCModel, "loss", nan if i == 0 else real_loss)
+        results.append(t.train_step(batch, t.task.batch_size(indices)[0]))
+        if i == 0:
+            assert all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
+    assert results[0].nll is None and t.scaler.get_scale() == 1024.0
+    assert results[1].nll is not None and math.isfinite(results[1].grad_norm)
+    assert not all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
+
+
 def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
