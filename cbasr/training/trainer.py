@@ -92,18 +92,18 @@ class StepResult:
 
 
 def _read_step(norm: torch.Tensor, loss: torch.Tensor, nll: torch.Tensor, stats: dict):
-    """After the backward, with one read of the device: the gradient norm, whether every
-    utterance's loss is finite, the NLL sum, and the step's statistics (floats, or 0-d tensors
-    on the norm's device) as floats."""
+    """After the backward, with one read of the device: the gradient norm, the losses' sum
+    (finite exactly when every utterance's loss is, short of overflow), the NLL sum, and the
+    step's statistics (floats, or 0-d tensors on the norm's device) as floats."""
     keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
     values = read(
         norm.detach(),
-        torch.isfinite(loss.detach()).all(),
+        loss.detach().sum(),
         nll.detach().sum(),
         *(stats[k].detach().to(norm.device) for k in keys),
     )
-    norm, finite, nll_sum, *rest = values
-    return norm, bool(finite), nll_sum, {**stats, **dict(zip(keys, rest))}
+    norm, loss_sum, nll_sum, *rest = values
+    return norm, loss_sum, nll_sum, {**stats, **dict(zip(keys, rest))}
 
 
 def _plain_lr(state: dict) -> dict:
@@ -336,12 +336,13 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), clip if clip > 0 else math.inf
         )
-        norm, finite, nll, stats = _read_step(norm, out.loss, out.nll, out.stats)  # one read
+        norm, loss_sum, nll, stats = _read_step(norm, out.loss, out.nll, out.stats)  # one read
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
         save = want_save if agreed is None else agreed.save
         nll = nll if agreed is None else agreed.nll
-        if not finite:  # (one process: several skipped before the backward)
-            bad_ids = [utt for utt, ok in zip(out.ids, torch.isfinite(out.loss).tolist()) if not ok]
+        if not math.isfinite(loss_sum):  # (one process: several skipped before the backward)
+            finite = torch.isfinite(out.loss).tolist()
+            bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok] or out.ids  # (overflow)
             log.warning(
                 "step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids
             )
