@@ -49,12 +49,13 @@ def _compile(tmp_path, *args) -> tuple[str, Counter]:
 
 
 def test_every_kernel_compiles_for_a_gpu(tmp_path):
-    """A representative of each variant: float32, float64 and float16 (see the script)."""
+    """A representative of each variant: float32, float16, and float64 where the kernel takes
+    a ``FLOOR`` (see the script)."""
     from tests import triton_compile  # (imports triton)
 
     out, compiled = _compile(tmp_path)
     for name, count in compiled.items():
-        assert count >= (3 if name.rsplit(".", 1)[1] in triton_compile.HALVES else 2), name
+        assert count >= (2 if name.rsplit(".", 1)[1] in triton_compile.HALVES else 1), name
     for dtype in ("fp32", "fp64", "fp16"):
         assert f" {dtype}, " in out
     assert " fp64, integers equal to 1" not in out  # (the slow test's)

@@ -15,8 +15,8 @@ one line per compilation, ``FAIL`` for a failure.
 
 ``--every-variant`` compiles every combination of the above. Without it, a representative of
 each (``make test``'s): every kernel in float32 at each launch and with its integers equal to
-1, and at the first launch with run-time integers in float64 and float16 (bfloat16 and the rest
-of the combinations: ``make test-slow``)."""
+1, and at the first launch with run-time integers in float16 and, for the kernels that take a
+``FLOOR``, float64 (bfloat16 and the rest of the combinations: ``make test-slow``)."""
 
 import importlib
 import inspect
@@ -190,9 +190,11 @@ def specialised_sizes(fn) -> list[str]:
     ]
 
 
-def representative(dtype: str, launch: int, label: str) -> bool:
-    """Whether ``make test``'s run compiles this variant (see the module's docstring)."""
-    return dtype == "fp32" or (dtype in ("fp64", "fp16") and launch == 0 and "run-time" in label)
+def representative(dtype: str, launch: int, label: str, floor: bool) -> bool:
+    """Whether ``make test``'s run compiles this variant (see the module's docstring): float64
+    where the kernel takes a ``FLOOR`` (whose rounding the run checks)."""
+    first = launch == 0 and "run-time" in label
+    return dtype == "fp32" or (first and (dtype == "fp16" or (dtype == "fp64" and floor)))
 
 
 def main(every_variant: bool) -> int:
@@ -212,7 +214,8 @@ def main(every_variant: bool) -> int:
                 for (launch, (sizes, warps)), (label, signature, constants) in itertools.product(
                     enumerate(launches(name, fn)), variants(name, fn, dtype)
                 ):
-                    if not (every_variant or representative(dtype, launch, label)):
+                    floor = "FLOOR" in constants
+                    if not (every_variant or representative(dtype, launch, label, floor)):
                         continue
                     if sizes:
                         constants = {**constants, **sizes}
