@@ -19,8 +19,10 @@ install: $(STAMP)  ## create .venv and install cbasr with pinned dependencies
 # installed by pip. `make install INSTALLER=pip` skips uv. Then scripts/precompile.py imports
 # what the commands import, writing its bytecode even where PYTHONDONTWRITEBYTECODE is set: 14 s,
 # against 25 s for byte-compiling all 10,000 files of the environment (uv's --compile-bytecode;
-# pip byte-compiles everything itself). It only saves start-up time: where it fails, the install
-# stands and the commands compile what they import as they start.
+# pip byte-compiles everything itself), and compiles the CPU kernels that numba caches on disk
+# (about 20 s more, once, where each process that first calls one would compile it). It only
+# saves start-up time: where it fails, the install stands and the commands compile what they
+# import as they start.
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
 

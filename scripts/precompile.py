@@ -9,6 +9,13 @@ install time (uv's ``--compile-bytecode``) costs about 25 s on 2 cores for 10,00
 of which no command imports (sympy, networkx, torch's compiler stack). Importing what the
 commands import compiles about 2,500 modules in about 14 s. A module left out still works: it
 is compiled when imported, as before.
+
+It then compiles the CPU kernels (the loops numba compiles for the ``numba`` backend, cached
+on disk beside their modules: ``cache=True``) in float32 and float64, by calling each on a
+tiny batch: about 20 s once, where every process that first calls a kernel would compile it
+(0.5 s each; a fresh clone's test run spent about 30 s of its wall time on it, the two test
+workers compiling the same kernels side by side). A kernel left out is compiled on first
+use, as before.
 """
 
 import importlib
@@ -50,6 +57,57 @@ def main() -> None:
             pass
     # numba imports its compiler (about 1,000 modules) on the first compilation
     numba.njit(lambda x: x + 1)(1)
+    try:
+        compile_cpu_kernels()
+    except Exception as error:  # (an install stands without them: compiled on first use)
+        print(f"scripts/precompile.py: the CPU kernels were not compiled ahead: {error!r}")
+
+
+def compile_cpu_kernels() -> None:
+    """Call every CPU kernel once per float dtype (tiny batches; numba caches what it compiles):
+    the CB lattice, both transducer lattices and the joint's row reductions, the CB
+    distribution's count tables, its samplers and their decompositions."""
+    import torch
+
+    from cbasr._backends import use_backend
+    from cbasr.distributions import (
+        ConditionalBernoulli,
+        bounded_bernoulli_marginals,
+        bounded_bernoulli_sample,
+        id_checking_log_probs,
+        id_checking_sample,
+    )
+    from cbasr.losses import (
+        cb_marginal_nll,
+        hat_nll_from_logits,
+        rnnt_lattice_nll,
+        transducer_lattice_nll,
+    )
+
+    B, T, U, V = 2, 6, 2, 4
+    frames, labels = torch.tensor([6, 4]), torch.tensor([2, 1])
+    targets = torch.tensor([[1, 2], [3, 0]])
+    with use_backend("numba"):
+        for dtype in (torch.float32, torch.float64):
+            a = torch.randn(B, T, dtype=dtype, requires_grad=True)
+            lp = torch.randn(B, T, U, dtype=dtype).log_softmax(-1).requires_grad_()
+            cb_marginal_nll(a, lp, frames, labels).sum().backward()
+            for monotonic in (False, True):
+                blank = torch.randn(B, T, U + 1, dtype=dtype, requires_grad=True)
+                emit = torch.randn(B, T, U, dtype=dtype, requires_grad=True)
+                transducer_lattice_nll(blank, emit, frames, labels, monotonic).sum().backward()
+            joint = torch.randn(B, T, U + 1, V, dtype=dtype, requires_grad=True)
+            rnnt_lattice_nll(joint, targets, frames, labels).sum().backward()
+            blank = torch.randn(B, T, U + 1, dtype=dtype, requires_grad=True)
+            hat_nll_from_logits(blank, joint, targets, frames, labels).sum().backward()
+            x = torch.randn(B, T, dtype=dtype, requires_grad=True)
+            cb = ConditionalBernoulli(x, labels, frames)
+            b = cb.sample()
+            cb.log_prob(b).sum().backward()
+            id_checking_sample(x.detach(), labels, frames)
+            bounded_bernoulli_sample(x.detach(), labels, frames)
+            id_checking_log_probs(x, labels, b, frames).sum().backward()
+            bounded_bernoulli_marginals(x, labels, frames).sum().backward()
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ def skip_interpreted(backend: str, why: str) -> None:
 
 def on_triton_keep(keep: Callable[[dict], bool]):
     """Decorate a test parametrised over the backends whose ``triton`` cases repeat one kernel
-    path over many parameters: ``make test`` runs only the ``triton`` cases whose parameters
-    (a dict by name) ``keep`` accepts, ``make test-slow`` runs them all (tests/conftest.py marks
-    the others ``slow``). The other backends run every case in both."""
+    path over many parameters: in Triton's interpreter, ``make test`` runs only the ``triton``
+    cases whose parameters (a dict by name) ``keep`` accepts, ``make test-slow`` runs them all
+    (tests/conftest.py marks the others ``slow``; on a GPU, none is). The other backends run
+    every case in both."""
 
     def mark(test):
         test.on_triton_keep = keep
@@ -42,4 +43,5 @@ def sweep_marks(item) -> list:
     keep = getattr(getattr(item, "function", None), "on_triton_keep", None)
     params = getattr(getattr(item, "callspec", None), "params", {})
     on_triton = any(isinstance(v, str) and v == "triton" for v in params.values())
-    return [pytest.mark.slow] if keep is not None and on_triton and not keep(params) else []
+    swept = keep is not None and on_triton and triton_interpreted()
+    return [pytest.mark.slow] if swept and not keep(params) else []

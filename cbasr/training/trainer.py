@@ -340,7 +340,7 @@ class Trainer:
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
         save = want_save if agreed is None else agreed.save
         nll = nll if agreed is None else agreed.nll
-        if not math.isfinite(loss_sum):  # (one process: several skipped before the backward)
+        if agreed is None and not math.isfinite(loss_sum):  # (several: agreed before it)
             finite = torch.isfinite(out.loss).tolist()
             bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok] or out.ids  # (overflow)
             log.warning(
