@@ -255,6 +255,22 @@ def test_a_non_finite_loss_after_the_backward_keeps_the_loss_scale(
     assert not all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
 
 
+def test_a_batch_without_a_readable_utterance_is_a_skipped_step(tone_data, tmp_path, caplog):
+    """One process: an empty batch (every utterance skipped by the loader) logs and skips the
+    step, with no forward, backward or read."""
+    t = asr_trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
+    t.initialise()
+    batches = t.task.epoch_batches(0)[:1]
+    batch = next(iter(t.loader(batches)))
+    empty = collate([])
+    assert not empty.ids and batch.ids
+    with caplog.at_level(logging.WARNING):
+        result = t.train_step(empty, 10, want_save=True)
+    assert result.nll is None and result.save is True
+    assert "no readable utterance in this shard; skipping the step" in caplog.text
+    assert t.train_step(batch, t.task.batch_size(batches[0])[0]).nll is not None
+
+
 def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
