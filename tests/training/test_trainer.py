@@ -228,7 +228,7 @@ def test_non_finite_losses_skip_steps_then_stop(tone_data, tmp_path, monkeypatch
 
 
 def test_a_non_finite_loss_after_the_backward_keeps_the_loss_scale(
-    tone_data, tmp_path, monkeypatch
+    tone_data, tmp_path, monkeypatch, caplog
 ):
     """One process finds a non-finite loss in its one read after the backward: the step is
     skipped with the parameters unchanged, fp16's loss scale kept (no gradient overflowed) and
@@ -239,18 +239,22 @@ def test_a_non_finite_loss_after_the_backward_keeps_the_loss_scale(
     batches = t.task.epoch_batches(0)[:2]
     real_loss = CTCModel.loss
 
-    def nan(self, *b):
+    def nan(self, *b):  # the second utterance's loss
         out = real_loss(self, *b)
-        return LossOutput(out.loss * math.nan, out.nll, {})
+        second = torch.arange(len(out.loss)) == 1
+        return LossOutput(torch.where(second, math.nan, out.loss), out.nll, {})
 
     before = {k: p.detach().clone() for k, p in t.model.named_parameters()}
     results = []
     for i, (batch, indices) in enumerate(zip(t.loader(batches), batches)):
         monkeypatch.setattr(CTCModel, "loss", nan if i == 0 else real_loss)
-        results.append(t.train_step(batch, t.task.batch_size(indices)[0]))
+        with caplog.at_level(logging.WARNING):
+            results.append(t.train_step(batch, t.task.batch_size(indices)[0]))
         if i == 0:
+            first_ids = batch.ids
             assert all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
     assert results[0].nll is None and t.scaler.get_scale() == 1024.0
+    assert f"non-finite loss for ['{first_ids[1]}']; skipping the step" in caplog.text
     assert results[1].nll is not None and math.isfinite(results[1].grad_norm)
     assert not all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
 
@@ -269,6 +273,44 @@ def test_a_batch_without_a_readable_utterance_is_a_skipped_step(tone_data, tmp_p
     assert result.nll is None and result.save is True
     assert "no readable utterance in this shard; skipping the step" in caplog.text
     assert t.train_step(batch, t.task.batch_size(batches[0])[0]).nll is not None
+
+
+def test_several_processes_agree_on_a_skip_before_the_backward(
+    tone_data, tmp_path, monkeypatch, caplog
+):
+    """With several processes, the NLL sum, a save and a skip are agreed before DDP's backward:
+    the other processes' values come from a stand-in for the all-reduce."""
+    from cbasr.training import distributed
+    from cbasr.training.task import TaskOutput
+
+    t = asr_trainer(make_cfg(tone_data, tmp_path / "a"), tmp_path / "a")
+    others = {"values": [0.0, 0.0, 0.0]}  # the other process's (bad, nll, save)
+
+    def all_reduce_sum(values, ctx, device):
+        return [a + b for a, b in zip(values, others["values"], strict=True)]
+
+    monkeypatch.setattr(distributed, "all_reduce_sum", all_reduce_sum)
+    losses = torch.tensor([1.0, 2.0])
+    good = TaskOutput(losses, losses, ["a", "b"])
+    bad = TaskOutput(torch.tensor([1.0, math.inf]), losses, ["a", "b"])
+
+    def agree(out, want_save, other=(0.0, 0.0, 0.0)):
+        others["values"] = list(other)
+        return t._agree_before_backward(out, want_save)
+
+    agreed = agree(good, False, (0.0, 5.0, 0.0))
+    assert agreed.nll == 8.0 and agreed.save is False
+    assert agree(good, False, (0.0, 0.0, 1.0)).save is True  # the other process's save
+    assert agree(good, True).save is True
+    with caplog.at_level(logging.WARNING):
+        skipped = agree(bad, False)
+        assert skipped.nll is None and skipped.save is False
+        assert "non-finite loss for ['b']; skipping the step" in caplog.text
+        assert agree(good, True, (1.0, 0.0, 0.0)).nll is None  # the other process's bad shard
+        assert "no readable utterance" not in caplog.text
+        skipped = agree(None, True)
+        assert skipped.nll is None and skipped.save is True
+        assert "no readable utterance in this shard; skipping the step" in caplog.text
 
 
 def test_cb_model_trains_and_logs_the_emission_rate(tone_data, tmp_path, monkeypatch):
