@@ -106,6 +106,11 @@ def _read_step(norm: torch.Tensor, loss: torch.Tensor, nll: torch.Tensor, stats:
     return norm, loss_sum, nll_sum, {**stats, **dict(zip(keys, rest))}
 
 
+def _failing(ids: list[str], finite: list) -> list[str]:
+    """The utterances whose loss is not finite."""
+    return [utt for utt, ok in zip(ids, finite) if not ok]
+
+
 def _plain_lr(state: dict) -> dict:
     """An optimizer's state with each group's learning rate a float (``trainer.cuda_graphs``
     keeps it as a device tensor: its checkpoints are the eager step's, and resume either way)."""
@@ -342,10 +347,7 @@ class Trainer:
         nll = nll if agreed is None else agreed.nll
         if agreed is None and not math.isfinite(loss_sum):  # (several: agreed before it)
             finite = torch.isfinite(out.loss).tolist()
-            bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok] or out.ids  # (overflow)
-            log.warning(
-                "step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids
-            )
+            self._warn_non_finite_loss(_failing(out.ids, finite) or out.ids)  # (or: overflow)
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler.is_enabled():  # fp16: the same loss scale (no gradient overflowed)
                 self.scaler.update(self.scaler.get_scale())
@@ -380,7 +382,7 @@ class Trainer:
             *finite, local_nll = torch.cat(
                 [torch.isfinite(out.loss).double(), out.nll.sum().double()[None]]
             ).tolist()
-            bad_ids = [utt for utt, ok in zip(out.ids, finite) if not ok]
+            bad_ids = _failing(out.ids, finite)
             local_nll = 0.0 if bad_ids else local_nll
         bad, nll, save = distributed.all_reduce_sum(
             [float(out is None or bool(bad_ids)), local_nll, float(want_save)],
@@ -390,15 +392,16 @@ class Trainer:
         if not bad:
             return StepResult(nll, math.nan, {}, save > 0)
         if bad_ids:
-            log.warning(
-                "step %d: non-finite loss for %s; skipping the step", self.state.step, bad_ids
-            )
+            self._warn_non_finite_loss(bad_ids)
         elif out is None:
             log.warning(
                 "step %d: no readable utterance in this shard; skipping the step",
                 self.state.step,
             )
         return StepResult(None, math.nan, {}, save > 0)
+
+    def _warn_non_finite_loss(self, ids: list[str]) -> None:
+        log.warning("step %d: non-finite loss for %s; skipping the step", self.state.step, ids)
 
     def _graphed_step(self, batch, global_tokens: int, want_save: bool) -> StepResult:
         """:meth:`train_step` by :class:`~cbasr.training.graphs.GraphedSteps` (one process)."""
@@ -415,7 +418,7 @@ class Trainer:
         )
         values = self.graphed(batch, global_tokens, autocast)
         faults.kill_if_armed("kill-in-step", self.state.step + 1, self.dist.rank)
-        bad_ids = [utt for utt, ok in zip(batch.ids, values.finite) if not ok]
+        bad_ids = _failing(batch.ids, values.finite)
         if bad_ids or not math.isfinite(values.grad_norm):
             what = "loss" if bad_ids else "gradient"
             log.warning(
