@@ -5,15 +5,22 @@
     cbasr-prepare wsj-lm --corpus-dir /data/wsj --out data/wsj_lm   # LM text and base ARPA LMs
     cbasr-prepare gigaword --corpus-dir /data/gigaword --out data/gigaword
     cbasr-prepare librispeech --corpus-dir downloads --out data/librispeech [--subsets ...]
-    cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes]
+    cbasr-prepare speechocean762 --corpus-dir downloads/speechocean762 --out data/so762
+    cbasr-prepare kaldi --data-dir data/train data/dev --out data/mine [--run-pipes] \
+        [--audio-root DIR]
     cbasr-prepare lhotse --manifests train=cuts_train.jsonl.gz dev=recordings_dev.jsonl.gz \
         dev=supervisions_dev.jsonl.gz --out data/mine
 
 ``--min-duration`` / ``--max-duration`` (seconds) leave out utterances outside the range, counted
 in ``skipped.tsv`` with the reason.
 
+Relative audio paths in Kaldi's ``wav.scp`` and lhotse's sources are relative to the working
+directory, as Kaldi and lhotse read them, or to ``--audio-root``.
+
 A rerun on a complete output directory with the same options does nothing; an interrupted one
-is redone. A directory that is not the corpus fails with what was expected and what was found.
+is redone. A directory that is not the corpus fails with what was expected and what was found
+(exit 2); a split of which no utterance is usable fails with one line naming the split, the
+count skipped and the most common reason, with an example (exit 1).
 """
 
 import argparse
@@ -23,7 +30,7 @@ import sys
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
-from cbasr.corpora.prepare import CorpusError, DurationFilter
+from cbasr.corpora.prepare import CorpusError, DurationFilter, EmptySplitError
 
 log = logging.getLogger("cbasr-prepare")
 
@@ -34,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="corpus", required=True)
-    for name in ("timit", "wsj", "wsj-lm", "gigaword", "librispeech", "kaldi", "lhotse"):
+    corpora = ("timit", "wsj", "wsj-lm", "gigaword", "librispeech", "speechocean762", "kaldi")
+    for name in (*corpora, "lhotse"):
         p = sub.add_parser(name)
         if name == "lhotse":
             p.add_argument(
@@ -49,6 +57,11 @@ def main(argv: list[str] | None = None) -> None:
                 "--run-pipes",
                 action="store_true",
                 help="run audio commands ('... |') once each and store their audio in OUT/audio",
+            )
+            p.add_argument(
+                "--audio-root",
+                type=Path,
+                help="what relative audio paths are relative to (default: the working directory)",
             )
         if name == "kaldi":
             p.add_argument(
@@ -74,6 +87,13 @@ def main(argv: list[str] | None = None) -> None:
                 nargs="+",
                 metavar="SUBSET",
                 help="subsets to prepare (default: every one found under --corpus-dir)",
+            )
+        if name == "speechocean762":
+            p.add_argument(
+                "--dev-speakers",
+                type=int,
+                default=12,
+                help="train speakers held out as dev, spread over the ages",
             )
         if name == "timit":
             p.add_argument(
@@ -109,6 +129,16 @@ def main(argv: list[str] | None = None) -> None:
             prepare_librispeech(
                 args.corpus_dir, args.out, args.subsets, not args.allow_partial, durations
             )
+        elif args.corpus == "speechocean762":
+            from cbasr.corpora.speechocean762 import prepare_speechocean762
+
+            prepare_speechocean762(
+                args.corpus_dir,
+                args.out,
+                args.dev_speakers,
+                durations,
+                strict=not args.allow_partial,
+            )
         elif args.corpus == "lhotse":
             from cbasr.corpora.lhotse import prepare_lhotse
 
@@ -118,15 +148,20 @@ def main(argv: list[str] | None = None) -> None:
                 if not sep or not split or not path:
                     raise SystemExit(f"cbasr-prepare: --manifests takes SPLIT=FILE, got {item!r}")
                 manifests.setdefault(split, []).append(path)
-            prepare_lhotse(manifests, args.out, args.run_pipes, durations)
+            prepare_lhotse(manifests, args.out, args.run_pipes, durations, args.audio_root)
         elif args.corpus == "kaldi":
             from cbasr.corpora.kaldi import prepare_kaldi
 
-            prepare_kaldi(args.data_dir, args.out, args.splits, args.run_pipes, durations)
+            prepare_kaldi(
+                args.data_dir, args.out, args.splits, args.run_pipes, durations, args.audio_root
+            )
         else:
             from cbasr.corpora.gigaword import prepare_gigaword
 
             prepare_gigaword(args.corpus_dir, args.out, strict=not args.allow_partial)
+    except EmptySplitError as e:
+        log.error("%s", e)
+        sys.exit(1)
     except CorpusError as e:
         log.error("%s", e)
         sys.exit(2)

@@ -4,11 +4,14 @@ Three kinds of file, told apart by their records: recordings (``sources``, ``sam
 ``duration``), supervisions (``recording_id``, ``start``, ``duration``, ``text``, ``speaker``,
 ``channel``) and cuts (a ``recording`` and their ``supervisions``, whose ``start`` counts from
 the cut's). Every supervision becomes one utterance: its recording's audio file from its start
-for its duration (the manifest's ``start`` and ``duration``), its text as ``words``.
+for its duration (the manifest's ``start`` and ``duration``), the supervision's channel of that
+file (the manifest's ``channel``, when not the first), its text as ``words``. A relative source
+path is relative to the working directory, as lhotse reads it, or to ``audio_root``.
 
 A ``command`` source is run once through ``bash -c`` with ``run_pipes`` (its output stored as
-``<out>/audio/<split>/<recording>.wav``), else refused; ``url`` and ``memory`` sources, a channel
-other than the first of its file, an empty text, and a supervision beyond its recording are
+``<out>/audio/<split>/<recording>.wav``), else refused; ``url`` and ``memory`` sources, a
+supervision over several channels, a recording with audio transforms (resampling, speed
+perturbation: not applied here), an empty text, and a supervision beyond its recording are
 counted skips with the reason.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from cbasr.corpora.kaldi import recording_path
 from cbasr.corpora.prepare import CorpusError, DurationFilter, PreparedCorpus
+from cbasr.data.audio import AudioError
 
 __all__ = ["read_lhotse", "prepare_lhotse"]
 
@@ -56,29 +60,35 @@ def read_lhotse(path: str | Path) -> tuple[str, list[dict]]:
     )
 
 
-def _source(recording: dict, channel: int) -> tuple[dict | None, str]:
-    """The source holding ``channel`` as its file's first channel, or None and why not."""
+def _source(recording: dict, channel) -> tuple[dict | None, int, str]:
+    """The source holding ``channel`` and the channel's index in its file, or None and why."""
+    if isinstance(channel, list):
+        if len(channel) != 1:
+            return None, 0, f"a supervision over channels {channel}: one channel is read"
+        channel = channel[0]
+    if recording.get("transforms"):
+        kinds = [t.get("name", "?") for t in recording["transforms"]]
+        return None, 0, f"recording {recording.get('id')} has audio transforms {kinds}"
     for source in recording.get("sources", []):
         channels = source.get("channels", [0])
         if channel in channels:
-            if channels[0] != channel:
-                return None, f"channel {channel} is not the first of {source.get('source')}"
             if source.get("type", "file") not in ("file", "command"):
-                return None, f"a {source.get('type')!r} audio source cannot be read"
-            return source, ""
-    return None, f"recording {recording.get('id')} has no source for channel {channel}"
+                return None, 0, f"a {source.get('type')!r} audio source cannot be read"
+            return source, channels.index(channel), ""
+    return None, 0, f"recording {recording.get('id')} has no source for channel {channel}"
 
 
 def _utterances(
-    pairs: list[tuple[dict, dict, float]],
+    pairs: list[tuple[dict, dict, float, Path]],
     split: str,
     audio_dir: Path,
     run_pipes: bool,
+    audio_root: Path | None,
 ) -> tuple[list[dict], list[tuple[str, str, str]]]:
-    """Manifest records of ``(supervision, recording, offset)`` triples (offset: the start of
+    """Manifest records of ``(supervision, recording, offset, manifest)`` (offset: the start of
     the cut the supervision's start counts from)."""
     records, skipped, seen = [], [], set()
-    for sup, recording, offset in pairs:
+    for sup, recording, offset, manifest in pairs:
         utt = sup["id"]
         if utt in seen:
             skipped.append((split, utt, "duplicate supervision id"))
@@ -88,7 +98,7 @@ def _utterances(
         if not text:
             skipped.append((split, utt, "empty text"))
             continue
-        source, why = _source(recording, int(sup.get("channel", 0) or 0))
+        source, index, why = _source(recording, sup.get("channel", 0) or 0)
         if source is None:
             skipped.append((split, utt, why))
             continue
@@ -101,46 +111,48 @@ def _utterances(
             continue
         entry = source["source"] + (" |" if source.get("type") == "command" else "")
         try:
-            path = recording_path(recording["id"], entry, Path.cwd(), audio_dir, run_pipes)
-        except CorpusError:
-            raise
-        except Exception as e:  # a failed command
+            path = recording_path(
+                recording["id"], entry, manifest, audio_dir, run_pipes, audio_root
+            )
+        except AudioError as e:  # a failed command, or no such file
             skipped.append((split, utt, str(e)))
             continue
-        if not path.is_file():
-            skipped.append((split, utt, f"{path}: no such audio file"))
-            continue
-        records.append(
-            {
-                "id": utt,
-                "audio": str(path.resolve()),
-                "start": start,
-                "duration": duration,
-                "speaker": sup.get("speaker") or utt,
-                "words": text,
-            }
-        )
+        record = {
+            "id": utt,
+            "audio": str(path.resolve()),
+            "start": start,
+            "duration": duration,
+            "speaker": sup.get("speaker") or utt,
+            "words": text,
+        }
+        if index:
+            record["channel"] = index
+        records.append(record)
     return records, skipped
 
 
-def _pairs(files: list[Path]) -> list[tuple[dict, dict, float]]:
-    """``(supervision, recording, offset)`` of a split's manifests."""
-    kinds: dict[str, list[dict]] = {"recordings": [], "supervisions": [], "cuts": []}
+def _pairs(files: list[Path]) -> list[tuple[dict, dict, float, Path]]:
+    """``(supervision, recording, offset, the manifest naming the audio)`` of a split's
+    manifests."""
+    kinds: dict[str, list[tuple[dict, Path]]] = {"recordings": [], "supervisions": [], "cuts": []}
     for path in files:
         kind, records = read_lhotse(path)
-        kinds[kind] += records
+        kinds[kind] += [(r, path) for r in records]
     pairs = []
-    for cut in kinds["cuts"]:
-        pairs += [(s, cut["recording"], float(cut.get("start", 0.0))) for s in cut["supervisions"]]
+    for cut, path in kinds["cuts"]:
+        offset = float(cut.get("start", 0.0))
+        pairs += [(s, cut["recording"], offset, path) for s in cut["supervisions"]]
     if kinds["supervisions"]:
-        recordings = {r["id"]: r for r in kinds["recordings"]}
-        missing = sorted({s["recording_id"] for s in kinds["supervisions"]} - set(recordings))
+        recordings = {r["id"]: (r, path) for r, path in kinds["recordings"]}
+        missing = sorted({s["recording_id"] for s, _ in kinds["supervisions"]} - set(recordings))
         if missing:
             raise CorpusError(
                 f"supervisions name recordings missing from the recording manifests given, "
                 f"e.g. {missing[:3]} (give their recordings .jsonl.gz too)"
             )
-        pairs += [(s, recordings[s["recording_id"]], 0.0) for s in kinds["supervisions"]]
+        for s, _ in kinds["supervisions"]:
+            recording, path = recordings[s["recording_id"]]
+            pairs.append((s, recording, 0.0, path))
     if not pairs:
         raise CorpusError(
             f"{[str(f) for f in files]}: no supervisions (give cuts, or supervisions with their "
@@ -154,18 +166,30 @@ def prepare_lhotse(
     out_dir: str | Path,
     run_pipes: bool = False,
     durations: DurationFilter | None = None,
+    audio_root: str | Path | None = None,
 ) -> dict:
     """Write ``<split>.jsonl`` into ``out_dir`` from each split's lhotse manifests.
 
+    Args:
+        audio_root: what relative source paths are relative to (None: the working directory).
+
     Returns:
         The summary also written to ``out_dir/.done``.
+
+    Raises:
+        CorpusError: an unreadable manifest, or one that is not lhotse's; an
+            :class:`EmptySplitError` for a split with no usable utterance.
     """
     splits = tuple(manifests)
+    root = None if audio_root is None else Path(audio_root).resolve()
+    if root is not None and not root.is_dir():
+        raise CorpusError(f"--audio-root {audio_root}: no such directory")
     out = PreparedCorpus(out_dir, splits, durations)
     params = {
         "corpus": "lhotse",
         "manifests": {s: [str(Path(f).resolve()) for f in files] for s, files in manifests.items()},
         "run_pipes": run_pipes,
+        "audio_root": str(root or Path.cwd().resolve()),
     }
     if out.is_complete(params):
         log.info("%s: manifests complete, nothing to do", out_dir)
@@ -173,7 +197,11 @@ def prepare_lhotse(
     records, skipped = {}, []
     for split, files in manifests.items():
         records[split], split_skipped = _utterances(
-            _pairs([Path(f) for f in files]), split, Path(out_dir) / "audio" / split, run_pipes
+            _pairs([Path(f) for f in files]),
+            split,
+            Path(out_dir) / "audio" / split,
+            run_pipes,
+            root,
         )
         skipped += split_skipped
     return out.write(params, records, skipped)

@@ -5,20 +5,31 @@ extra files of the corpus (phone lists, maps), ``skipped.tsv`` (``split<TAB>id<T
 for utterances that could not be used: truncated audio, a missing transcription) and
 ``.done``, written last, with the preparation's parameters and counts. A rerun with the same
 parameters on a complete directory does nothing; an interrupted one (no ``.done``, or files
-missing) is redone from scratch, never trusted.
+missing) is redone from scratch, never trusted. A split with no usable utterance is an
+:class:`EmptySplitError` (``cbasr-prepare`` exits 1), naming the most common reason, and
+leaves no ``.done``.
 """
 
 import json
 import logging
 import math
 import os
+import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from cbasr.storage.files import write_json, write_jsonl, write_text
 
-__all__ = ["CorpusError", "corpus_error", "PreparedCorpus", "DurationFilter", "walk_files"]
+__all__ = [
+    "CorpusError",
+    "EmptySplitError",
+    "corpus_error",
+    "PreparedCorpus",
+    "DurationFilter",
+    "walk_files",
+]
 
 log = logging.getLogger(__name__)
 MARKER = ".done"
@@ -26,6 +37,31 @@ MARKER = ".done"
 
 class CorpusError(ValueError):
     """A corpus directory that is not the corpus asked for; says what was expected and found."""
+
+
+class EmptySplitError(CorpusError):
+    """A split of which no utterance could be used."""
+
+
+def _reason_kind(reason: str) -> str:
+    """``reason`` without what differs between utterances (paths, numbers, quoted names)."""
+    kind = re.sub(r"\S*/\S*", "<path>", reason)
+    kind = re.sub(r"'[^']*'", "<name>", kind)
+    return re.sub(r"\d+(\.\d+)?", "<n>", kind)
+
+
+def empty_split_error(split: str, skipped: list[tuple[str, str, str]]) -> EmptySplitError:
+    """The error for ``split`` with nothing usable: its skip count and most common reason."""
+    own = [(utt, reason) for s, utt, reason in skipped if s == split]
+    if not own:
+        return EmptySplitError(f"split {split}: no utterances found")
+    kinds = Counter(_reason_kind(reason) for _, reason in own)
+    kind, count = kinds.most_common(1)[0]
+    utt, reason = next((u, r) for u, r in own if _reason_kind(r) == kind)
+    return EmptySplitError(
+        f"split {split}: no usable utterance, {len(own)} skipped; the most common reason "
+        f"({count} of {len(own)}), e.g. {utt}: {reason}"
+    )
 
 
 def corpus_error(corpus: str, path: Path, expected: str, found) -> CorpusError:
@@ -119,9 +155,15 @@ class PreparedCorpus:
         records: dict[str, list[dict]],
         skipped: list[tuple[str, str, str]],
         extra: dict[str, str] | None = None,
+        warnings: list[str] | None = None,
     ) -> dict:
         """Write manifests, extra files, ``skipped.tsv``, then ``.done``; returns the summary.
-        Records outside the duration filter join ``skipped``."""
+        Records outside the duration filter join ``skipped``; ``warnings`` (problems that left
+        every utterance usable) are kept in the summary.
+
+        Raises:
+            EmptySplitError: a split with no record, after ``skipped.tsv`` is written.
+        """
         (self.out_dir / MARKER).unlink(missing_ok=True)
         params = {**params, **self.durations.params()}
         if self.durations.active:
@@ -136,6 +178,10 @@ class PreparedCorpus:
                     else:
                         kept[split].append(r)
             records = kept
+        write_text(self.out_dir / "skipped.tsv", "".join(f"{s}\t{u}\t{r}\n" for s, u, r in skipped))
+        empty = [split for split in self.splits if not records.get(split)]
+        if empty:
+            raise empty_split_error(empty[0], skipped)
         files = {}
         for split in self.splits:
             write_jsonl(self.out_dir / f"{split}.jsonl", records.get(split, []))
@@ -143,7 +189,6 @@ class PreparedCorpus:
         for name, text in (extra or {}).items():
             write_text(self.out_dir / name, text)
             files[name] = len(text.splitlines())
-        write_text(self.out_dir / "skipped.tsv", "".join(f"{s}\t{u}\t{r}\n" for s, u, r in skipped))
         for split, utt, reason in skipped[:20]:
             log.warning("skipping %s (%s): %s", utt, split, reason)
         if skipped:
@@ -155,6 +200,8 @@ class PreparedCorpus:
             )
         counts = {split: len(records.get(split, [])) for split in self.splits}
         summary = {"params": params, "utterances": counts, "skipped": len(skipped), "files": files}
+        if warnings:
+            summary["warnings"] = list(warnings)
         write_json(self.out_dir / MARKER, summary)
         log.info(
             "%s: %s, %d skipped",

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cbasr.corpora.prepare import CorpusError, corpus_error, walk_files
+from cbasr.corpora.prepare import CorpusError, EmptySplitError, corpus_error, walk_files
 from cbasr.corpora.wsj import NOISE_TOKENS, _Layout, normalize_transcript
 from cbasr.storage.files import atomic_write, write_json
 
@@ -109,7 +109,8 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
 
     Raises:
         CorpusError: no LM directory, or (strict) a year or ``base_lm`` missing; a damaged
-            ``.z`` file, named.
+            ``.z`` file, named; :class:`~cbasr.corpora.prepare.EmptySplitError` when no
+            sentence is left.
     """
     corpus_dir, out = Path(corpus_dir), Path(out_dir)
     params = {"corpus": "wsj_lm", "corpus_dir": str(corpus_dir.resolve()), "strict": strict}
@@ -163,6 +164,12 @@ def prepare_wsj_lm(corpus_dir: str | Path, out_dir: str | Path, strict: bool = T
                 counts["words"] += len(words)
 
     atomic_write(out / "lm_train.txt", write_text)
+    if not counts["sentences"]:
+        raise EmptySplitError(
+            f"split lm_train: no usable sentence in {len(files)} text files, "
+            f"{counts['skipped_lines']} markup or empty lines skipped"
+            + ("" if files else f" (none under {lm_dir}/lm_train/np_data)")
+        )
     arpas = []
     for path in compressed_lms:
         name = path.name.split(".")[0].lower() + ".arpa.gz"

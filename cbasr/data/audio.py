@@ -155,15 +155,25 @@ def read_audio_channels(path: str | Path) -> tuple[np.ndarray, int]:
 
 
 def read_segment(
-    path: str | Path, start: float | None = None, duration: float | None = None
+    path: str | Path,
+    start: float | None = None,
+    duration: float | None = None,
+    channel: int = 0,
 ) -> tuple[np.ndarray, int]:
-    """The first channel of ``path`` from ``start`` seconds for ``duration`` seconds (a Kaldi
-    ``segments`` entry; None: the whole file).
+    """Channel ``channel`` of ``path`` from ``start`` seconds for ``duration`` seconds (a Kaldi
+    ``segments`` entry, a lhotse supervision; None: the whole file).
 
     Raises:
-        AudioError: as :func:`read_audio`, or a segment that ends beyond the recording.
+        AudioError: as :func:`read_audio`, a channel the file does not have, or a segment that
+            ends beyond the recording.
     """
-    samples, rate = read_audio(path)
+    if channel == 0:
+        samples, rate = read_audio(path)
+    else:
+        every, rate = read_audio_channels(path)
+        if not 0 <= channel < every.shape[1]:
+            raise AudioError(f"{path}: no channel {channel} (the file has {every.shape[1]})")
+        samples = np.ascontiguousarray(every[:, channel])
     if start is None:
         return samples, rate
     first = int(round(start * rate))

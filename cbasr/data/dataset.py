@@ -214,7 +214,9 @@ class AsrDataset(torch.utils.data.Dataset):
             return resample_frames(self.store[record["id"]], speed)
         path = audio_path(record, self.manifest)
         try:
-            samples, sample_rate = read_segment(path, record.get("start"), record.get("duration"))
+            samples, sample_rate = read_segment(
+                path, record.get("start"), record.get("duration"), record.get("channel", 0)
+            )
         except AudioError as e:
             log.warning("skipping %s: %s", record["id"], e)
             return None

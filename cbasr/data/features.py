@@ -92,11 +92,11 @@ def compute_fbank(waveform: torch.Tensor, sample_rate: int, opts: FbankOptions) 
 
 
 def _features_of(job: tuple) -> tuple[str, np.ndarray | None, str]:
-    """Worker: ``(id, path, opts, start, duration) -> (id, (T, F) float16 array or None,
-    reason)``; ``start`` None reads the whole file."""
-    utt_id, path, opts, start, duration = job
+    """Worker: ``(id, path, opts, start, duration, channel) -> (id, (T, F) float16 array or
+    None, reason)``; ``start`` None reads the whole file."""
+    utt_id, path, opts, start, duration, channel = job
     try:
-        samples, sample_rate = read_segment(path, start, duration)
+        samples, sample_rate = read_segment(path, start, duration, channel)
     except AudioError as e:
         return utt_id, None, str(e)
     if samples.shape[0] == 0:
@@ -146,7 +146,14 @@ def extract_split(
     out_dir.mkdir(parents=True, exist_ok=True)
     records = read_manifest(manifest)
     jobs = [
-        (r["id"], str(audio_path(r, manifest)), opts, r.get("start"), r.get("duration"))
+        (
+            r["id"],
+            str(audio_path(r, manifest)),
+            opts,
+            r.get("start"),
+            r.get("duration"),
+            r.get("channel", 0),
+        )
         for r in records
     ]
 

@@ -6,7 +6,7 @@ Every corpus preparation writes, per split, ``<split>.jsonl`` with at least::
 
 ``audio`` is relative to the manifest's directory (or absolute); an optional ``start``
 (seconds) makes the utterance the ``duration`` seconds of the file from there (Kaldi's
-``segments``). Phone-level corpora add
+``segments``), and an optional ``channel`` (from 0; default 0) the channel of the file it is. Phone-level corpora add
 ``phones`` (list of labels) and ``phone_starts`` (seconds); other fields pass through.
 Text-input corpora (Gigaword) have ``source`` (the input text) instead of ``audio`` and
 ``duration``.

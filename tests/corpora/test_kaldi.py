@@ -1,7 +1,10 @@
 """Kaldi data directories: import (files, segments, commands), counted skips, then training."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,10 +12,11 @@ import soundfile
 import torch
 
 from cbasr.cli import features, prepare, vocab
-from cbasr.corpora.kaldi import prepare_kaldi
+from cbasr.corpora.kaldi import prepare_kaldi, read_table
 from cbasr.corpora.prepare import CorpusError, DurationFilter
 from cbasr.data.features import FeatureStore
 from cbasr.training.asr_task import train
+from tests.corpora.fake_speechocean762 import make_fake_speechocean762
 from tests.training.test_trainer import make_cfg
 
 
@@ -75,6 +79,7 @@ def kaldi_dirs(tone_data, tmp_path_factory):
             utt2spk.append(f"{r['id']} {r['speaker']}\n")
     segments.append("beyond rec1 0.5 99.0\n")
     text.append("beyond a b\n")
+    utt2spk.append("beyond dev-x\n")
     for name, lines in (("wav.scp", wav_scp), ("segments", segments), ("text", text)):
         (dev_dir / name).write_text("".join(lines))
     (dev_dir / "utt2spk").write_text("".join(utt2spk))
@@ -242,3 +247,121 @@ def test_lhotse_cuts_and_recording_supervision_pairs(tone_data, kaldi_dirs, tmp_
     assert "empty text" in skipped and "'url' audio source" in skipped
     assert "beyond recording rec0" in skipped and len(skipped.splitlines()) == 3
     _same_dev_features(out, tmp_path / "fbank", tone_data, "dev")
+
+
+def test_any_whitespace_separates_a_key_from_its_value(tmp_path):
+    path = tmp_path / "text"
+    path.write_text("u1\tWE  CALL IT\n\nu2 \t A BEAR \nu3\n")
+    assert read_table(path) == {"u1": ["WE  CALL IT"], "u2": ["A BEAR"], "u3": [""]}
+    path.write_text("u1\trec1 0.0\t1.5\nu2  rec1  1.5 -1\n")
+    assert read_table(path, 3) == {"u1": ["rec1", "0.0", "1.5"], "u2": ["rec1", "1.5", "-1"]}
+    path.write_text("u1 rec1 0.0\n")
+    with pytest.raises(CorpusError, match=r"text:1: expected a key and 3 fields"):
+        read_table(path, 3)
+    path.write_text("u1 a\nu2 b\nu1\tc\n")
+    with pytest.raises(CorpusError, match=r"text:3: duplicate key 'u1'"):
+        read_table(path)
+
+
+@pytest.fixture()
+def published(tmp_path):
+    """A corpus whose Kaldi directories are as published: tabs, paths relative to its root."""
+    root = tmp_path / "corpus"
+    make_fake_speechocean762(root)
+    return root
+
+
+def test_published_directories_import_from_the_corpus_root(published, tmp_path, monkeypatch):
+    """Run where Kaldi's scripts run (the paths are relative to it), every utterance imports;
+    run elsewhere, the split fails with the places tried and the fix, exit 1; --audio-root
+    mends it from anywhere."""
+    monkeypatch.chdir(published)
+    prepare.main(["kaldi", "--data-dir", "train", "test", "--out", str(tmp_path / "a")])
+    summary = json.loads((tmp_path / "a" / ".done").read_text())
+    assert summary["utterances"] == {"train": 16, "test": 6} and summary["skipped"] == 0
+    first = _manifest(tmp_path / "a" / "train.jsonl")[0]
+    assert first["id"] == "000010000" and first["words"] == "A BEAR"
+    assert first["audio"] == str(published / "WAVE/SPEAKER0001/000010000.WAV")
+    assert (first["speaker"], first["age"], first["gender"]) == ("0001", "6", "m")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    dirs = [str(published / "train"), str(published / "test")]
+    with pytest.raises(SystemExit) as exit_info:
+        prepare.main(["kaldi", "--data-dir", *dirs, "--out", str(tmp_path / "b")])
+    assert exit_info.value.code == 1
+    assert not (tmp_path / "b" / ".done").exists()
+    reasons = (tmp_path / "b" / "skipped.tsv").read_text().splitlines()
+    assert len(reasons) == 16 + 6
+    assert f"tried {elsewhere / 'WAVE/SPEAKER0001/000010000.WAV'}" in reasons[0]
+    assert f"pass --audio-root {published}" in reasons[0]
+    prepare.main(
+        ["kaldi", "--data-dir", *dirs, "--out", str(tmp_path / "c"), "--audio-root", str(published)]
+    )
+    assert _manifest(tmp_path / "c" / "train.jsonl") == _manifest(tmp_path / "a" / "train.jsonl")
+
+
+def test_an_empty_split_fails_in_one_line_naming_the_commonest_reason(published, tmp_path):
+    """As a user runs it, from a directory the relative paths do not resolve against."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cbasr.cli.prepare", "kaldi", "--data-dir", str(published / "test"),
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "CBASR_DEBUG": "0"},
+    )  # fmt: skip
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "split test: no usable utterance, 6 skipped; the most common reason (6 of 6)" in lines[0]
+    assert "e.g. 000030000: WAVE/SPEAKER0003/000030000.WAV: no such audio file" in lines[0]
+
+
+def _write(directory, **tables):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in tables.items():
+        (directory / name.replace("_", ".", 1 if name == "wav_scp" else 0)).write_text(
+            "".join(f"{line}\n" for line in lines)
+        )
+
+
+def test_validate_data_dir_checks_are_named_skips_warnings_or_errors(tone_data, tmp_path):
+    """Kaldi's utils/validate_data_dir.sh checks: coverage of text, wav.scp and utt2spk as
+    counted skips, the sort order as a warning, spk2utt against utt2spk as an error."""
+    corpus = tone_data / "corpus"
+    records = _manifest(corpus / "train.jsonl")[:4]
+    ids = [r["id"] for r in records]
+    d = tmp_path / "d"
+    _write(
+        d,
+        wav_scp=[f"{i} {corpus / r['audio']}" for i, r in zip(ids[:3], records)] + ["zz /x.wav"],
+        text=["only-text a"] + [f"{i} a b" for i in ids[1:]],
+        utt2spk=[f"{ids[0]} s", f"{ids[1]} s", f"{ids[3]} s", "only-spk s", "zz s"],
+        spk2utt=[f"s {ids[0]} {ids[1]} {ids[3]} only-spk zz"],
+    )
+    (d / "utt2spk").write_text("".join(f"{line}\n" for line in reversed(
+        (d / "utt2spk").read_text().splitlines())))  # fmt: skip
+    summary = prepare_kaldi([d], tmp_path / "out")
+    assert [r["id"] for r in _manifest(tmp_path / "out" / "d.jsonl")] == [ids[1]]
+    skipped = {
+        line.split("\t")[1]: line.split("\t")[2]
+        for line in (tmp_path / "out" / "skipped.tsv").read_text().splitlines()
+    }
+    assert skipped == {
+        ids[0]: "in wav.scp but not in text",
+        ids[2]: "not in utt2spk",
+        ids[3]: "in text but not in wav.scp",
+        "only-text": "in text but not in wav.scp",
+        "only-spk": "in utt2spk only but not in wav.scp",
+        "zz": "in wav.scp but not in text",
+    }
+    assert summary["warnings"] == [
+        f"{d / 'utt2spk'}: 3 keys out of sorted order (LC_ALL=C sort), the first 'only-spk' "
+        "after 'zz'; imported as they are"
+    ]
+    (d / "spk2utt").write_text(f"s {ids[0]} {ids[1]} {ids[2]} only-spk zz\n")
+    with pytest.raises(CorpusError, match=r"spk2utt disagrees with utt2spk for speaker 's': "):
+        prepare_kaldi([d], tmp_path / "out2")
+    (d / "spk2utt").write_text(f"s {ids[0]} {ids[1]} {ids[3]} only-spk zz\n")
+    (d / "text").write_text(f"{ids[1]} a\n{ids[1]}\tb\n")
+    with pytest.raises(CorpusError, match=r"text:2: duplicate key"):
+        prepare_kaldi([d], tmp_path / "out3")
