@@ -4,11 +4,12 @@
     cbasr-download librispeech --out downloads --subsets train-clean-100 dev-clean test-clean \\
         --mirror https://openslr.elda.org/resources
     cbasr-download librispeech --out downloads --lm-files 3-gram.pruned.1e-7.arpa.gz
+    cbasr-download speechocean762 --out downloads [--mirror https://openslr.elda.org/resources]
 
 Archives are checked against their published checksums (LibriSpeech: SHA-256; Mini
-LibriSpeech: MD5; the LM files, which have none, as gzip streams), resumed after an
-interruption and unpacked into ``OUT/LibriSpeech``; a subset already unpacked there, or an
-archive already checked, is not fetched again. ``--mirror URL`` replaces
+LibriSpeech: MD5; the LM files and speechocean762, which have none, as gzip streams), resumed
+after an interruption and unpacked into ``OUT/LibriSpeech`` (``OUT/speechocean762``); a subset
+already unpacked there, or an archive already checked, is not fetched again. ``--mirror URL`` replaces
 ``https://www.openslr.org/resources`` (same layout: ``URL/12/dev-clean.tar.gz``);
 ``--sums FILE`` (``sha256sum``/``md5sum`` output) replaces the published sums for a mirror
 that repacked the archives.
@@ -59,8 +60,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--remove-archives", action="store_true", help="delete each archive once it is unpacked"
     )
+    so = sub.add_parser("speechocean762")
+    so.add_argument("--out", required=True, type=Path, help="the tree in OUT/speechocean762")
+    so.add_argument("--mirror", help="base URL in place of https://www.openslr.org/resources")
     args = parser.parse_args(argv)
     setup_logging()
+    if args.corpus == "speechocean762":
+        from cbasr.corpora.speechocean762 import download_speechocean762
+
+        try:
+            log.info("%s", download_speechocean762(args.out, args.mirror))
+        except (DownloadError, CorpusError) as e:
+            log.error("%s", e)
+            sys.exit(2)
+        return
     if not args.subsets and not args.lm_files:
         parser.error("name --subsets or --lm-files")
     sums = read_sums(args.sums) if args.sums else None

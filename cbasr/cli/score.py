@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from cbasr.cli.common import one_line_errors, setup_logging
+from cbasr.data.manifest import read_manifest
 from cbasr.evaluation.scoring import decode_dir_name, score_decode_dir
 
 log = logging.getLogger("cbasr-score")
@@ -42,15 +43,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rouge", action="store_true", help="also ROUGE-1/2/L F1 of the words (headlines)"
     )
+    parser.add_argument(
+        "--group-by",
+        nargs="+",
+        default=[],
+        metavar="FIELD",
+        help="also score the utterances of each value of these manifest fields (age_group)",
+    )
+    parser.add_argument("--manifest-dir", type=Path, help="where <split>.jsonl is, for --group-by")
     args = parser.parse_args(argv)
+    if args.group_by and args.manifest_dir is None:
+        parser.error("--group-by needs --manifest-dir")
     setup_logging()
     for split in args.splits:
         name = decode_dir_name(split, args.tag)
+        groups = None
+        if args.group_by:
+            records = read_manifest(args.manifest_dir / f"{split}.jsonl")
+            groups = {f: {r["id"]: r.get(f, "unknown") for r in records} for f in args.group_by}
         s = score_decode_dir(
             args.exp_dir / "decode" / name,
             args.bootstrap,
             token_map=args.token_map,
             rouge=args.rouge,
+            groups=groups,
         )
         log.info(
             "%s: error rate %.2f%% [%.2f, %.2f] (%d sub, %d del, %d ins / %d tokens, %d utts, %d failed)",
@@ -102,6 +118,18 @@ def main(argv: list[str] | None = None) -> None:
                 s["rouge"]["rougeL"],
                 s["rouge"]["pairs"],
             )
+        for field in args.group_by:
+            for value, c in s[f"by_{field}"].items():
+                log.info(
+                    "%s: %s %s: %.2f%% [%.2f, %.2f] (%d tokens, %d utts)",
+                    name,
+                    field,
+                    value,
+                    c["error_rate"],
+                    *c["ci95"],
+                    c["ref_tokens"],
+                    c["utts"],
+                )
         if args.speakers:
             for speaker, c in s.get("by_speaker", {}).items():
                 log.info(

@@ -377,6 +377,7 @@ def score_decode_dir(
     seed: int = 0,
     token_map: str | Path | None = None,
     rouge: bool = False,
+    groups: dict[str, dict[str, str]] | None = None,
 ) -> dict:
     """Score ``hyp.trn`` against ``ref.trn`` in ``decode_dir``; every reference needs a hypothesis.
 
@@ -391,6 +392,8 @@ def score_decode_dir(
             (TIMIT: score on 39 phones).
         rouge: also ROUGE-1/2/L F1 of the hypothesis words against the reference words
             (headline generation), under ``"rouge"``.
+        groups: ``{field: {utterance: value}}`` (a manifest field, e.g. ``age_group``): the
+            counts and 95% interval of each value's utterances under ``"by_<field>"``.
     """
     decode_dir = Path(decode_dir)
     for name in ("ref.trn", "hyp.trn"):
@@ -426,6 +429,25 @@ def score_decode_dir(
         score["by_speaker"] = {
             s: _summary(t.counts, t.ref_tokens, t.utts) for s, t in sorted(by_speaker.items())
         }
+    for key, values in (groups or {}).items():
+        by_value: dict[str, list[int]] = {}
+        for n, utt in enumerate(ids):
+            by_value.setdefault(str(values.get(utt, "unknown")), []).append(n)
+        score[f"by_{key}"] = {}
+        for value, rows in sorted(by_value.items()):
+            tally = _Tally()
+            for n in rows:
+                tally.add(per_utt[n])
+            summary = _summary(tally.counts, tally.ref_tokens, tally.utts)
+            summary["ci95"] = list(
+                bootstrap_interval(
+                    [errors[n] for n in rows],
+                    [per_utt[n]["ref_tokens"] for n in rows],
+                    bootstrap_samples,
+                    seed,
+                )
+            )
+            score[f"by_{key}"][value] = summary
     score["hyp_sha256"] = file_digest(decode_dir / "hyp.trn")
     info = DecodeInfo.read(decode_dir)
     if timing:

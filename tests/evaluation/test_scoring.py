@@ -178,6 +178,19 @@ def test_a_decode_directory_is_scored_per_speaker_with_its_error_file(tmp_path):
         score_decode_dir(tmp_path)
 
 
+def test_groups_of_a_manifest_field_are_scored_with_their_intervals(tmp_path):
+    write_trn(tmp_path / "ref.trn", [("u1", ["a", "b"]), ("u2", ["c"]), ("u3", ["d", "e", "f"])])
+    write_trn(tmp_path / "hyp.trn", [("u1", ["a"]), ("u2", ["c"]), ("u3", ["d", "x", "f", "g"])])
+    groups = {"age_group": {"u1": "6-12", "u3": "6-12", "u2": "19+"}, "gender": {"u1": "f"}}
+    s = score_decode_dir(tmp_path, bootstrap_samples=200, groups=groups)
+    children, adults = s["by_age_group"]["6-12"], s["by_age_group"]["19+"]
+    assert (children["errors"], children["ref_tokens"], children["utts"]) == (3, 5, 2)
+    assert (adults["errors"], adults["ref_tokens"], adults["utts"]) == (0, 1, 1)
+    assert children["ci95"][0] <= 60.0 <= children["ci95"][1] and adults["ci95"] == [0.0, 0.0]
+    assert {k: v["utts"] for k, v in s["by_gender"].items()} == {"f": 1, "unknown": 2}
+    assert json.loads((tmp_path / "score.json").read_text())["by_age_group"] == s["by_age_group"]
+
+
 def test_score_json_counts_repeat_deletions_in_total_and_per_speaker(tmp_path):
     write_trn(
         tmp_path / "ref.trn",

@@ -17,6 +17,7 @@ import pytest
 
 from tests.corpora.fake_gigaword import make_fake_gigaword
 from tests.corpora.fake_librispeech import WORDS, fake_archive
+from tests.corpora.fake_speechocean762 import make_fake_speechocean762
 from tests.corpora.fake_timit import make_fake_timit
 from tests.corpora.fake_wsj import arpa_of, make_fake_wsj, make_fake_wsj_lm
 from tests.corpora.http_mirror import Mirror
@@ -231,5 +232,57 @@ def test_librispeech_recipe_end_to_end(tmp_path):
         again = _run(recipe, *args)
         assert len(mirror.requests) == requests  # archives extracted and the LM checked: no request
         assert "already extracted" in again.stdout and "complete, nothing to do" in again.stdout
+    finally:
+        mirror.close()
+
+
+def _speechocean762_archive(tmp_path: Path) -> bytes:
+    """``speechocean762.tar.gz`` as OpenSLR serves it: ``speechocean762/`` in the published
+    layout (tab-separated Kaldi tables, paths relative to the corpus root)."""
+    import io
+    import tarfile
+
+    root = tmp_path / "archive" / "speechocean762"
+    make_fake_speechocean762(root)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(root, arcname="speechocean762")
+    return buffer.getvalue()
+
+
+def test_speechocean762_recipe_end_to_end(tmp_path):
+    """From the download (a local mirror serving a fake archive) to PER per age group, phones
+    and then sentencepiece words; a second run downloads and recomputes nothing."""
+    mirror = Mirror()
+    try:
+        mirror.files["/101/speechocean762.tar.gz"] = _speechocean762_archive(tmp_path)
+        recipe = _copy_recipe("speechocean762", tmp_path)
+        args = ["--mirror", mirror.url, "--allow-partial", "--dev-speakers", "1", "--workers",
+                "0", "--beam", "2", *TINY]  # fmt: skip
+        run = _run(recipe, *args)
+        for stage in range(7):
+            assert f"stage {stage}:" in run.stdout
+        assert (recipe / "downloads" / "speechocean762" / "WAVE" / "SPEAKER0001").is_dir()
+        manifest = (recipe / "data" / "so762" / "test.jsonl").read_text().splitlines()
+        assert len(manifest) == 6 and '"age_group": "6-12"' in manifest[0]
+        exp = recipe / "exp" / "blstm_ctc"
+        for name in ("dev", "test", "test_beam2"):
+            score = json.loads((exp / "decode" / name / "score.json").read_text())
+            assert score["ref_tokens"] > 0 and set(score["by_speaker"])
+        score = json.loads((exp / "decode" / "test" / "score.json").read_text())
+        assert set(score["by_age_group"]) == {"6-12", "19+"}
+        assert sum(g["utts"] for g in score["by_age_group"].values()) == 6
+        assert "age_group 6-12:" in run.stdout
+        requests = len(mirror.requests)
+        again = _run(recipe, *args)
+        assert len(mirror.requests) == requests and "already extracted" in again.stdout
+        words = _run(recipe, *args, "--stage", "3", "--units", "sp", "--sp-size", "20")
+        score = json.loads(
+            (recipe / "exp" / "blstm_ctc_sp20" / "decode" / "test" / "score.json").read_text()
+        )
+        assert score["words"]["ref_tokens"] == sum(
+            len(json.loads(r)["words"].split()) for r in manifest
+        )
+        assert "stage 6:" in words.stdout
     finally:
         mirror.close()
