@@ -80,6 +80,29 @@ def test_a_pruned_beam_keeps_part_of_each_hypothesis_mass():
         assert hyp.am_score <= _exact(model, h, lens, hyp.tokens) + 1e-5
 
 
+def test_the_label_bonus_is_added_per_label_and_buys_labels():
+    """``label_bonus`` ranks by ``am_score + label_bonus * |y|``, leaves the masses as they are
+    (exhaustive search), and steers the pruned beam the same way: a larger bonus never gives a
+    best hypothesis with fewer labels, a bonus of 3 many more than none, one of -3 no label."""
+    model = _model(seed=0)
+    h, lens = torch.randn(1, 4, model.encoder.output_dim), torch.tensor([4])
+    bonuses = (-3.0, 0.0, 1.0, 3.0)
+    for beam in (None, 2):
+        found = {}
+        for bonus in bonuses:
+            options = BeamSearchOptions(beam=beam, nbest=None, label_bonus=bonus)
+            found[bonus] = tdt_beam_search(model.decoder, h, lens, options, 2)[0]
+            for hyp in found[bonus]:
+                assert hyp.score == pytest.approx(hyp.am_score + bonus * len(hyp.tokens))
+        if beam is None:  # every prefix, with the same mass whatever the bonus
+            unbiased = {tuple(hyp.tokens): hyp.am_score for hyp in found[0.0]}
+            for bonus in bonuses:
+                assert {tuple(hyp.tokens): hyp.am_score for hyp in found[bonus]} == unbiased
+        counts = [len(found[bonus][0].tokens) for bonus in bonuses]
+        assert counts == sorted(counts), (beam, counts)
+        assert counts[0] == 0 and counts[-1] >= counts[1] + 5, (beam, counts)
+
+
 def test_beam_search_dispatches_tdt_and_refuses_a_language_model():
     model = _model()
     feats, lens = torch.randn(2, 5, 5), torch.tensor([5, 3])

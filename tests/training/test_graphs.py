@@ -119,6 +119,39 @@ def test_a_non_finite_loss_skips_the_update_on_the_device(tone_data, tmp_path, m
     assert t.schedule.steps == 1
 
 
+def test_a_non_finite_gradient_of_finite_losses_skips_the_update_on_the_device(
+    tone_data, tmp_path, caplog
+):
+    """Every loss finite, the gradient norm not (a parameter's gradient made infinite by a
+    hook): the step is skipped with a warning naming the batch, the parameters, Adam's moments
+    and the learning-rate schedule left as they were; the next step trains."""
+    t = _trainer(tone_data, tmp_path, *PRESETS["ctc"], static=True)
+    _steps(t, 1)  # the optimizer's state exists
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    moments = {k: v.clone() for k, v in t.optimizer.state[t.graphed.params[0]].items()}
+    batches = t.task.epoch_batches(0)[1:3]
+    loader = iter(t.loader(batches))
+    batch = next(loader)
+    tokens, _ = t.task.batch_size(batches[0])
+    hook = t.graphed.params[0].register_hook(lambda grad: torch.full_like(grad, math.inf))
+    try:
+        with caplog.at_level(logging.WARNING):
+            result = t.train_step(batch, tokens)
+    finally:
+        hook.remove()
+    assert result.nll is None and math.isnan(result.grad_norm)
+    assert f"non-finite gradient for {batch.ids}; the update was skipped" in caplog.text
+    assert "non-finite loss" not in caplog.text
+    for k, v in t.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for k, v in t.optimizer.state[t.graphed.params[0]].items():
+        assert torch.equal(v, moments[k]), k  # the step count too
+    assert t.schedule.steps == 1
+    result = t.train_step(next(loader), t.task.batch_size(batches[1])[0])
+    assert result.nll is not None and math.isfinite(result.grad_norm)
+    assert t.schedule.steps == 2
+
+
 def test_the_padded_batch_copies_the_first_row_and_weighs_it_nothing():
     feats = torch.arange(2 * 3 * 2, dtype=torch.float32).reshape(2, 3, 2) + 1
     batch = Batch(
