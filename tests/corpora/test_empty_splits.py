@@ -61,7 +61,7 @@ def _lhotse(root):
         ],
         "recording": {
             "id": "r1",
-            "sources": [{"type": "file", "channels": [0], "source": "gone.wav"}],
+            "sources": [{"type": "file", "channels": [0], "source": "/nowhere/gone.wav"}],
             "sampling_rate": 16000,
             "num_samples": 16000,
             "duration": 1.0,
@@ -95,7 +95,11 @@ CORPORA = {
     ),
     "gigaword": (_gigaword, "split dev: no usable utterance, 2 skipped", "empty article"),
     "wsj-lm": (_wsj_lm, "split lm_train: no usable sentence in 6 text files", "markup"),
-    "lhotse": (_lhotse, "split train: no usable utterance, 1 skipped", "no such audio file"),
+    "lhotse": (
+        _lhotse,
+        "split train: no usable utterance, 1 skipped",
+        "/nowhere/gone.wav: no such audio file",
+    ),
     "kaldi": (
         _kaldi,
         "split d: no usable utterance, 3 skipped; the most common reason (2 of 3), e.g. u1: "

@@ -12,8 +12,9 @@ import soundfile
 import torch
 
 from cbasr.cli import features, prepare, vocab
-from cbasr.corpora.kaldi import prepare_kaldi, read_table
+from cbasr.corpora.kaldi import prepare_kaldi, read_table, recording_path
 from cbasr.corpora.prepare import CorpusError, DurationFilter
+from cbasr.data.audio import AudioError
 from cbasr.data.features import FeatureStore
 from cbasr.training.asr_task import train
 from tests.corpora.fake_speechocean762 import make_fake_speechocean762
@@ -294,7 +295,16 @@ def test_published_directories_import_from_the_corpus_root(published, tmp_path, 
     reasons = (tmp_path / "b" / "skipped.tsv").read_text().splitlines()
     assert len(reasons) == 16 + 6
     assert f"tried {elsewhere / 'WAVE/SPEAKER0001/000010000.WAV'}" in reasons[0]
+    assert "relative to the working directory" in reasons[0]
     assert f"pass --audio-root {published}" in reasons[0]
+    wrong = ["--audio-root", str(published / "WAVE")]
+    with pytest.raises(SystemExit):
+        prepare.main(["kaldi", "--data-dir", *dirs, "--out", str(tmp_path / "w"), *wrong])
+    reason = (tmp_path / "w" / "skipped.tsv").read_text().splitlines()[0]
+    assert (
+        f"tried {published / 'WAVE/WAVE/SPEAKER0001/000010000.WAV'}, relative to --audio-root"
+        in reason
+    )
     prepare.main(
         ["kaldi", "--data-dir", *dirs, "--out", str(tmp_path / "c"), "--audio-root", str(published)]
     )
@@ -314,6 +324,14 @@ def test_an_empty_split_fails_in_one_line_naming_the_commonest_reason(published,
     assert len(lines) == 1, lines
     assert "split test: no usable utterance, 6 skipped; the most common reason (6 of 6)" in lines[0]
     assert "e.g. 000030000: WAVE/SPEAKER0003/000030000.WAV: no such audio file" in lines[0]
+
+
+def test_entries_neither_a_path_nor_a_command_are_refused(tmp_path):
+    for entry in ("/data/feats.ark:1234", "sox a.wav -t wav -"):
+        with pytest.raises(CorpusError, match=r"wav.scp: recording r1: .* is neither a file path"):
+            recording_path("r1", entry, tmp_path / "wav.scp", tmp_path / "audio", True)
+    with pytest.raises(AudioError, match=r"^/nowhere/a.wav: no such audio file$"):
+        recording_path("r1", "/nowhere/a.wav", tmp_path / "wav.scp", tmp_path / "audio", True)
 
 
 def _write(directory, **tables):
