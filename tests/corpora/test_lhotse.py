@@ -10,6 +10,8 @@ import soundfile
 import torch
 
 from cbasr.cli import features, prepare
+from cbasr.corpora.lhotse import _source, prepare_lhotse
+from cbasr.corpora.prepare import CorpusError
 from cbasr.data.audio import read_segment
 from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank
 
@@ -81,6 +83,7 @@ def test_lhotse_s_own_manifests_import_with_their_channels_and_parts(corpus, tmp
     assert set(train) == set(dev) == {"stereo-a", "stereo-b", "flac-a"}
     assert train == dev  # a cut's supervision counts from the cut's start
     assert train["stereo-a"]["channel"] == 1 and "channel" not in train["stereo-b"]
+    assert [train[u]["speaker"] for u in ("stereo-a", "stereo-b", "flac-a")] == ["s1", "s2", "s3"]
     assert (train["stereo-a"]["start"], train["stereo-a"]["duration"]) == (0.25, 1.0)
     assert train["flac-a"]["audio"] == str(corpus / "audio/mono.flac")
     _assert_lhotse_audio(train, cuts)
@@ -105,6 +108,8 @@ def test_relative_sources_need_the_audio_root_elsewhere(corpus, tmp_path, monkey
     assert exit_info.value.code == 1
     assert "no such audio file (tried" in (tmp_path / "a" / "skipped.tsv").read_text()
     prepare.main(["lhotse", *manifests, "--out", str(tmp_path / "b"), "--audio-root", str(corpus)])
+    with pytest.raises(CorpusError, match="--audio-root .*nowhere: no such directory"):
+        prepare_lhotse({"train": [corpus / "cuts.jsonl.gz"]}, tmp_path / "c", audio_root="nowhere")
     assert len(_records(tmp_path / "b" / "train.jsonl")) == 3
 
 
@@ -132,3 +137,17 @@ def test_the_kaldi_directory_lhotse_exports_imports(corpus, tmp_path):
         record = by_start[round(cut.start, 3)]
         ours, _ = read_segment(record["audio"], record["start"], record["duration"])
         np.testing.assert_allclose(ours, cut.load_audio()[0], atol=1e-6)
+
+
+def test_channels_given_as_a_list_and_what_cannot_be_read():
+    """A supervision's channel as lhotse may write it, ``[1]``, is that channel; several
+    channels, transforms and URLs are reasons, not records."""
+    stereo = {"id": "r", "sources": [{"type": "file", "channels": [0, 1], "source": "a.wav"}]}
+    assert _source(stereo, [1])[:2] == (stereo["sources"][0], 1)
+    assert _source(stereo, 0)[1] == 0
+    assert _source(stereo, [0, 1])[2] == "a supervision over channels [0, 1]: one channel is read"
+    assert "has no source for channel 2" in _source(stereo, 2)[2]
+    resampled = {**stereo, "transforms": [{"name": "Resample"}]}
+    assert _source(resampled, 0)[2] == "recording r has audio transforms ['Resample']"
+    url = {"id": "u", "sources": [{"type": "url", "channels": [0], "source": "http://x"}]}
+    assert _source(url, 0)[2] == "a 'url' audio source cannot be read"

@@ -1,21 +1,25 @@
 """speechocean762 from a fake tree in the published layout: the Kaldi import, phones chosen by
 text-phone among the lexicon's, stress and positions removed, dev speakers held out of train."""
 
+import gzip
 import json
 
 import pytest
 
+from cbasr.corpora.download import DownloadError
 from cbasr.corpora.prepare import CorpusError
 from cbasr.corpora.speechocean762 import (
     PHONES,
     age_group,
     archive_remote,
     dev_speakers,
+    download_speechocean762,
     prepare_speechocean762,
     read_lexicon,
     word_phones,
 )
 from tests.corpora.fake_speechocean762 import SPEAKERS, make_fake_speechocean762
+from tests.corpora.http_mirror import Mirror
 
 
 def _manifest(path):
@@ -77,3 +81,34 @@ def test_dev_speakers_spread_over_the_ages_and_groups():
     ]  # fmt: skip
     assert archive_remote().url == "https://www.openslr.org/resources/101/speechocean762.tar.gz"
     assert archive_remote().check() == "gzip stream"  # OpenSLR publishes no sum for it
+
+
+def test_the_download_unpacks_the_archive_once(tmp_path):
+    import io
+    import tarfile
+
+    make_fake_speechocean762(tmp_path / "src" / "speechocean762")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(tmp_path / "src" / "speechocean762", arcname="speechocean762")
+    mirror = Mirror()
+    try:
+        mirror.files["/101/speechocean762.tar.gz"] = buffer.getvalue()
+        root = download_speechocean762(tmp_path / "dl", mirror.url)
+        assert root == tmp_path / "dl" / "speechocean762"
+        assert (root / "train" / "text").read_text() == (
+            tmp_path / "src" / "speechocean762" / "train" / "text"
+        ).read_text()
+        assert download_speechocean762(tmp_path / "dl", mirror.url) == root
+        assert len(mirror.requests) == 1  # extracted: not fetched again
+        mirror.files["/101/speechocean762.tar.gz"] = gzip.compress(b"not a tar")
+        with pytest.raises(DownloadError, match="speechocean762.tar.gz: cannot extract"):
+            download_speechocean762(tmp_path / "other", mirror.url)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            tar.add(tmp_path / "src" / "speechocean762" / "WAVE", arcname="speechocean762/WAVE")
+        mirror.files["/101/speechocean762.tar.gz"] = buffer.getvalue()
+        with pytest.raises(CorpusError, match="does not look like speechocean762"):
+            download_speechocean762(tmp_path / "third", mirror.url)
+    finally:
+        mirror.close()
