@@ -2,8 +2,10 @@
 
 Hydra checks overrides against them when the config is composed, so a misspelt key, a value
 of the wrong type or a choice outside its set (an ``Enum`` field: ``loss.estimator=idbb`` fails
-naming ``auto, global, idb, bb, mbb``) fails at start, not an hour into training. The entry
-points hand the composed config on with each choice as its plain string value.
+naming ``auto, global, idb, bb, mbb``) fails at start, not an hour into training; a value its
+type allows but the option does not (``loss.align_restrict_left=-1``) fails in the schema's
+``__post_init__`` when the composed config is typed, naming the option. The entry points hand
+the composed config on with each choice as its plain string value.
 """
 
 from dataclasses import dataclass, field
@@ -263,21 +265,17 @@ class TransducerLossConfig:
     # distill_weight: the streaming joint distilled from the full-context one in place
     dual_mode: bool = False
     distill_weight: float = 0.0
-    # HAT over a chunked Conformer: in training, no label edge on the last n frames of each
-    # attention chunk (but an utterance's last), meant to make a label whose evidence runs
-    # past its chunk wait for the next chunk (0: off; on the synth recipe the model emits such
-    # labels earlier instead, and errs more)
-    chunk_end_blank: int = 0
     # HAT, the standard topology: alignment-restricted training's left buffer (Mahadeokar et
-    # al. 2021), in encoder frames: in training, no label is emitted before the frame of its
-    # gold end (the manifest's phone or word times) minus this many (null: off; on the synth
-    # recipe 1 moves emissions later and PER within the seed's noise, 0 errs more; negative:
-    # a lag after the end, which errs more still)
+    # al. 2021), in encoder frames, >= 0: in training, no label is emitted before the frame of
+    # its gold end (the manifest's phone or word times) minus this many (null: off; on the
+    # synth recipe 1 moves emissions later and PER within the seed's noise, 0 errs more)
     align_restrict_left: int | None = None
-    # with align_restrict_left over fixed chunks: each bound moved back to its chunk's first
-    # frame (every frame of a chunk sees the whole chunk: only the chunk is restricted; on
-    # the synth recipe it errs more)
-    align_restrict_chunk: bool = False
+
+    def __post_init__(self):
+        if self.align_restrict_left is not None and self.align_restrict_left < 0:
+            raise ValueError(
+                f"loss.align_restrict_left must be >= 0 (null: off), got {self.align_restrict_left}"
+            )
 
 
 @dataclass

@@ -75,42 +75,22 @@ class TransducerModel(AsrModel):
             and the rest teach the streaming one's, ``KL(full || streaming)``, the teacher's
             side without gradient. Per utterance, the nodes' mean times its labels, at least
             one (the NLL's scale), added with this weight.
-        chunk_end_blank: HAT over a chunked Conformer, the standard topology: in training,
-            the streaming loss's lattice has no label edge on the last ``n`` frames of every
-            attention chunk but an utterance's last (blank only there), meant to make a label
-            whose evidence runs past its chunk wait for the next chunk, which sees it; the
-            model learns to emit blank there, and its searches and exports are unchanged (on
-            the synth recipe it emits such labels earlier instead, and errs more). Our own
-            construction: a label-edge mask, as Mahadeokar et al. 2021 ("Alignment Restricted
-            Streaming Recurrent Neural Network Transducer", arXiv:2011.03072) bound emissions
-            by gold times, here by the chunk's end. The next label's score gets ``-1e4``
-            there; HAT's blank is a sigmoid of its own, so its probability stays (an RNN-T
-            softmax would renormalise it: refused). That loss is the whole lattice's, even
-            with ``prune_range`` (windows chosen by the trivial joint need not hold a path
-            that waits out the barred frames); validation and the full-context mode of
-            ``dual_mode`` keep every edge (and their pruning).
         align_restrict_left: HAT, the standard topology: alignment-restricted training's
-            lower bound (Mahadeokar et al. 2021, arXiv:2011.03072, its left buffer ``b_l``;
-            not its upper one): in training, label ``u`` has no edge on the frames before
-            ``e_u - align_restrict_left``, ``e_u`` the encoder frame holding the end of the
-            label's gold segment (``label_ends`` of :meth:`loss`, from the corpus's phone or
-            word times; a label without one is not bounded). None: off. Meant for a streaming
-            model that emits a label before its segment is over, on a chunk that does not hold
-            its end. Barred as ``chunk_end_blank`` bars (the two combine), with the same
-            whole-lattice loss and the same scope (the streaming mode of ``dual_mode``). On
-            the synth recipe's streaming HAT, 1 frame moves emissions about two frames later
-            and PER by less than the seed's noise; 0 errs more (labels emitted twice across a
-            chunk boundary). Negative: a lag, no edge before ``-align_restrict_left`` frames
-            after the end (a chunk's late labels wait for the next chunk, whose frames see
-            both sides of the boundary); on the same model it errs more at every lag tried
-            (deletions), and with ``dual_mode`` it fails (the full-context mode, unbounded,
-            teaches the shared joint to emit before the end).
-        align_restrict_chunk: with ``align_restrict_left`` over a chunked Conformer of fixed
-            chunks: each bound moved back to the first frame of its chunk. Every frame of a
-            chunk sees the whole chunk, so this bars exactly the chunks before the one that
-            holds a label's end (less the buffer), and leaves the frame within it free (our
-            own variant; on the synth recipe it errs more: at a chunk's last frame the model
-            has to judge whether a phone ends in this chunk or the next).
+            lower bound (Mahadeokar et al. 2021, "Alignment Restricted Streaming Recurrent
+            Neural Network Transducer", arXiv:2011.03072, its left buffer ``b_l``; not its
+            upper one), ``>= 0`` (the schema refuses a negative one): in training, label ``u``
+            has no edge on the frames before ``e_u - align_restrict_left``, ``e_u`` the encoder
+            frame holding the end of the label's gold segment (``label_ends`` of :meth:`loss`,
+            from the corpus's phone or word times; a label without one is not bounded). None:
+            off. Meant for a streaming model that emits a label before its segment is over, on
+            a chunk that does not hold its end. The next label's score gets ``-1e4`` there;
+            HAT's blank is a sigmoid of its own, so its probability stays (an RNN-T softmax
+            would renormalise it: refused). That loss is the whole lattice's, even with
+            ``prune_range`` (windows chosen by the trivial joint need not hold a path that
+            waits out the barred frames); validation and the full-context mode of
+            ``dual_mode`` keep every edge (and their pruning). On the synth recipe's streaming
+            HAT, 1 frame moves emissions about two frames later and PER by less than the
+            seed's noise; 0 errs more (labels emitted twice across a chunk boundary).
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -134,9 +114,7 @@ class TransducerModel(AsrModel):
         fastemit_lambda: float = 0.0,
         dual_mode: bool = False,
         distill_weight: float = 0.0,
-        chunk_end_blank: int = 0,
         align_restrict_left: int | None = None,
-        align_restrict_chunk: bool = False,
     ):
         super().__init__(encoder, decoder)
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
@@ -179,21 +157,9 @@ class TransducerModel(AsrModel):
                 f"{getattr(encoder, 'chunk_size', None)}"
             )
         self.dual_mode, self.distill_weight = bool(dual_mode), distill_weight
-        self.chunk_end_blank = self._check_chunk_end_blank(
-            chunk_end_blank, encoder, criterion, topology
-        )
         if align_restrict_left is not None:
             self._check_barrable("align_restrict_left", criterion, topology)
         self.align_restrict_left = align_restrict_left
-        if align_restrict_chunk and (align_restrict_left is None or not _fixed_chunk(encoder)):
-            raise ValueError(
-                "loss.align_restrict_chunk moves loss.align_restrict_left's bounds to their "
-                "chunk's start: it needs align_restrict_left and fixed chunks "
-                f"(encoder.chunk_size > 0, no dynamic_chunks), got {align_restrict_left}, "
-                f"chunk_size {getattr(encoder, 'chunk_size', None)}, dynamic_chunks "
-                f"{getattr(encoder, 'dynamic_chunks', None)}"
-            )
-        self.align_restrict_chunk = bool(align_restrict_chunk)
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
         self._graphs = None  # greedy_loop="graphs": the captured searches, made on first use
@@ -211,21 +177,6 @@ class TransducerModel(AsrModel):
             self.simple_lm = nn.Linear(joint.label_proj.in_features, units, bias=False)
 
     @staticmethod
-    def _check_chunk_end_blank(n: int, encoder, criterion: str, topology: str) -> int:
-        if n == 0:
-            return 0
-        chunk = getattr(encoder, "chunk_size", 0)
-        if not 0 < n < _fixed_chunk(encoder):
-            raise ValueError(
-                "loss.chunk_end_blank bars label emissions on the last frames of a fixed "
-                f"attention chunk: it needs 0 < chunk_end_blank < encoder.chunk_size and no "
-                f"encoder.dynamic_chunks, got {n}, chunk_size {chunk}, dynamic_chunks "
-                f"{getattr(encoder, 'dynamic_chunks', None)}"
-            )
-        TransducerModel._check_barrable("chunk_end_blank", criterion, topology)
-        return n
-
-    @staticmethod
     def _check_barrable(option: str, criterion: str, topology: str) -> None:
         if criterion != "hat" or topology != "standard":
             raise ValueError(
@@ -240,45 +191,25 @@ class TransducerModel(AsrModel):
         return self.align_restrict_left is not None
 
     def barred_edges(self, T: int, lens: torch.Tensor, label_ends=None) -> torch.Tensor | None:
-        """``(B, T, 1)`` or ``(B, T, U + 1)``: True where the label edge of node ``(t, u)``
-        is removed in training: ``chunk_end_blank``'s frames (:meth:`barred_frames`) and,
-        with ``align_restrict_left``, the frames before ``label_ends (B, U)`` (the encoder
-        frame of each label's gold end, negative for none) minus that buffer (with
-        ``align_restrict_chunk``, before that frame's chunk), clamped to an utterance's last
-        frame (``lens``) so that a path is left; None where none is removed."""
-        barred = self.barred_frames(T, lens)
-        barred = None if barred is None else barred[:, :, None]
+        """``(B, T, U + 1)``: True where the label edge of node ``(t, u)`` is removed in
+        training: with ``align_restrict_left``, the frames before ``label_ends (B, U)`` (the
+        encoder frame of each label's gold end, negative for none) minus that buffer, clamped
+        to an utterance's last frame (``lens``) so that a path is left; None where none is
+        removed (off, evaluating, or no ends given)."""
         if not (self.training and self.needs_label_ends and label_ends is not None):
-            return barred
+            return None
         lens = lens.to(label_ends.device)
         unknown = label_ends < 0
         earliest = label_ends - self.align_restrict_left
-        if self.align_restrict_chunk:  # the first frame of the bound's chunk
-            C = self.encoder.chunk_size
-            earliest = torch.div(earliest, C, rounding_mode="floor") * C
         earliest = torch.minimum(earliest, lens[:, None] - 1).masked_fill(unknown, 0)
         earliest = nn.functional.pad(earliest, (0, 1), value=0)  # node U: no label edge
-        early = torch.arange(T, device=lens.device)[None, :, None] < earliest[:, None, :]
-        return early if barred is None else early | barred
-
-    def barred_frames(self, T: int, lens: torch.Tensor) -> torch.Tensor | None:
-        """``(B, T)``: True on the frames whose label edges ``chunk_end_blank`` removes in
-        training (the last ``n`` frames of each chunk but an utterance's last, for encoder
-        output lengths ``lens``); None where it removes none (off, or evaluating)."""
-        n = self.chunk_end_blank
-        if not (n and self.training):
-            return None
-        C = self.encoder.chunk_size
-        t = torch.arange(T, device=lens.device)
-        chunk_end = t % C >= C - n  # (T,)
-        followed = (t // C + 1) * C < lens[:, None]  # a later chunk of the utterance: (B, T)
-        return chunk_end & followed
+        return torch.arange(T, device=lens.device)[None, :, None] < earliest[:, None, :]
 
     @staticmethod
     def _bar_labels(units, label_units, barred, offset: int) -> torch.Tensor:
         """``units (B, T, U + 1, K)`` with ``-1e4`` added to the next label's column (unit
         ``label_units (B, T, U + 1)`` at column ``unit - offset``; unit 0: none) on the nodes
-        ``barred`` (:meth:`barred_edges`, ``(B, T, 1)`` or ``(B, T, U + 1)``)."""
+        ``barred`` (:meth:`barred_edges`, ``(B, T, U + 1)``)."""
         hit = barred & (label_units > 0)  # (B, T, U + 1)
         column = (label_units - offset).clamp(min=0).unsqueeze(-1)
         bias = torch.where(hit, -1.0e4, 0.0).to(units.dtype).unsqueeze(-1)
@@ -509,8 +440,3 @@ class TransducerModel(AsrModel):
             raise ValueError(f"greedy_loop must be auto, label, graphs or frame, got {loop!r}")
         search = label_looping_greedy if loop == "label" else frame_looping_greedy
         return search(self.decoder, h, lens, self.max_symbols, self.greedy, frames=frames)
-
-
-def _fixed_chunk(encoder) -> int:
-    """The encoder's attention chunk in frames where every batch has the same one, else 0."""
-    return 0 if getattr(encoder, "dynamic_chunks", 0) else getattr(encoder, "chunk_size", 0) or 0

@@ -9,12 +9,7 @@ import torch
 from cbasr.data.dataset import collate
 from cbasr.models.base import subsampling_stride
 from cbasr.training.asr_task import asr_trainer
-from tests.models.test_chunk_end_blank import (
-    _no_dropout,
-    _oracle_nll,
-    assert_evaluation_keeps_every_edge,
-)
-from tests.models.test_dual_mode import CHUNKED, TARGET_LENS, TARGETS, _batch, _model
+from tests.models.test_dual_mode import TARGET_LENS, TARGETS, _batch, _model
 from tests.models.test_dual_mode import _oracle_three_way as oracle_edges
 from tests.search import tiny
 from tests.training.test_trainer import make_cfg
@@ -24,13 +19,49 @@ ENDS = torch.tensor([[3, 6, 11], [4, -1, 0], [7, 0, 0], [5, 0, 0]])
 LENS = torch.tensor([12, 9, 5, 2])
 
 
-def _earliest(left: int, chunk: int = 1) -> list[list[int]]:
-    """Each label's first frame with an edge: its end minus ``left`` (the first frame of that
-    one's ``chunk``), at most the last frame; 0 for an unknown end."""
+def _earliest(left: int) -> list[list[int]]:
+    """Each label's first frame with an edge: its end minus ``left``, at most the last frame;
+    0 for an unknown end."""
     return [
-        [0 if e < 0 else min((int(e) - left) // chunk * chunk, int(n) - 1) for e in ends[:u]]
+        [0 if e < 0 else min(int(e) - left, int(n) - 1) for e in ends[:u]]
         for ends, u, n in zip(ENDS, TARGET_LENS, LENS)
     ]
+
+
+def _no_dropout(model):
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def _oracle_nll(edges, T: int, U: int, earliest=()) -> float:
+    """``-log`` of the summed paths of the standard lattice over ``edges (T, U + 1, 3)`` (log
+    blank, log next label, log rest), no edge of label ``u`` (0-based) on the frames before
+    ``earliest[u]`` where given."""
+    alpha = torch.full((T, U + 1), float("-inf"), dtype=torch.float64)
+    for t in range(T):
+        for u in range(U + 1):
+            terms = [torch.tensor(0.0, dtype=torch.float64)] if t == u == 0 else []
+            if t > 0:
+                terms.append(alpha[t - 1, u] + edges[t - 1, u, 0])
+            early = 0 < u <= len(earliest) and t < earliest[u - 1]
+            if u > 0 and not early:
+                terms.append(alpha[t, u - 1] + edges[t, u - 1, 1])
+            if terms:
+                alpha[t, u] = torch.stack(terms).logsumexp(0)
+    return -float(alpha[T - 1, U] + edges[T - 1, U, 0])
+
+
+def assert_evaluation_keeps_every_edge(model, feats, lens, **inputs):
+    """In evaluation the loss is the whole lattice's (and BatchNorm's running statistics)."""
+    with torch.no_grad():
+        evaluated = model.eval().loss(feats, lens, TARGETS, TARGET_LENS, **inputs)
+        h, out_lens = model.encoder(feats, lens)
+        edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
+    for b in range(4):
+        T, U = int(out_lens[b]), int(TARGET_LENS[b])
+        assert float(evaluated.nll[b]) == pytest.approx(_oracle_nll(edges[b], T, U), rel=1e-6)
 
 
 def test_the_barred_edges_are_the_frames_before_each_labels_end_minus_the_buffer():
@@ -43,38 +74,22 @@ def test_the_barred_edges_are_the_frames_before_each_labels_end_minus_the_buffer
             assert frames == list(range(first[u] if u < len(first) else 0)), (b, u)
     assert got[1, :, 1].sum() == 0  # an unknown end bars nothing
     assert got[3, :, 0].nonzero().flatten().tolist() == [0]  # end 5 - 1 clamped to frame 1
-    both = _model("hat", align_restrict_left=1, chunk_end_blank=1).train()
-    assert torch.equal(
-        both.barred_edges(12, LENS, ENDS), got | both.barred_frames(12, LENS)[..., None]
-    )
     assert model.barred_edges(12, LENS) is None  # no ends given
     assert model.eval().barred_edges(12, LENS, ENDS) is None
     assert _model("hat").train().barred_edges(12, LENS, ENDS) is None  # off by default
     assert not _model("hat").needs_label_ends and model.needs_label_ends
-    chunked = _model("hat", align_restrict_left=0, align_restrict_chunk=True).train()
-    got = chunked.barred_edges(12, LENS, ENDS)  # chunks of 3 frames
-    assert [got[b, :, 0].sum().item() for b in range(4)] == [3, 3, 4, 1]
-    assert [got[0, :, u].sum().item() for u in range(4)] == [3, 6, 9, 0]
-    assert _earliest(0, 3) == [[3, 6, 9], [3, 0], [4], [1]]
-    lag = _model("hat", align_restrict_left=-2).train()  # at least 2 frames after each end
-    got = lag.barred_edges(12, LENS, ENDS)
-    assert [got[0, :, u].sum().item() for u in range(4)] == [5, 8, 11, 0]  # 13 clamped to 11
-    assert got[1, :, 1].sum() == 0 and got[1, :, 0].sum() == 6  # unknown: none; 4 + 2
-    assert _earliest(-2) == [[5, 8, 11], [6, 0], [4], [1]]
 
 
 @pytest.mark.parametrize("dual", [False, True])
 @pytest.mark.parametrize(("decoder", "prune"), [("hat", 0), ("hat", 2), ("hat_linear", 0)])
-@pytest.mark.parametrize(
-    ("left", "chunk"), [(0, False), (2, False), (-2, False), (0, True), (1, True)]
-)
+@pytest.mark.parametrize("left", [0, 2])
 def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
-    decoder, prune, dual, left, chunk
+    decoder, prune, dual, left
 ):
     """In training, the NLL (the streaming mode's, with ``dual_mode``) is the lattice sum with
-    no edge of label ``u`` before its bound (with ``align_restrict_chunk``, before its chunk);
-    evaluation, and training without the ends, keep every edge."""
-    options = {"align_restrict_left": left, "align_restrict_chunk": chunk}
+    no edge of label ``u`` before its bound; the full-context mode, evaluation, and training
+    without the ends keep every edge."""
+    options = {"align_restrict_left": left}
     model = _no_dropout(_model(decoder, prune_range=prune, dual_mode=dual, **options))
     feats, lens = _batch()
     out = model.train().loss(feats, lens, TARGETS, TARGET_LENS, label_ends=ENDS)
@@ -83,14 +98,23 @@ def test_the_training_loss_sums_the_paths_that_emit_no_label_before_its_bound(
         h, out_lens = model.encoder(feats, lens)
         edges = oracle_edges(model, h, TARGETS, TARGET_LENS)
     assert out_lens.tolist() == LENS.tolist()
-    for b, first in enumerate(_earliest(left, 3 if chunk else 1)):
+    for b, first in enumerate(_earliest(left)):
         T, U = int(LENS[b]), int(TARGET_LENS[b])
-        want = _oracle_nll(edges[b], T, U, set(), first)
-        whole = _oracle_nll(edges[b], T, U, set())
+        want = _oracle_nll(edges[b], T, U, first)
+        whole = _oracle_nll(edges[b], T, U)
         assert float(out.nll[b]) == pytest.approx(want, rel=1e-6)
         assert want > whole + 1e-6  # every utterance here has a label bounded past frame 0
         if not prune:
             assert float(plain.nll[b]) == pytest.approx(whole, rel=1e-6)
+    if dual:  # the full-context mode's loss keeps its label edges
+        with torch.no_grad(), model.encoder.full_context():
+            full, _ = model.encoder(feats, lens)
+            teacher = oracle_edges(model, full, TARGETS, TARGET_LENS)
+        whole = [_oracle_nll(teacher[b], int(LENS[b]), int(TARGET_LENS[b])) for b in range(4)]
+        if prune:  # the full-context mode's pruned loss: an upper bound of the exact NLL
+            assert out.stats["full_context_loss"] > sum(whole) / 7
+        else:
+            assert out.stats["full_context_loss"] == pytest.approx(sum(whole) / 7, rel=1e-6)
     assert_evaluation_keeps_every_edge(model, feats, lens, label_ends=ENDS)
 
 
@@ -104,9 +128,7 @@ def test_a_full_context_model_is_bounded_too_and_forward_passes_the_ends():
     for b in range(4):
         T, U = int(out_lens[b]), int(TARGET_LENS[b])
         first = [min(int(e), T - 1) for e in ENDS[b, :U]]
-        assert float(out.nll[b]) == pytest.approx(
-            _oracle_nll(edges[b], T, U, set(), first), rel=1e-6
-        )
+        assert float(out.nll[b]) == pytest.approx(_oracle_nll(edges[b], T, U, first), rel=1e-6)
 
 
 def test_align_restrict_left_options_are_checked_and_named():
@@ -114,13 +136,6 @@ def test_align_restrict_left_options_are_checked_and_named():
         _model("hat", align_restrict_left=0, topology="monotonic")
     with pytest.raises(ValueError, match="loss.align_restrict_left applies.*got loss 'rnnt'"):
         _model("transducer", align_restrict_left=0)
-    with pytest.raises(ValueError, match="align_restrict_chunk .* got None, chunk_size 3"):
-        _model("hat", align_restrict_chunk=True)
-    with pytest.raises(ValueError, match="got 0, chunk_size None, dynamic_chunks None"):
-        _model("hat", encoder=tiny.ENCODER, align_restrict_left=0, align_restrict_chunk=True)
-    with pytest.raises(ValueError, match="got 0, chunk_size 3, dynamic_chunks 4"):
-        encoder = {**CHUNKED, "dynamic_chunks": 4}
-        _model("hat", encoder=encoder, align_restrict_left=0, align_restrict_chunk=True)
 
 
 @pytest.mark.parametrize("features", ["cached", "on_the_fly"])
@@ -149,3 +164,25 @@ def test_training_gives_the_model_each_labels_gold_end_frame(
     second = math.ceil(record["phone_starts"][2] / period) - 1  # the 2nd label's end frame
     assert seen["label_ends"][0, 1] == second
     assert torch.equal(seen["label_ends"], batch.label_end_frames(period))
+
+
+def test_a_negative_align_restrict_left_fails_when_the_config_is_composed():
+    """A negative buffer (a lag after the gold end) is refused by the schema, naming the
+    option: the composed config as cbasr-train types it, and a plain one (a checkpoint's)."""
+    from hydra import compose, initialize_config_dir
+
+    from cbasr.builder import group_config
+    from cbasr.config import CONF_DIR, to_typed
+    from cbasr.config.schema import register_configs
+
+    register_configs()
+    overrides = ["exp_dir=x", "decoder=hat", "loss=hat", "loss.align_restrict_left=-1"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    refused = r"loss.align_restrict_left must be >= 0 \(null: off\), got -1"
+    with pytest.raises(ValueError, match=refused):
+        to_typed(cfg)
+    with pytest.raises(ValueError, match=refused.replace("-1", "-2")):
+        group_config("loss", {"name": "hat", "align_restrict_left": -2})
+    assert group_config("loss", {"name": "hat", "align_restrict_left": 0}).align_restrict_left == 0
+    assert group_config("loss", {"name": "hat"}).align_restrict_left is None
