@@ -304,7 +304,8 @@ def sign_test(errors_a, errors_b) -> dict:
     a_better = sum(x < y for x, y in zip(errors_a, errors_b))
     b_better = sum(x > y for x, y in zip(errors_a, errors_b))
     n, k = a_better + b_better, min(a_better, b_better)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n if n else 1.0
+    # integers throughout: 2.0**n overflows a float past n = 1023 differing utterances
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / (1 << n) if n else 1.0
     return {
         "a_better": a_better,
         "b_better": b_better,

@@ -152,6 +152,11 @@ def test_paired_tests_tell_real_differences_from_noise():
     sign = sign_test([0] * 8 + [1, 1], [1] * 8 + [1, 1])
     assert sign == {"a_better": 8, "b_better": 0, "ties": 2, "p_value": pytest.approx(2 / 256)}
     assert sign_test([0, 1], [1, 0])["p_value"] == 1.0
+    # thousands of utterances differ (a real test set): exact, no float overflow
+    many = sign_test([0] * 1500 + [1] * 1500, [1] * 1500 + [0] * 1500)
+    assert many["p_value"] == pytest.approx(1.0, abs=0.02)
+    lopsided = sign_test([0] * 1100 + [1] * 900, [1] * 1100 + [0] * 900)
+    assert 0 < lopsided["p_value"] < 1e-5  # z = 4.5
     with pytest.raises(ValueError, match="same utterances"):
         paired_bootstrap_test([1], [1, 2], [3, 3])
 
