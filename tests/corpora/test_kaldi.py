@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,8 +333,9 @@ def test_entries_neither_a_path_nor_a_command_are_refused(tmp_path):
             recording_path("r1", entry, tmp_path / "wav.scp", tmp_path / "audio", True)
     with pytest.raises(AudioError, match=r"^/nowhere/a.wav: no such audio file$"):
         recording_path("r1", "/nowhere/a.wav", tmp_path / "wav.scp", tmp_path / "audio", True)
+    up = str(Path("b", "..", "a.wav"))  # named resolved: a.wav
     with pytest.raises(AudioError, match=f"tried {tmp_path / 'a.wav'}, relative to --audio-root"):
-        recording_path("r1", "b/../a.wav", tmp_path / "wav.scp", tmp_path, False, tmp_path)
+        recording_path("r1", up, tmp_path / "wav.scp", tmp_path, False, tmp_path)
 
 
 def _write(directory, **tables):
