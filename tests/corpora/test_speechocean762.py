@@ -43,6 +43,8 @@ def test_manifests_phones_speakers_and_ages(tmp_path):
     assert (tmp_path / "out" / "phones.txt").read_text().split() == PHONES
     with pytest.raises(CorpusError, match=r"2500 utterances .* found 16; pass --allow-partial"):
         prepare_speechocean762(tmp_path / "c", tmp_path / "strict")
+    with pytest.raises(CorpusError, match=r"--dev-speakers 4: the train half has 4 usable"):
+        prepare_speechocean762(tmp_path / "c", tmp_path / "all", 4, strict=False)
 
 
 def test_a_text_phone_entry_outside_the_lexicon_is_a_counted_skip(tmp_path):
