@@ -13,13 +13,9 @@ import torch
 
 from cbasr import Recognizer
 from cbasr.cli import decode, transcribe
-from cbasr.data.features import write_feature_settings
 from cbasr.inference.recognizer import RecognizerStream
-from cbasr.storage.checkpoint import save_checkpoint
-from cbasr.training.options import fbank_options_of
 from tests.cli.training import decode_args
-from tests.inference.fake_experiment import make_experiment
-from tests.search import tiny
+from tests.inference.fake_experiment import make_streaming_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,22 +87,6 @@ def test_timestamps_are_a_ctm_of_the_hypothesis(tone_data, decoded, capsys):
         assert all(r[1] == "1" and float(r[3]) > 0 for r in rows)
 
 
-def _streaming_experiment(root: Path, tone_data, wavs: list[Path]) -> Path:
-    """A random HAT experiment over a unidirectional LSTM (streamable), its blank bias moved
-    until it emits about a third of the most it can on ``wavs``."""
-    exp_dir = make_experiment(root, tone_data, "hat", "hat", encoder={"bidirectional": False})
-    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
-    recognizer = Recognizer.from_pretrained(exp_dir)
-    feats = [recognizer.features_of(w) for w in wavs]
-    lens = torch.tensor([f.shape[0] for f in feats])
-    model = recognizer.experiment.model
-    tiny.emit_about_a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
-    checkpoint = exp_dir / "checkpoints/best.pt"
-    saved = torch.load(checkpoint, weights_only=False)
-    save_checkpoint(checkpoint, {**saved, "model": model.state_dict()})
-    return exp_dir
-
-
 def test_stream_prints_a_partial_line_only_when_the_hypothesis_changes(
     tone_data, tmp_path, capsys, monkeypatch
 ):
@@ -116,7 +96,7 @@ def test_stream_prints_a_partial_line_only_when_the_hypothesis_changes(
     streams returned; so no partial line repeats the one before it."""
     torch.set_num_threads(1)  # tiny steps: one thread is fastest (put back by the conftest)
     wavs = _test_wavs(tone_data)[:2]
-    exp_dir = _streaming_experiment(tmp_path / "exp", tone_data, wavs)
+    exp_dir = make_streaming_experiment(tmp_path / "exp", tone_data, wavs)
     returned: dict[str, list[str]] = {}
     real_accept = RecognizerStream.accept
 

@@ -106,3 +106,23 @@ def make_experiment(
         {"config": cfg, "state": {"epoch": epoch}, "model": model.state_dict()},
     )
     return root
+
+
+def make_streaming_experiment(root: Path, tone_data: Path, wavs: list[Path]) -> Path:
+    """A random HAT experiment over a unidirectional LSTM (streamable), its blank bias moved
+    until it emits about a third of the most it can on ``wavs``."""
+    from cbasr import Recognizer
+    from cbasr.data.features import write_feature_settings
+    from cbasr.training.options import fbank_options_of
+
+    exp_dir = make_experiment(root, tone_data, "hat", "hat", encoder={"bidirectional": False})
+    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
+    recognizer = Recognizer.from_pretrained(exp_dir)
+    feats = [recognizer.features_of(w) for w in wavs]
+    lens = torch.tensor([f.shape[0] for f in feats])
+    model = recognizer.experiment.model
+    tiny.emit_about_a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
+    checkpoint = exp_dir / "checkpoints/best.pt"
+    saved = torch.load(checkpoint, weights_only=False)
+    save_checkpoint(checkpoint, {**saved, "model": model.state_dict()})
+    return exp_dir

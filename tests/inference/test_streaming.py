@@ -11,9 +11,8 @@ from cbasr import Recognizer, builder
 from cbasr.cli import transcribe
 from cbasr.data.features import write_feature_settings
 from cbasr.inference.streaming import TransducerStream, emission_seconds, streamable
-from cbasr.storage.checkpoint import save_checkpoint
 from cbasr.training.options import fbank_options_of
-from tests.inference.fake_experiment import make_experiment
+from tests.inference.fake_experiment import make_experiment, make_streaming_experiment
 from tests.search import tiny
 
 ULSTM = {**tiny.ENCODER, "bidirectional": False, "num_layers": 2}
@@ -170,19 +169,8 @@ def test_a_recognizer_stream_refuses_what_it_cannot_stream(tone_data, tmp_path):
 def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(
     tone_data, tmp_path, capsys
 ):
-    exp_dir = make_experiment(
-        tmp_path / "exp", tone_data, "hat", "hat", encoder={"bidirectional": False}
-    )
-    write_feature_settings(exp_dir, fbank_options_of(tone_data / "fbank/train", 40), True)
-    recognizer = Recognizer.from_pretrained(exp_dir)
     wavs = sorted((tone_data / "corpus/wav/test").glob("*.wav"))[:3]
-    feats = [recognizer.features_of(w) for w in wavs]
-    lens = torch.tensor([f.shape[0] for f in feats])
-    model = recognizer.experiment.model
-    tiny.emit_about_a_third(model, torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
-    checkpoint = exp_dir / "checkpoints/best.pt"
-    saved = torch.load(checkpoint, weights_only=False)
-    save_checkpoint(checkpoint, {**saved, "model": model.state_dict()})
+    exp_dir = make_streaming_experiment(tmp_path / "exp", tone_data, wavs)
     transcribe.main(["--exp-dir", str(exp_dir), *map(str, wavs)])
     offline = capsys.readouterr().out
     transcribe.main(["--exp-dir", str(exp_dir), "--stream", "--chunk-ms", "100", *map(str, wavs)])
