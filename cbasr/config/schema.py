@@ -65,6 +65,7 @@ GreedyRule = choice("GreedyRule", "label", "emission")
 Estimator = choice("Estimator", "auto", "global", "idb", "bb", "mbb")
 Baseline = choice("Baseline", "none", "loo", "running_mean")
 Features = choice("Features", "cached", "on_the_fly")
+MeanNorm = choice("MeanNorm", "train", "utterance")
 Optimizer = choice("Optimizer", "adam", "adamw", "sgd")
 Scheduler = choice("Scheduler", "constant", "cosine", "linear", "noam")
 Precision = choice("Precision", "fp32", "bf16", "fp16")
@@ -304,6 +305,9 @@ class DataConfig:
     num_workers: int = 0  # data loader worker processes
     features: Features = Features.cached  # cached: feature_dir; on_the_fly: fbank from the audio
     speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
+    # the mean subtracted from the features: the train split's (cmvn.json), or after it each
+    # utterance's own; the variance is the train split's either way
+    mean_norm: MeanNorm = MeanNorm.train
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
 

@@ -22,7 +22,13 @@ from cbasr.data.augment import (
     speed_perturb_waveform,
     utterance_generator,
 )
-from cbasr.data.features import FbankOptions, FeatureStore, compute_fbank, frames_of
+from cbasr.data.features import (
+    FbankOptions,
+    FeatureStore,
+    compute_fbank,
+    frames_of,
+    normalise,
+)
 from cbasr.data.manifest import audio_path, read_manifest
 from cbasr.data.source_tokens import TokenStore, open_store
 from cbasr.data.vocab import Vocabulary, tokens_of
@@ -80,6 +86,8 @@ class AsrDataset(torch.utils.data.Dataset):
             when ``fbank`` is given.
         units: which target field to use (see :func:`tokens_of`).
         cmvn: ``(mean (F,), std (F,))`` applied to every utterance, or None.
+        utterance_mean: then each utterance's own mean subtracted too
+            (:func:`~cbasr.data.features.normalise`).
         fbank: compute features on the fly from the audio with these options (lengths for
             batching then come from the manifest's durations), instead of reading them from
             ``feature_dir``.
@@ -105,6 +113,7 @@ class AsrDataset(torch.utils.data.Dataset):
         augmentation: Augmentation | None = None,
         seed: int = 0,
         label_times: Callable[[dict, int], list[float | None] | None] | None = None,
+        utterance_mean: bool = False,
     ):
         self.manifest = Path(manifest)
         self.fbank = fbank
@@ -118,7 +127,12 @@ class AsrDataset(torch.utils.data.Dataset):
                 "data.speed_perturb and data.spec_augment apply to audio features, not to the "
                 f"source tokens in {feature_dir}: turn them off for text input"
             )
-        self.cmvn = cmvn
+        if utterance_mean and cmvn is None:
+            raise ValueError(
+                "data.mean_norm=utterance normalises filterbank features, not the source tokens "
+                f"in {feature_dir}"
+            )
+        self.cmvn, self.utterance_mean = cmvn, utterance_mean
         self.augmentation = augmentation
         self.seed, self.epoch = seed, 0
         self.records, self.targets, self.skipped, self.num_frames = [], [], [], []
@@ -242,7 +256,7 @@ class AsrDataset(torch.utils.data.Dataset):
         if feats is None:
             return None
         if self.cmvn is not None:
-            feats = (feats - self.cmvn[0]) / self.cmvn[1]
+            feats = normalise(feats, *self.cmvn, self.utterance_mean)
         if aug is not None:
             feats = aug.mask(feats, generator)
         item = self.records[i]["id"], feats, torch.tensor(self.targets[i], dtype=torch.long)

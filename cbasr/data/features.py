@@ -39,6 +39,8 @@ __all__ = [
     "FeaturePool",
     "write_cmvn",
     "load_cmvn",
+    "normalise",
+    "utterance_mean_of",
     "FeatureStore",
     "frames_of",
     "extraction_options",
@@ -249,6 +251,24 @@ def write_cmvn(summary: dict, path: str | Path) -> None:
     write_json(path, {"frames": n, "mean": mean.tolist(), "std": std.tolist()})
 
 
+def normalise(
+    feats: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, utterance_mean: bool = False
+) -> torch.Tensor:
+    """CMVN of one utterance's ``(T, F)`` features: ``(feats - mean) / std`` with the train
+    split's statistics; with ``utterance_mean`` (``data.mean_norm=utterance``), then the
+    utterance's own mean over its frames subtracted (per-utterance cepstral mean
+    normalisation; the variance stays the train split's)."""
+    feats = (feats - mean) / std
+    if utterance_mean and feats.shape[0] > 0:
+        feats = feats - feats.mean(0, keepdim=True)
+    return feats
+
+
+def utterance_mean_of(config: dict | None) -> bool:
+    """Whether an experiment's ``config`` subtracts each utterance's mean (``data.mean_norm``)."""
+    return ((config or {}).get("data") or {}).get("mean_norm", "train") == "utterance"
+
+
 def load_cmvn(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean (F,), std (F,))`` written by :func:`write_cmvn`."""
     stats = json.loads(Path(path).read_text())
@@ -366,13 +386,14 @@ class FeatureSettings:
     mean: torch.Tensor  # (F,)
     std: torch.Tensor  # (F,)
     float16: bool  # features rounded to float16, as the cache stores them
+    utterance_mean: bool = False  # each utterance's own mean subtracted too (data.mean_norm)
 
     def __call__(self, waveform: torch.Tensor, sample_rate: int) -> torch.Tensor:
         """``(T, F)`` normalised features of a mono waveform, exactly as in training."""
         feats = compute_fbank(waveform, sample_rate, self.fbank)
         if self.float16:
             feats = feats.half().float()
-        return (feats - self.mean) / self.std
+        return normalise(feats, self.mean, self.std, self.utterance_mean)
 
 
 def write_feature_settings(exp_dir: str | Path, opts: FbankOptions, cached: bool) -> dict:
@@ -420,7 +441,11 @@ def load_feature_settings(exp_dir: str | Path, config: dict | None = None) -> Fe
                 f"(SHA-256 recorded in {path}): restore the original file"
             )
         return FeatureSettings(
-            FbankOptions(**settings["fbank"]), mean, std, settings["stored_as"] == "float16"
+            FbankOptions(**settings["fbank"]),
+            mean,
+            std,
+            settings["stored_as"] == "float16",
+            utterance_mean_of(config),
         )
     data = (config or {}).get("data", {})
     split_dir = Path(data.get("feature_dir", "")) / data.get("train_split", "train")

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from cbasr.builder import build_model, model_configs
+from cbasr.data.features import normalise, utterance_mean_of
 from cbasr.data.source_tokens import experiment_input
 from cbasr.data.vocab import Vocabulary
 from cbasr.models.base import subsampling_stride
@@ -64,8 +65,7 @@ class Experiment:
         """CMVN of filterbank features; source ids of a text input pass unchanged."""
         if self.cmvn is None:
             return feats
-        mean, std = self.cmvn
-        return (feats - mean) / std
+        return normalise(feats, *self.cmvn, utterance_mean_of(self.cfg))
 
 
 def frame_shift_seconds(feature_dir: str | Path) -> float:

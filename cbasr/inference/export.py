@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cbasr.data.features import FEATURE_SETTINGS
+from cbasr.data.features import FEATURE_SETTINGS, utterance_mean_of
 from cbasr.inference.experiment import Experiment, subsampling_stride
 from cbasr.inference.transducer_export import (
     STEP,
@@ -400,7 +400,12 @@ def _describe(exp: Experiment, model, description: dict, out: Path) -> dict:
         "tokens": exp.vocab.tokens,
         "units": exp.units,
         "features": settings,
-        "cmvn": {"mean": mean.tolist(), "std": std.tolist()},
+        # then, with utterance_mean, each utterance's own mean subtracted (data.mean_norm)
+        "cmvn": {
+            "mean": mean.tolist(),
+            "std": std.tolist(),
+            "utterance_mean": utterance_mean_of(exp.cfg),
+        },
         "subsampling": subsampling_stride(model),
         "checkpoint": exp.checkpoint,
         "epoch": exp.epoch,

@@ -284,6 +284,11 @@ class RecognizerStream:
             raise ValueError(
                 f"{exp.exp_dir}: the model reads delta features, which look ahead: not streamed"
             )
+        if recognizer.features.utterance_mean:
+            raise ValueError(
+                f"{exp.exp_dir}: the model subtracts each utterance's mean from its features "
+                "(data.mean_norm=utterance), which needs the whole utterance: not streamed"
+            )
         self.recognizer, self.name = recognizer, name
         self.decoder = TransducerStream(exp.model)
         self.window = int(opts.sample_rate * opts.frame_length_ms / 1000)

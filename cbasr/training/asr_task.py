@@ -144,6 +144,7 @@ class AsrTask:
                 augmentation=augmentation,
                 seed=seed,
                 label_times=times,
+                utterance_mean=data.mean_norm == "utterance",
             )
             for split, augmentation, times in (
                 (data.train_split, augmentation_of(data), label_times),

@@ -18,6 +18,7 @@ CHOICES = [  # (preset overrides, option, a legal value other than the default)
     (["loss=cb_reinforce"], "loss.baseline", "running_mean"),
     (["loss=forced_suffix"], "loss.baseline", "none"),
     ([], "data.features", "on_the_fly"),
+    ([], "data.mean_norm", "utterance"),
     ([], "optim.name", "adamw"),
     ([], "optim.scheduler", "noam"),
     ([], "trainer.precision", "bf16"),

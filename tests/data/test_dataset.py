@@ -67,6 +67,21 @@ def test_cmvn_and_collate_padding(tmp_path):
     assert batch.targets[0, : raw[0][2].numel()].tolist() == raw[0][2].tolist()
 
 
+def test_utterance_mean_norm_subtracts_each_utterances_own_mean_after_the_cmvn(tmp_path):
+    corpus, _ = _prepare(tmp_path)
+    vocab = Vocabulary(["a", "b", "c", "d", "e"])
+    raw = AsrDataset(corpus / "train.jsonl", tmp_path / "f", vocab, "phones")
+    mean, std = torch.linspace(1.0, 3.0, 20), torch.full((20,), 4.0)
+    args = (corpus / "train.jsonl", tmp_path / "f", vocab, "phones")
+    utt = AsrDataset(*args, cmvn=(mean, std), utterance_mean=True)
+    for i in range(2):
+        scaled = (raw[i][1] - mean) / std
+        torch.testing.assert_close(utt[i][1], scaled - scaled.mean(dim=0))
+        assert utt[i][1].mean(dim=0).abs().max() < 1e-5 < scaled.mean(dim=0).abs().max()
+    with pytest.raises(ValueError, match="mean_norm=utterance normalises filterbank"):
+        AsrDataset(*args, utterance_mean=True)
+
+
 def test_augmented_items_depend_on_seed_epoch_and_index_only(tmp_path):
     corpus, _ = _prepare(tmp_path)
     vocab = Vocabulary(["a", "b", "c", "d", "e"])

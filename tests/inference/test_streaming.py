@@ -164,6 +164,13 @@ def test_a_recognizer_stream_refuses_what_it_cannot_stream(tone_data, tmp_path):
     write_feature_settings(uni, fbank_options_of(tone_data / "fbank/train", 40), True)
     with pytest.raises(ValueError, match="searches greedily: no beam"):
         Recognizer.from_pretrained(uni, beam=4).stream()
+    # each utterance's own mean needs the whole utterance
+    checkpoint = uni / "checkpoints/best.pt"
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["config"]["data"]["mean_norm"] = "utterance"
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match=r"data.mean_norm=utterance.*not streamed"):
+        Recognizer.from_pretrained(uni).stream()
 
 
 def test_cbasr_transcribe_stream_prints_partials_and_ends_on_the_offline_output(

@@ -576,6 +576,30 @@ def test_on_the_fly_features_with_speed_perturbation_train(tone_data, tmp_path):
     assert t.state.history[-1]["train_loss"] < t.state.history[0]["train_loss"]
 
 
+def test_utterance_mean_norm_reaches_training_validation_and_decoding_alike(tone_data, tmp_path):
+    """data.mean_norm=utterance: the training and validation items and the decoders' features
+    (Experiment.normalise, the Recognizer's, the export's description) all subtract each
+    utterance's own mean after the train split's CMVN."""
+    from cbasr import Recognizer
+    from cbasr.inference.experiment import Experiment
+    from cbasr.inference.export import export_model
+
+    exp = tmp_path / "exp"
+    t = train(make_cfg(tone_data, exp, "trainer.max_epochs=1", "data.mean_norm=utterance"), exp)
+    assert t.task.train_set.utterance_mean and t.task.valid_set.utterance_mean
+    valid = t.task.valid_set
+    utt_id, feats, _ = valid[0]
+    assert feats.mean(dim=0).abs().max() < 1e-5
+    stored = valid.store[utt_id]
+    torch.testing.assert_close(Experiment(exp).normalise(stored), feats)
+    recognizer = Recognizer.from_pretrained(exp)
+    assert recognizer.features.utterance_mean
+    wav = next(p for p in (tone_data / "corpus").rglob("*.wav") if utt_id in p.name)
+    torch.testing.assert_close(recognizer.features_of(wav), feats, atol=1e-3, rtol=0)
+    description = export_model(Experiment(exp), "torchscript", tmp_path / "model.pt")
+    assert description["cmvn"]["utterance_mean"] is True
+
+
 # --- what TensorBoard and the history show ----------------------------------------------------
 def _scalars(exp):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
