@@ -27,7 +27,12 @@ from cbasr.data.batching import BucketBatchSampler
 from cbasr.data.features import FeatureStore
 from cbasr.data.manifest import read_manifest
 from cbasr.data.vocab import tokens_of
-from cbasr.inference.experiment import Experiment, frame_shift_seconds, subsampling_stride
+from cbasr.inference.experiment import (
+    MAX_FRAMES,
+    Experiment,
+    frame_shift_seconds,
+    subsampling_stride,
+)
 from cbasr.losses import cb_posteriors, cb_posteriors_windowed, cb_viterbi, cb_viterbi_windowed
 from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import LabelOrder
@@ -327,7 +332,7 @@ def align_split(
     manifest: str | Path,
     feature_dir: str | Path,
     out_dir: str | Path,
-    max_frames: int = 20000,
+    max_frames: int = MAX_FRAMES,
     plot_utt: str | None = None,
 ) -> dict:
     """Align every utterance of ``manifest`` to its reference; write ``align.ctm``,

@@ -28,7 +28,7 @@ from cbasr.data.vocab import tokens_of
 from cbasr.evaluation.decode_info import DecodeInfo
 from cbasr.evaluation.delay import TIMING_FILE, gold_ends, write_timing
 from cbasr.evaluation.scoring import decode_dir_name, file_digest, write_trn
-from cbasr.inference.experiment import Experiment, frame_seconds
+from cbasr.inference.experiment import MAX_FRAMES, Experiment, frame_seconds
 from cbasr.inference.streaming import emission_seconds, streamable
 from cbasr.progress import progress_bar
 from cbasr.search import (
@@ -147,7 +147,7 @@ def decode_split(
     manifest: str | Path,
     feature_dir: str | Path,
     out_dir: str | Path,
-    max_frames: int = 20000,
+    max_frames: int = MAX_FRAMES,
     options: BeamSearchOptions | None = None,
     lm: LabelScorer | None = None,
     lm_path: str | Path | None = None,

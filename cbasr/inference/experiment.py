@@ -16,7 +16,10 @@ from cbasr.data.vocab import Vocabulary
 from cbasr.models.base import subsampling_stride
 from cbasr.storage.checkpoint import load_checkpoint
 
-__all__ = ["Experiment", "subsampling_stride", "frame_shift_seconds", "frame_seconds"]
+__all__ = ["Experiment", "MAX_FRAMES", "subsampling_stride", "frame_shift_seconds", "frame_seconds"]
+
+
+MAX_FRAMES = 20000  # padded input frames per batch when decoding, aligning or transcribing
 
 
 class Experiment:

@@ -29,7 +29,7 @@ from cbasr.data.vocab import tokens_to_words
 from cbasr.devices import select_device
 from cbasr.inference.alignment import Alignment, align_batch
 from cbasr.inference.decode import decode_batch
-from cbasr.inference.experiment import Experiment, subsampling_stride
+from cbasr.inference.experiment import MAX_FRAMES, Experiment, subsampling_stride
 from cbasr.search import BeamSearchOptions, LabelScorer, check_options, load_language_model
 
 __all__ = ["Recognizer", "RecognizerStream", "Transcription", "AudioInput"]
@@ -73,7 +73,7 @@ class Recognizer:
         elif lm is not None:
             raise ValueError("LM fusion needs a beam search: give BeamSearchOptions")
         self.experiment, self.features, self.options, self.lm = experiment, features, options, lm
-        self.max_frames = 20000
+        self.max_frames = MAX_FRAMES
         self._noted: set[str] = set()
 
     @classmethod
