@@ -161,9 +161,17 @@ def hat_nll_from_logits(
     device = label_logits.device
     if _fused_joint(label_logits, blank_logits, start):  # label y is column start + y
         return fused_joint_nll(
-            label_logits, blank_logits, targets, None, input_lengths, target_lengths, True,
-            start, start, monotonic, fastemit,
-        )  # fmt: skip
+            label_logits,
+            blank_logits,
+            targets,
+            input_lengths=input_lengths,
+            target_lengths=target_lengths,
+            hat=True,
+            start=start,
+            offset=start,
+            monotonic=monotonic,
+            fastemit=fastemit,
+        )
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     ids = F.pad(torch.where(valid, targets.to(device), 0), (0, 1)) + start  # (B, U + 1)
     columns = [torch.zeros_like(ids), ids] if blank_logits is None else [ids]

@@ -390,9 +390,17 @@ def pruned_transducer_nll(
     device = units.device
     if _fused_joint(units, None, 1 if hat else 0):  # label y is unit y
         return fused_joint_nll(
-            units, None, targets, starts, input_lengths, target_lengths, hat, 1 if hat else 0,
-            0, monotonic, fastemit,
-        )  # fmt: skip
+            units,
+            None,
+            targets,
+            input_lengths=input_lengths,
+            target_lengths=target_lengths,
+            starts=starts,
+            hat=hat,
+            start=1 if hat else 0,
+            monotonic=monotonic,
+            fastemit=fastemit,
+        )
     positions = starts.to(device)[..., None] + torch.arange(S, device=device)  # (B, T, S)
     columns = label_columns(targets.to(device), target_lengths)  # (B, U + 1)
     label_units = columns.gather(1, positions.clamp(max=U1 - 1).flatten(1)).view(B, T, S)

@@ -448,9 +448,19 @@ class _FusedJoint(torch.autograd.Function):
 
 
 def fused_joint_nll(
-    x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset, monotonic,
-    fastemit=0.0,
-) -> torch.Tensor:  # fmt: skip
+    x: torch.Tensor,
+    blank: torch.Tensor | None,
+    targets: torch.Tensor,
+    *,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    starts: torch.Tensor | None = None,
+    hat: bool = False,
+    start: int = 0,
+    offset: int = 0,
+    monotonic: bool = False,
+    fastemit: float = 0.0,
+) -> torch.Tensor:
     """:class:`_FusedJoint` (package-internal; the callers check the arguments): ``x`` ``(B,
     T, R, V)`` the joint's rows (``R = U + 1``, or the ``S`` rows of the windows at ``starts``
     ``(B, T)``), ``blank`` the separate blank logits or None (column 0), ``targets`` ``(B,
@@ -649,9 +659,14 @@ def rnnt_lattice_nll(
     device = logits.device
     if blank == 0 and _fused_joint(logits, None, 0):
         return fused_joint_nll(
-            logits, None, targets, None, input_lengths, target_lengths, False, 0, 0, monotonic,
-            fastemit,
-        )  # fmt: skip
+            logits,
+            None,
+            targets,
+            input_lengths=input_lengths,
+            target_lengths=target_lengths,
+            monotonic=monotonic,
+            fastemit=fastemit,
+        )
     valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
     labels = torch.where(valid, targets.to(device), blank)  # (B, U): padding -> any valid id
     labels = F.pad(labels, (0, 1), value=blank)  # (B, U + 1): nothing is emitted from u = U
