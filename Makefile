@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: help install demo test test-slow mutate lint format clean-demo
+.PHONY: help install demo test test-slow mutate docs lint format clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -61,6 +62,25 @@ mutate: $(STAMP)  ## one-line mutants of PATHS run against their folders' tests;
 	@test -n "$(PATHS)" || { echo "usage: make mutate PATHS=cbasr/inference/grid.py [SINCE=rev] [SAMPLE=n] [SEED=s]"; exit 2; }
 	$(BIN)/python scripts/mutate.py $(PATHS) $(if $(SINCE),--since $(SINCE)) \
 	  $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED))
+
+# make docs: the site of docs/ (MyST Markdown, Sphinx) into docs/_build/html, warnings as errors;
+# it runs the tutorial (docs/tutorial.md: a small synth corpus, two models trained on one CPU
+# thread) and generates its tables from the code, recipes/*/results.csv and benchmarks/. The
+# first run installs the `docs` extra into .venv, pinned by requirements.lock, as `make install`
+# installs the test one (uv, else pip). `rm -rf docs/_build` for a build from scratch.
+$(DOCS_STAMP): $(STAMP)
+	if [ "$(INSTALLER)" = uv ] \
+	  && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)' \
+	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[test,docs]'; \
+	then :; \
+	else \
+	  echo "installing with pip (INSTALLER=$(INSTALLER))"; \
+	  $(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test,docs]'; \
+	fi
+	touch $@
+
+docs: $(DOCS_STAMP)  ## the documentation site into docs/_build/html (runs its tutorial: about 2 min)
+	OMP_NUM_THREADS=1 $(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 lint: $(STAMP)  ## ruff: the formatter's check and the linter (pyproject.toml's [tool.ruff])
 	$(BIN)/ruff format --check .

@@ -3,7 +3,7 @@
 Docstrings cite the "CB paper" (Sean Robertson 2020, "The Conditional Bernoulli and its
 Application to Speech Recognition") and the "HAT paper" (Ehsan Variani, David Rybach, Cyril
 Allauzen, Michael Riley 2020, "Hybrid Autoregressive Transducer (HAT)", arXiv:2003.07705) by
-equation number; README.md lists every reference in full.
+equation number; docs/references.md lists every reference in full.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a fresh GPU machine (its steps' limits: 1095 s in all, more than one device call;
 # GPU_STEPS="tests bench_greedy ..." runs the steps named, in this file's order), the benchmarks
-# whose figures go to benchmarks/gpu/ (README, "Performance") and the CUDA tests.
+# whose figures go to benchmarks/gpu/ (docs/performance.md) and the CUDA tests.
 #
 #   scripts/gpu_wheels.sh                      # first, here, where PyPI can be reached: .whl/
 #   scripts/stage_author.sh CB_GIT PYDROBERT_GIT  # optional: the CB author's code, .author/
@@ -30,8 +30,8 @@
 #                        torch.profiler: each operator's host and device time, and their totals,
 #                        which say whether a step waits on the host or on the device
 # Every JSON line gains the device's name, the commit (CBASR_COMMIT, else git's HEAD) and the
-# command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (README,
-# "Performance", also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
+# command that wrote it; `scripts/perf_table.py OUT` then prints the targets' table (the one
+# docs/performance.md shows, also written to OUT/table.md), and the folder is committed as benchmarks/gpu/.
 # A step that fails is recorded in OUT/summary.txt (its error output in OUT/stderr.log) and the
 # rest still run; the exit status is the number of failed steps.
 set -uo pipefail

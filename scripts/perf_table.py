@@ -1,4 +1,4 @@
-"""The performance tables of the README from benchmark JSON lines (the targets of the kernels'
+"""The performance tables of the docs from benchmark JSON lines (the targets of the kernels'
 work, on a GPU and on the CPU).
 
     .venv/bin/python scripts/perf_table.py benchmarks/gpu benchmarks/cpu   # a table per folder

@@ -87,11 +87,12 @@ def test_unknown_names_and_incompatible_pairs_fail_with_the_choices():
         )
 
 
-def test_the_readme_builder_example_runs():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    code = re.search(r"<!-- builder example -->\n```python\n(.*?)```", readme, re.S).group(1)
+def test_the_docs_builder_example_runs():
+    """The Python example of docs/configuration.md."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    code = re.search(r"<!-- builder example -->\n```python\n(.*?)```", page, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/configuration.md", "exec"), namespace)
     model = namespace["model"]
     assert isinstance(model, TransducerModel) and model.criterion == "hat"
     assert model.encoder.output_dim == 320 and model.decoder.joint.name == "hat"

@@ -1,8 +1,8 @@
-"""The package's layering, held by its imports: every edge points down README's layer table.
+"""The package's layering, held by its imports: every edge points down the docs' layer table.
 
-The table between ``<!-- layers -->`` markers in README.md is the one place the layer map is
-written; this test reads it and parses every ``import`` in ``cbasr/`` with ``ast`` (those inside
-functions too), so the README and the code cannot drift apart.
+The table between ``<!-- layers -->`` markers in docs/architecture.md is the one place the layer
+map is written; this test reads it and parses every ``import`` in ``cbasr/`` with ``ast`` (those
+inside functions too), so the documentation and the code cannot drift apart.
 """
 
 import ast
@@ -18,9 +18,9 @@ PACKAGE = ROOT / "cbasr"
 
 
 def layer_table(readme: str) -> dict[str, int]:
-    """``{package: row}`` from README's layer table."""
+    """``{package: row}`` from the layer table of docs/architecture.md."""
     match = re.search(r"<!-- layers -->\n(.*?)<!-- end of layers -->", readme, re.S)
-    assert match, "README.md has no <!-- layers --> table"
+    assert match, "docs/architecture.md has no <!-- layers --> table"
     rows = {}
     for line in match.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -87,14 +87,14 @@ def violations(rows: dict[str, int], files: list[Path], root: Path = ROOT) -> li
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, int]:
-    return layer_table((ROOT / "README.md").read_text())
+    return layer_table((ROOT / "docs" / "architecture.md").read_text())
 
 
 def test_every_package_and_top_level_module_is_on_a_row(rows):
     names = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     names |= {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
-    assert names - set(rows) == set(), "add these to README's layer table"
-    assert set(rows) - names == set(), "README's layer table names what the package lacks"
+    assert names - set(rows) == set(), "add these to the layer table of docs/architecture.md"
+    assert set(rows) - names == set(), "the docs' layer table names what the package lacks"
 
 
 def test_every_import_points_down_the_layer_table(rows):

@@ -1,7 +1,7 @@
 """Exact Conditional Bernoulli marginal likelihood, posteriors and Viterbi alignment.
 
 CB paper (Robertson 2020, "The Conditional Bernoulli and its Application to Speech
-Recognition"; README's references) section 2.4. With independent emission
+Recognition"; docs/references.md) section 2.4. With independent emission
 Bernoullis ``B_t ~ Bernoulli(sigmoid(a_t))`` and a label model that depends on the emission
 times only through the current one, ``P(y_l | t_l, y_<l)``, eq. (38) is a first-order HMM over
 states ``(t, l)`` = (frames read, labels emitted). Because ``P(L) P(b | L) = P(b)`` (section

@@ -68,7 +68,7 @@ def test_the_exported_model_equals_the_eager_one_on_a_padded_batch(
     for b, n in enumerate(expected[-1].tolist()):
         for ours, theirs in zip(expected[:-1], got[:-1]):
             assert (ours[b, :n] - theirs[b, :n]).abs().max() <= 1e-5
-    # the outputs are what the search reads: README's greedy rule gives the model's own search
+    # the outputs are what the search reads: the docs' greedy rule gives the model's own search
     if family == "ctc":
         hyps = _greedy(family, got)
         assert hyps == eager.model.greedy_decode(feats, lens) and sum(map(len, hyps)) >= 5
@@ -83,7 +83,7 @@ def test_the_exported_model_equals_the_eager_one_on_a_padded_batch(
 
 
 def _greedy(family: str, outputs: list[torch.Tensor]) -> list[list[int]]:
-    """Greedy decoding from the exported outputs, as README describes it."""
+    """Greedy decoding from the exported outputs, as docs/inference.md describes it."""
     hyps = []
     for b, n in enumerate(outputs[-1].tolist()):
         if family == "ctc":
@@ -215,15 +215,15 @@ def test_the_cli_exports_a_transducer(tone_data, tmp_path):
     assert (tmp_path / "hat.predictor.onnx").is_file() and (tmp_path / "hat.joint.onnx").is_file()
 
 
-def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(
+def test_the_docs_greedy_decoding_example_gives_the_recipes_hypothesis(
     tone_data, trained, tmp_path
 ):
     exp = tmp_path / "exp"
     shutil.copytree(trained, exp)
     decode.main(decode_args(tone_data, exp, "test"))
     export.main(["--exp-dir", str(exp), "--format", "onnx", "--out", str(tmp_path / "model.onnx")])
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"<!-- export example -->\n```python\n(.*?)```", readme, re.S).group(1)
+    page = (ROOT / "docs" / "inference.md").read_text()
+    code = re.search(r"<!-- export example -->\n```python\n(.*?)```", page, re.S).group(1)
     hyps = {}
     for line in (exp / "decode/test/hyp.trn").read_text().splitlines():
         text, utt = re.fullmatch(r"(.*)\((\S+)\)", line).groups()
@@ -233,7 +233,7 @@ def test_the_readme_greedy_decoding_example_gives_the_recipes_hypothesis(
         source = code.replace('"model.onnx', f'"{tmp_path}/model.onnx').replace(
             '"utterance.wav"', f'"{wav}"'
         )
-        exec(compile(source, "README.md", "exec"), namespace)
+        exec(compile(source, "docs/inference.md", "exec"), namespace)
         assert namespace["text"] == hyps[wav.stem]
 
 

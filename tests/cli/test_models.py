@@ -1,5 +1,6 @@
-"""cbasr-models: the compatibility table the README shows is the one the code gives."""
+"""cbasr-models: the compatibility table the docs show is the one the code gives."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -7,7 +8,16 @@ import pytest
 
 from cbasr.cli import models
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def docs_generator():
+    """``docs/_ext/cbasr_docs.py``, which writes the site's generated parts when it builds."""
+    path = DOCS / "_ext" / "cbasr_docs.py"
+    spec = importlib.util.spec_from_file_location("cbasr_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -16,12 +26,18 @@ def table() -> str:
     return models.compatibility_table()
 
 
-def test_readme_table_is_the_generated_one(table):
-    text = README.read_text()
-    shown = re.search(r"<!-- cbasr-models table -->\n(.*?)<!-- end of table -->", text, re.S).group(
-        1
+def test_the_docs_table_is_the_generated_one(table, monkeypatch):
+    """docs/concepts.md includes the part the docs build generates, which is this table."""
+    generator = docs_generator()
+    monkeypatch.setattr(models, "compatibility_table", lambda: table)  # built once, above
+    name = "compatibility.md"
+    included = re.findall(
+        r"```\{include\} _generated/(\S+)\n```", (DOCS / "concepts.md").read_text()
     )
-    assert shown == table
+    assert name in included
+    text = generator.generated_files()[name]
+    shown = re.search(r"<!-- cbasr-models table -->\n(.*?)<!-- end of table -->", text, re.S)
+    assert shown.group(1) == table
 
 
 def test_table_marks_the_allowed_pairs(table):

@@ -189,15 +189,16 @@ def test_an_experiment_without_features_json_falls_back_to_its_training_features
         Recognizer.from_pretrained(exp)
 
 
-def test_the_readme_example_runs(tone_data, decoded):
-    """README's Python example, with its experiment and audio paths pointed at the tone model."""
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"<!-- recognizer example -->\n```python\n(.*?)```", readme, re.S).group(1)
+def test_the_docs_example_runs(tone_data, decoded):
+    """The Python example of docs/inference.md, with its experiment and audio paths pointed at
+    the tone model."""
+    page = (ROOT / "docs" / "inference.md").read_text()
+    code = re.search(r"<!-- recognizer example -->\n```python\n(.*?)```", page, re.S).group(1)
     wav = _test_wavs(tone_data)[3]
     code = code.replace("recipes/synth/exp/blstm_ctc", str(decoded))
     code = re.sub(r'"recipes/synth/data/synth/[^"]*\.wav"', f'"{wav}"', code)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/inference.md", "exec"), namespace)
     assert namespace["result"].text == _hyps(decoded / "decode/test/hyp.trn")[wav.stem]
 
 

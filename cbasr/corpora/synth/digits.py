@@ -46,7 +46,7 @@ A manifest line has exactly these keys::
 ``start`` for the first word). ``noise`` is ``white``, ``pink``, ``babble`` or ``none``
 (``snr_db`` then null), ``rt60`` null without reverberation.
 
-Like the sentence corpus (:mod:`.corpus`), everything is a function of the
+Like the sentence corpus (:mod:`~cbasr.corpora.synth.corpus`), everything is a function of the
 :class:`DigitsConfig` and the eSpeak wheel's version, not of the number of workers, and a
 rerun on a complete directory does nothing (:mod:`.directory`).
 """

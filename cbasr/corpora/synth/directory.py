@@ -1,13 +1,13 @@
 """An eSpeak corpus directory written idempotently: the machinery both corpora share.
 
-The sentence corpus (:mod:`.corpus`) and the connected-digits corpus (:mod:`.digits`) plan
-one job per speaker, run the jobs in this process or in spawned worker processes (the
-output does not depend on which), and write ``<split>.jsonl`` manifests, a few small text
-files and, last, the ``.done`` marker holding the generation parameters and the utterance
-counts. :func:`find_complete` reads the marker back: a directory is complete when its
+The sentence corpus (:mod:`~cbasr.corpora.synth.corpus`) and the connected-digits corpus
+(:mod:`.digits`) plan one job per speaker, run the jobs in this process or in spawned worker
+processes (the output does not depend on which), and write ``<split>.jsonl`` manifests, a few
+small text files and, last, the ``.done`` marker holding the generation parameters and the
+utterance counts. :func:`find_complete` reads the marker back: a directory is complete when its
 parameters match and every manifest line's audio file exists; :func:`clear` removes what an
-earlier run left before a corpus is generated again. Every file is written under a
-temporary name and renamed, so a killed run never leaves a file that looks finished.
+earlier run left before a corpus is generated again. Every file is written under a temporary
+name and renamed, so a killed run never leaves a file that looks finished.
 """
 
 import json
