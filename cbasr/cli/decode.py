@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--lm-words",
         action="store_true",
         help="--lm is an ARPA word model for a character or piece recogniser: each word is "
-        "scored when it ends (the README's shallow fusion section)",
+        "scored when it ends (docs/decoding.md, shallow fusion)",
     )
     search.add_argument(
         "--lm-weight",
