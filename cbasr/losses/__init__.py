@@ -15,6 +15,7 @@
   of Kuang et al. (2022): the joint on a few label positions per frame.
 """
 
+from cbasr.losses._joint import gather_logsumexp
 from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
 from cbasr.losses.conditional_bernoulli_second_order import (
     cb_marginal_nll_windowed,
@@ -29,12 +30,8 @@ from cbasr.losses.pruned import (
     simple_transducer_nll,
     trivial_joint_log_probs,
 )
-from cbasr.losses.transducer import (
-    gather_logsumexp,
-    rnnt_lattice_nll,
-    rnnt_nll,
-    transducer_lattice_nll,
-)
+from cbasr.losses.rnnt import rnnt_lattice_nll, rnnt_nll
+from cbasr.losses.transducer import transducer_lattice_nll
 
 __all__ = [
     "cb_marginal_nll",

@@ -23,7 +23,7 @@ the backward kernel walks the levels the other way and writes each node's edge p
 gradient of ``log P(y)``) as it goes, storing no table of its own.
 
 The joint's rows enter through :func:`row_logsumexp` and :func:`row_softmax`, the fused
-log-softmax of :func:`cbasr.losses.transducer.gather_logsumexp`: one pass over the joint forward
+log-softmax of :func:`cbasr.losses.gather_logsumexp`: one pass over the joint forward
 (each row's normaliser, an online log-sum-exp over blocks of columns) and one backward (the
 softmax times each row's weight, written straight into the gradient), with no joint-sized
 temporary in either. A program takes a tile of rows; half-precision rows are read into float32.

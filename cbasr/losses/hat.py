@@ -19,13 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
-from cbasr.losses.transducer import (
-    _check_fastemit,
-    _fused_joint,
-    _lattice_nll,
-    fused_joint_nll,
-    gather_logsumexp,
-)
+from cbasr.losses._joint import _fused_joint, fused_joint_nll, gather_logsumexp
+from cbasr.losses.transducer import _check_fastemit, _lattice_nll
 
 __all__ = ["hat_nll", "hat_nll_from_logits", "hat_internal_lm_score"]
 
@@ -133,7 +128,7 @@ def hat_nll_from_logits(
     fastemit: float = 0.0,
 ) -> torch.Tensor:
     """:func:`hat_nll` from unnormalised label scores, with the label softmax (eqs. 6-7) fused
-    into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`): no normalised
+    into the gather (:func:`~cbasr.losses.gather_logsumexp`): no normalised
     ``(B, T, U + 1, V)`` tensor exists, and the backward's extra memory is one gradient the
     size of ``label_logits``.
 

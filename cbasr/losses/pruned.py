@@ -47,13 +47,8 @@ from cbasr.checks import (
     check_that,
     one_read,
 )
-from cbasr.losses.transducer import (
-    _check_fastemit,
-    _fused_joint,
-    _lattice_nll,
-    fused_joint_nll,
-    gather_logsumexp,
-)
+from cbasr.losses._joint import _fused_joint, fused_joint_nll, gather_logsumexp
+from cbasr.losses.transducer import _check_fastemit, _lattice_nll
 
 __all__ = [
     "trivial_joint_log_probs",
@@ -353,7 +348,7 @@ def pruned_transducer_nll(
     """``-log`` of the summed probability of the paths inside the windows (the module
     docstring's exactness statement), from the joint's scores on the windows.
 
-    The softmax is fused into the gather (:func:`~cbasr.losses.transducer.gather_logsumexp`);
+    The softmax is fused into the gather (:func:`~cbasr.losses.gather_logsumexp`);
     the gathered edge weights are scattered into ``(B, T, U + 1)`` lattice tables that hold
     ``-inf`` outside the windows, which :func:`~cbasr.losses.transducer.transducer_lattice_nll`
     sums over.

@@ -1,4 +1,4 @@
-"""RNN Transducer lattice (Graves, 2012): torchaudio's loss and a gather-first lattice.
+"""The RNN Transducer lattice (Graves, 2012), summed from per-node edge weights.
 
 Lattice convention (torchaudio's, and the HAT paper's section 3.1 "RNNT lattice"): nodes
 ``(t, u)`` for frames ``0 <= t < T_b`` and labels emitted ``0 <= u <= U_b``; from ``(t, u)``
@@ -25,23 +25,16 @@ function here; its recursion is frame-synchronous, ``T`` serial steps each vecto
 ``(B, U + 1)``.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
-import torchaudio.functional as AF
 from torch.autograd.function import once_differentiable
 
 from cbasr import _backends
-from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
-from cbasr.losses._transducer_kernel import (
-    monotonic_lattice,
-    row_logsumexp,
-    row_softmax,
-    transducer_lattice,
-)
+from cbasr.checks import check_floating, check_lengths, check_shape, one_read
+from cbasr.losses._joint import _finite_or_zero
+from cbasr.losses._lattice_kernels import _MonotonicKernel, _TransducerKernel, _TransducerTriton
 
-__all__ = ["rnnt_nll", "rnnt_lattice_nll", "transducer_lattice_nll", "gather_logsumexp"]
+__all__ = ["transducer_lattice_nll"]
 
 _NEG_INF = float("-inf")
 
@@ -64,11 +57,6 @@ def _unskew(xs: torch.Tensor, T1: int) -> torch.Tensor:
     _, B, U1 = xs.shape
     rows = torch.arange(T1, device=xs.device)[:, None] + torch.arange(U1, device=xs.device)
     return torch.gather(xs, 0, rows[:, None, :].expand(-1, B, -1))
-
-
-def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
-    """``x`` with NaN and +-inf made 0: one kernel (``isfinite`` is four on a GPU)."""
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _shift_weights(
@@ -166,26 +154,6 @@ class _TransducerForwardBackward(torch.autograd.Function):
         return (post_blank * scale).transpose(0, 1), (post_emit * scale).transpose(0, 1), None
 
 
-class _TransducerKernel(torch.autograd.Function):
-    """``log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._transducer_kernel`), on
-    the same masked weights as :class:`_TransducerForwardBackward`; it computes the edge
-    posteriors in the forward pass when a gradient is needed."""
-
-    @staticmethod
-    def forward(ctx, blank, emit, target_lengths):
-        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        log_p, post_blank, post_emit = transducer_lattice(blank, emit, target_lengths, want)
-        ctx.save_for_backward(post_blank, post_emit)
-        return log_p.to(blank.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_log_p: torch.Tensor):
-        post_blank, post_emit = ctx.saved_tensors
-        scale = grad_log_p[:, None, None]
-        return post_blank * scale, post_emit * scale, None
-
-
 class _MonotonicForwardBackward(torch.autograd.Function):
     """``log P(y)`` over the one-label-per-frame lattice (module docstring) from masked edge
     weights: ``blank[b, t, :] = 0`` for padded frames ``t >= T_b`` (a free pass down),
@@ -234,55 +202,6 @@ class _MonotonicForwardBackward(torch.autograd.Function):
         return (post_blank * scale).transpose(0, 1), (post_emit * scale).transpose(0, 1), None
 
 
-class _MonotonicKernel(torch.autograd.Function):
-    """:class:`_MonotonicForwardBackward` by the compiled CPU loop
-    (:func:`cbasr.losses._transducer_kernel.monotonic_lattice`)."""
-
-    @staticmethod
-    def forward(ctx, blank, emit, target_lengths):
-        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        log_p, post_blank, post_emit = monotonic_lattice(blank, emit, target_lengths, want)
-        ctx.save_for_backward(post_blank, post_emit)
-        return log_p.to(blank.dtype)
-
-    backward = staticmethod(_TransducerKernel.backward)
-
-
-class _TransducerTriton(torch.autograd.Function):
-    """``log P(y)`` over either topology by the Triton kernels
-    (:mod:`cbasr.losses._transducer_triton`), on the same masked weights and with the same
-    exact shifts as :class:`_TransducerForwardBackward` and :class:`_MonotonicForwardBackward`
-    (taken inside the forward kernel):
-    one program per utterance runs the forward recursion; backward runs the backward recursion
-    and the edge posteriors in one more."""
-
-    @staticmethod
-    def forward(ctx, blank, emit, target_lengths, monotonic: bool):
-        from cbasr.losses import _transducer_triton
-
-        log_p, lattice = _transducer_triton.forward(blank, emit, target_lengths, monotonic)
-        ctx.save_for_backward(blank, emit, target_lengths, *lattice.tensors())
-        ctx.monotonic = monotonic
-        return log_p
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_log_p: torch.Tensor):
-        from cbasr.losses import _transducer_triton
-
-        blank, emit, target_lengths, *lattice = ctx.saved_tensors
-        post_blank, post_emit = _transducer_triton.posteriors(
-            blank, emit, _transducer_triton.Lattice(*lattice), target_lengths, ctx.monotonic
-        )
-        scale = grad_log_p[:, None, None]  # in place: no second pair of tables
-        return post_blank.mul_(scale), post_emit.mul_(scale), None, None
-
-
-# Joint entries per block of the fused log-softmax: blocks that stay in cache (measured fastest).
-_CHUNK_ELEMENTS = 1 << 18
-_BACKWARD_ELEMENTS = 1 << 20
-
-
 class _ScaleGradient(torch.autograd.Function):
     """The identity, its gradient multiplied by ``factor``."""
 
@@ -299,237 +218,6 @@ class _ScaleGradient(torch.autograd.Function):
 def _check_fastemit(fastemit: float) -> None:
     if not fastemit >= 0.0:
         raise ValueError(f"fastemit (FastEmit's lambda) must be >= 0, got {fastemit}")
-
-
-def _exp_floor(dtype: torch.dtype) -> float:
-    """The least argument given to ``exp``: a little above the log of the smallest normal
-    number. ``torch.exp`` of anything lower (down to -inf) takes a slow path on CPU, 5-40x."""
-    return math.log(torch.finfo(dtype).tiny) + 0.5
-
-
-class _GatherLogSumExp(torch.autograd.Function):
-    """``(x.gather(-1, index), logsumexp(x[..., start:], -1))`` without a joint-sized temporary
-    in forward and with one joint-sized gradient in backward (see :func:`gather_logsumexp`).
-
-    Half-precision inputs are computed in float32 block by block (outputs in float32, the
-    gradient cast back), as autocast runs a log-softmax."""
-
-    @staticmethod
-    def forward(ctx, x, index, start):
-        V = x.shape[-1]
-        work = torch.promote_types(x.dtype, torch.float32)
-        rows, flat_index = x.reshape(-1, V), index.reshape(-1, index.shape[-1])
-        ctx.start, ctx.which = start, _row_backend(rows, start)
-        if ctx.which != "torch":  # one compiled pass per row
-            if ctx.which == "triton":
-                from cbasr.losses import _transducer_triton
-
-                lse = _transducer_triton.row_logsumexp(rows, start, _exp_floor(work), work)
-            else:
-                lse = row_logsumexp(rows, start, _exp_floor(work))
-            ctx.save_for_backward(x, index, lse)
-            picked = rows.gather(-1, flat_index).to(work)
-            return picked.view(index.shape), lse.view(x.shape[:-1])
-        lse = torch.empty(rows.shape[0], dtype=work, device=x.device)
-        floor = _exp_floor(work)
-        for i, step in _blocks(rows.shape[0], V - start, _CHUNK_ELEMENTS, x.is_cuda):
-            block = rows[i : i + step, start:].to(work)
-            top = block.amax(-1, keepdim=True)
-            top = _finite_or_zero(top)  # an all -inf (or inf) row
-            # exp below the smallest normal number is a slow path on CPU (and adds nothing
-            # to a sum that holds exp(0) = 1): clamped there
-            terms = torch.sub(block, top).clamp_(min=floor).exp_()
-            torch.log(terms.sum(-1), out=lse[i : i + step]).add_(top[:, 0])
-        picked = rows.gather(-1, flat_index).to(work)
-        ctx.save_for_backward(x, index, lse)
-        return picked.view(index.shape), lse.view(x.shape[:-1])
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_picked, grad_lse):
-        x, index, lse = ctx.saved_tensors
-        start, V = ctx.start, x.shape[-1]
-        rows = x.reshape(-1, V)
-        if ctx.which != "torch" and grad_lse is not None:  # exp(x - lse) * grad_lse, one pass
-            floor = _exp_floor(lse.dtype)
-            if ctx.which == "triton":
-                from cbasr.losses import _transducer_triton
-
-                grad = _transducer_triton.row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
-            else:
-                grad = row_softmax(rows, start, lse, grad_lse.reshape(-1), floor)
-        else:
-            grad = torch.empty_like(rows)
-            grad[:, :start] = 0.0
-            if grad_lse is None:
-                grad[:, start:] = 0.0
-            else:
-                # d lse / d x = softmax(x[start:]), times grad_lse, written in place. With weights
-                # >= 0 (a loss's occupancies) the weight joins the exponent: two passes, not three
-                # (on a CPU: deciding costs a GPU a synchronisation).
-                g = grad_lse.reshape(-1).to(lse.dtype)
-                signed = x.is_cuda or bool((g < 0).any())
-                shift = lse if signed else lse - g.log()  # log 0 = -inf: rows zeroed below
-                floor = _exp_floor(lse.dtype)
-                same = x.dtype == lse.dtype  # else half precision: each block in float32
-                for i, step in _blocks(rows.shape[0], V - start, _BACKWARD_ELEMENTS, x.is_cuda):
-                    out = grad[i : i + step, start:]
-                    block = (
-                        out if same else torch.empty(out.shape, dtype=lse.dtype, device=x.device)
-                    )
-                    torch.sub(rows[i : i + step, start:], shift[i : i + step, None], out=block)
-                    block.clamp_(min=floor).exp_()
-                    if signed:
-                        block.mul_(g[i : i + step, None])
-                    if not same:
-                        out.copy_(block)
-                # rows the loss does not read (padding) may hold anything: exactly 0 there
-                if x.is_cuda:
-                    grad.masked_fill_((g == 0)[:, None], 0.0)
-                else:
-                    grad.index_fill_(0, (g == 0).nonzero().flatten(), 0.0)
-        if grad_picked is not None:
-            flat_index = index.reshape(-1, index.shape[-1])
-            grad.scatter_add_(-1, flat_index, grad_picked.reshape(flat_index.shape).to(x.dtype))
-        return grad.view(x.shape), None, None
-
-
-def _fused_joint(x: torch.Tensor, blank: torch.Tensor | None, start: int) -> bool:
-    """Whether :class:`_FusedJoint` takes this joint: the Triton backend, a floating dtype its
-    kernels read (half precision too), unit column stride, columns to normalise."""
-    floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-    if _backends.backend(x) != "triton" or x.dtype not in floating:
-        return False
-    if blank is not None and blank.dtype not in floating:
-        return False
-    return x.shape[-1] > start and x.stride(-1) == 1
-
-
-class _FusedJoint(torch.autograd.Function):
-    """A transducer's NLLs straight from its joint's rows on the Triton backend: forward, one
-    kernel builds the masked edges in one pass over the joint (the softmax's normaliser, the
-    blank unit, the emitted label's column; HAT's two log-sigmoids), then the lattice with its
-    shifts taken inside; backward, the lattice's posteriors, then one kernel writes the joint's
-    whole gradient (``_transducer_triton.joint_forward``, ``JointLayout`` for the arguments).
-    The other backends build the edges, masks and shifts from PyTorch operators."""
-
-    @staticmethod
-    def forward(ctx, x, blank, targets, starts, input_lengths, target_lengths, options):
-        from cbasr.losses import _transducer_triton as kernels
-
-        hat, start, offset, monotonic, fastemit = options
-        layout = kernels.JointLayout(
-            x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset
-        )
-        work = torch.promote_types(x.dtype, torch.float32)
-        ctx.floor = _exp_floor(work)
-        nll, saved = kernels.joint_forward(layout, monotonic, work, ctx.floor)
-        ctx.save_for_backward(
-            x, blank, targets, starts, input_lengths, target_lengths, *saved.tensors()
-        )
-        ctx.options = options
-        return nll
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_nll):
-        from cbasr.losses import _transducer_triton as kernels
-
-        x, blank, targets, starts, input_lengths, target_lengths, *tensors = ctx.saved_tensors
-        hat, start, offset, monotonic, fastemit = ctx.options
-        layout = kernels.JointLayout(
-            x, blank, targets, starts, input_lengths, target_lengths, hat, start, offset
-        )
-        saved = kernels.JointSaved.of(tensors, monotonic)
-        grad, grad_blank = kernels.joint_backward(
-            layout, saved, grad_nll, 1.0 + fastemit, ctx.floor
-        )
-        return grad.view(x.shape), grad_blank, None, None, None, None, None
-
-
-def fused_joint_nll(
-    x: torch.Tensor,
-    blank: torch.Tensor | None,
-    targets: torch.Tensor,
-    *,
-    input_lengths: torch.Tensor,
-    target_lengths: torch.Tensor,
-    starts: torch.Tensor | None = None,
-    hat: bool = False,
-    start: int = 0,
-    offset: int = 0,
-    monotonic: bool = False,
-    fastemit: float = 0.0,
-) -> torch.Tensor:
-    """:class:`_FusedJoint` (package-internal; the callers check the arguments): ``x`` ``(B,
-    T, R, V)`` the joint's rows (``R = U + 1``, or the ``S`` rows of the windows at ``starts``
-    ``(B, T)``), ``blank`` the separate blank logits or None (column 0), ``targets`` ``(B,
-    U)`` whose label ``y`` is column ``offset + y``, the softmax over columns ``start:``."""
-    device = x.device
-    return _FusedJoint.apply(
-        x.contiguous(),
-        blank if blank is None else blank.contiguous(),
-        targets.to(device),
-        None if starts is None else starts.to(device),
-        input_lengths.to(device),
-        target_lengths.to(device),
-        (hat, start, offset, monotonic, fastemit),
-    )
-
-
-def _row_backend(rows: torch.Tensor, start: int) -> str:
-    """Which backend runs the row passes of this ``(N, V)`` view of a joint: ``numba`` for a
-    contiguous float32/float64 CPU tensor, ``triton`` for a CUDA one with unit column stride
-    (half precision included, read into float32), ``torch`` otherwise and when no column is
-    normalised."""
-    which = _backends.backend(rows)
-    if rows.shape[1] <= start:
-        return "torch"
-    if which == "numba" and rows.dtype in (torch.float32, torch.float64) and rows.is_contiguous():
-        return "numba"
-    halves = (torch.float16, torch.bfloat16)
-    if which == "triton" and rows.dtype in (*halves, torch.float32, torch.float64):
-        return "triton" if rows.stride(1) == 1 else "torch"
-    return "torch"
-
-
-def _blocks(rows: int, width: int, elements: int, whole: bool):
-    """``(first row, rows)`` of the blocks of a ``(rows, width)`` pass: about ``elements``
-    entries each (cache-sized on a CPU); one block when ``whole`` (a GPU, where each block
-    costs kernel launches instead)."""
-    step = rows if whole else max(1, elements // max(width, 1))
-    return [(i, step) for i in range(0, rows, max(step, 1))]
-
-
-def gather_logsumexp(
-    x: torch.Tensor, index: torch.Tensor, start: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x.gather(-1, index)`` and ``logsumexp(x[..., start:], -1)``, fused for joint tensors.
-
-    A transducer loss reads only a few entries of each ``(t, u)`` row of the joint's
-    ``(B, T, U + 1, V)`` scores and their normaliser, so the normalised log-softmax need
-    never exist: its log probabilities are ``picked - lse``. On CPU (float32 and float64,
-    contiguous) each pass is one compiled loop per row, in the input's precision, the rows
-    split over PyTorch's threads (:mod:`cbasr.losses._transducer_kernel`). On CUDA each pass
-    is one Triton kernel over tiles of rows (:mod:`cbasr.losses._transducer_triton`; half
-    precision too), with no joint-sized temporary. Elsewhere forward works in blocks of rows
-    (temporaries of at most ``2**18`` entries). Backward writes the one joint-sized gradient
-    in place, ``softmax(x[..., start:]) * grad_lse`` plus ``grad_picked`` scattered at
-    ``index``. Peak extra memory is that gradient; ``x`` is kept for the backward (a
-    log-softmax keeps its joint-sized output instead). Exponentials below about twice the
-    smallest normal number are computed as that (``exp`` of lower arguments is a slow path on
-    CPU, 5-40x): an error below ``2e-38`` (float32) per softmax entry. Differentiable once.
-
-    Args:
-        x: ``(..., V)`` scores.
-        index: ``(..., K)`` int64 columns to pick.
-        start: the normaliser sums columns ``start:`` (1 for HAT's joint, whose unit 0 is the
-            blank logit outside the label softmax).
-
-    Returns:
-        ``picked (..., K)`` and ``lse (...)``.
-    """
-    return _GatherLogSumExp.apply(x, index, start)
 
 
 def transducer_lattice_nll(
@@ -615,114 +303,3 @@ def _lattice_nll(
             lattice = _TransducerKernel if which == "numba" else _TransducerForwardBackward
         log_p = lattice.apply(blank, emit, tgt_lens)  # (B,)
     return torch.where(torch.isneginf(log_p), float("inf"), -log_p)
-
-
-def _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank: int) -> None:
-    """The argument checks both RNN-T losses make, each error naming the argument."""
-    check_floating("logits", logits)
-    check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
-    B, T, U1, V = logits.shape
-    check_shape("targets", targets, "(B, U)", (B, U1 - 1))
-    if not 0 <= blank < V:
-        raise ValueError(f"blank = {blank} must be in [0, {V})")
-    with one_read():
-        check_lengths("input_lengths", input_lengths, B, T, min_len=1)
-        check_lengths("target_lengths", target_lengths, B, U1 - 1)
-        check_label_ids("targets", targets, target_lengths, V, blank=blank)
-
-
-def rnnt_lattice_nll(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    input_lengths: torch.Tensor,
-    target_lengths: torch.Tensor,
-    blank: int = 0,
-    monotonic: bool = False,
-    fastemit: float = 0.0,
-) -> torch.Tensor:
-    """RNN-T ``-log P(y | x)`` per utterance from the joint's logits, without torchaudio: the
-    blank's and the next label's log-softmax at every node (:func:`gather_logsumexp`, no
-    normalised joint tensor), then :func:`transducer_lattice_nll`. Same value as
-    :func:`rnnt_nll`; float64 too; far faster on CPU, and its extra memory is one joint-sized
-    gradient.
-
-    Args:
-        logits, targets, input_lengths, target_lengths, blank: as :func:`rnnt_nll`.
-        monotonic: the one-label-per-frame topology (module docstring), which torchaudio's
-            loss does not have.
-        fastemit: FastEmit's ``lambda`` (:func:`transducer_lattice_nll`), which torchaudio's
-            loss does not have either.
-    """
-    _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
-    _check_fastemit(fastemit)
-    B, T, U1, V = logits.shape
-    device = logits.device
-    if blank == 0 and _fused_joint(logits, None, 0):
-        return fused_joint_nll(
-            logits,
-            None,
-            targets,
-            input_lengths=input_lengths,
-            target_lengths=target_lengths,
-            monotonic=monotonic,
-            fastemit=fastemit,
-        )
-    valid = torch.arange(U1 - 1, device=device)[None, :] < target_lengths.to(device)[:, None]
-    labels = torch.where(valid, targets.to(device), blank)  # (B, U): padding -> any valid id
-    labels = F.pad(labels, (0, 1), value=blank)  # (B, U + 1): nothing is emitted from u = U
-    index = torch.stack([torch.full_like(labels, blank), labels], dim=-1)  # (B, U + 1, 2)
-    index = index[:, None].expand(B, T, U1, 2)
-    picked, lse = gather_logsumexp(logits, index)
-    log_probs = picked - lse.unsqueeze(-1)  # (B, T, U + 1, 2)
-    emit = log_probs[:, :, :-1, 1]
-    return _lattice_nll(log_probs[..., 0], emit, input_lengths, target_lengths, monotonic, fastemit)
-
-
-def rnnt_nll(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    input_lengths: torch.Tensor,
-    target_lengths: torch.Tensor,
-    blank: int = 0,
-) -> torch.Tensor:
-    """RNN-T ``-log P(y | x)`` per utterance: a thin wrapper over
-    :func:`torchaudio.functional.rnnt_loss` (``reduction="none"``, fused log-softmax).
-
-    torchaudio needs the logits' time and label dimensions to equal the batch's longest
-    ``T_b`` and ``U_b + 1``; longer padding is sliced off here (which copies the joint).
-
-    Args:
-        logits: ``(B, T, U + 1, V)`` unnormalised joint scores over ``V`` classes including
-            ``blank``; float32 or float16 (torchaudio has no float64 kernel).
-        targets: ``(B, U)`` label ids in ``[0, V)``, never ``blank``; padded entries ignored.
-        input_lengths: ``(B,)`` frames, ``1 <= T_b <= T``.
-        target_lengths: ``(B,)`` labels, ``0 <= U_b <= U``.
-        blank: id of the blank class.
-
-    Returns:
-        ``(B,)`` negative log likelihoods, differentiable w.r.t. ``logits``.
-    """
-    check_floating("logits", logits)
-    check_shape("logits", logits, "(B, T, U + 1, V)", (None, None, None, None))
-    B, T, U1, V = logits.shape
-    if logits.dtype not in (torch.float32, torch.float16):
-        raise ValueError(
-            f"logits must be float32 or float16 for torchaudio's rnnt_loss; got {logits.dtype} "
-            "(transducer_lattice_nll accepts float64)"
-        )
-    _check_rnnt_inputs(logits, targets, input_lengths, target_lengths, blank)
-    if B == 0:
-        return logits.flatten(1).sum(1)  # (0,), in the graph
-    max_t, max_u = torch.stack(  # one read of the device
-        [input_lengths.max(), target_lengths.to(input_lengths.device).max()]
-    ).tolist()
-    if (max_t, max_u + 1) != (T, U1):
-        logits = logits[:, :max_t, : max_u + 1]
-    return AF.rnnt_loss(
-        logits.contiguous(),
-        targets[:, :max_u].to(device=logits.device, dtype=torch.int32).contiguous(),
-        input_lengths.to(device=logits.device, dtype=torch.int32),
-        target_lengths.to(device=logits.device, dtype=torch.int32),
-        blank=blank,
-        reduction="none",
-    )

@@ -169,13 +169,13 @@ def test_gather_logsumexp_gradcheck_and_blocks(lattice, monkeypatch):
     """Against gather and logsumexp by autograd, in blocks of rows smaller than the tensor,
     with a normaliser that skips column 0, and weights on both outputs of either sign
     (gradcheck's) or not negative (a loss's)."""
-    from cbasr.losses import transducer
+    from cbasr.losses import _joint
 
     g = torch.Generator().manual_seed(4)
     x = torch.randn(2, 3, 4, 5, generator=g, dtype=F64, requires_grad=True)
     index = torch.randint(0, 5, (2, 3, 4, 2), generator=g)
-    monkeypatch.setattr(transducer, "_CHUNK_ELEMENTS", 7)  # blocks of one or two rows
-    monkeypatch.setattr(transducer, "_BACKWARD_ELEMENTS", 11)
+    monkeypatch.setattr(_joint, "_CHUNK_ELEMENTS", 7)  # blocks of one or two rows
+    monkeypatch.setattr(_joint, "_BACKWARD_ELEMENTS", 11)
     for start in (0, 1):
         picked, lse = gather_logsumexp(x, index, start)
         torch.testing.assert_close(picked, x.gather(-1, index))

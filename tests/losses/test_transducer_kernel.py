@@ -117,7 +117,7 @@ def test_gather_logsumexp_triton_matches_the_pytorch_blocks(dtype, columns, devi
     rescales the sum, also after an all ``-inf`` tile), and maxima far below 0 (the rescaling
     must not overflow)."""
     from cbasr.losses import gather_logsumexp
-    from cbasr.losses.transducer import _row_backend
+    from cbasr.losses._joint import _row_backend
 
     g = torch.Generator().manual_seed(9)
     wide = 4 * torch.randn(2, 20, 3, columns + 7, generator=g, dtype=dtype)
@@ -159,7 +159,7 @@ def test_gather_logsumexp_on_a_single_row_and_on_none(backend, rows, device):
     """A joint of one row (one frame, one label position) and of none, at the edges of the
     kernels' row counts, against the PyTorch blocks: values and gradient."""
     from cbasr.losses import gather_logsumexp
-    from cbasr.losses.transducer import _row_backend
+    from cbasr.losses._joint import _row_backend
 
     if backend == "numba" and device.type != "cpu":
         pytest.skip("the compiled loops serve CPU tensors")
@@ -185,7 +185,7 @@ def test_gather_logsumexp_triton_reads_half_precision_into_float32(device):
     """Half-precision scores: picked entries and normalisers in float32, as the PyTorch blocks
     give them, and the gradient in half precision."""
     from cbasr.losses import gather_logsumexp
-    from cbasr.losses.transducer import _row_backend
+    from cbasr.losses._joint import _row_backend
 
     g = torch.Generator().manual_seed(4)
     x = 3 * torch.randn(2, 6, 4, 33, generator=g)
