@@ -16,7 +16,8 @@
 """
 
 from cbasr.losses._joint import gather_logsumexp
-from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors, cb_viterbi
+from cbasr.losses.cb_viterbi import cb_viterbi
+from cbasr.losses.conditional_bernoulli import cb_marginal_nll, cb_posteriors
 from cbasr.losses.conditional_bernoulli_second_order import (
     cb_marginal_nll_windowed,
     cb_posteriors_windowed,

@@ -13,7 +13,9 @@ import math
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
+from cbasr import _backends
 from cbasr._compiled import exp64, jit, log_add_exp64
 
 __all__: list[str] = []  # package-internal
@@ -124,3 +126,37 @@ def cb_lattice(
         post.numpy(),
     )
     return nll, (grad_a if posteriors else None), (post if posteriors else None)
+
+
+class _CBKernel(torch.autograd.Function):
+    """``-log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._cb_kernel`), which
+    computes the gradient in the forward pass when one is needed."""
+
+    @staticmethod
+    def forward(ctx, emit_logits, label_log_probs, input_lengths, target_lengths, dtype):
+        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        nll, grad_a, post = cb_lattice(
+            emit_logits, label_log_probs, input_lengths, target_lengths, want
+        )
+        ctx.save_for_backward(grad_a, post)
+        return nll.to(dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_nll: torch.Tensor):
+        grad_a, post = ctx.saved_tensors
+        grad_emit = grad_a * grad_nll[:, None] if ctx.needs_input_grad[0] else None
+        grad_lp = post * -grad_nll[:, None, None] if ctx.needs_input_grad[1] else None
+        return grad_emit, grad_lp, None, None, None
+
+
+def _lattice_backend(emit_logits: torch.Tensor, label_log_probs: torch.Tensor) -> str:
+    """Which lattice serves these inputs (:mod:`cbasr._backends`): ``numba`` (the compiled CPU
+    loop, for float32 and float64 inputs), ``triton`` (the kernels of
+    :mod:`cbasr.losses._cb_triton`, on the reference's weights in at least float32) or
+    ``torch`` (the reference)."""
+    which = _backends.backend(emit_logits)
+    exact = (torch.float32, torch.float64)
+    if which == "numba" and not (emit_logits.dtype in exact and label_log_probs.dtype in exact):
+        return "torch"
+    return which

@@ -369,7 +369,7 @@ class _MarginalNLL(torch.autograd.Function):
 def viterbi(
     emit_t: torch.Tensor, target_lengths: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The max-product pass of :func:`~cbasr.losses.conditional_bernoulli.cb_viterbi` on the
+    """The max-product pass of :func:`~cbasr.losses.cb_viterbi.cb_viterbi` on the
     shifted weights ``emit_t`` ``(T, B, L)``: ``emitted`` ``(T, B, L + 1)`` (bool) for the
     backtrace and the best path's score ``(B,)`` (``-inf`` where there is none)."""
     emit_t = emit_t.contiguous()

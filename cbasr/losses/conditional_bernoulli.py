@@ -1,4 +1,5 @@
-"""Exact Conditional Bernoulli marginal likelihood, posteriors and Viterbi alignment.
+"""Exact Conditional Bernoulli marginal likelihood and posteriors (the Viterbi alignment over
+the same lattice: :mod:`cbasr.losses.cb_viterbi`).
 
 CB paper (Robertson 2020, "The Conditional Bernoulli and its Application to Speech
 Recognition"; docs/references.md) section 2.4. With independent emission
@@ -22,16 +23,14 @@ Memory is ``O(B T L)``.
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from cbasr import _backends
 from cbasr.checks import check_floating, check_lengths, check_shape, check_that, one_read
-from cbasr.losses._cb_kernel import cb_lattice
+from cbasr.losses._cb_kernel import _CBKernel, _lattice_backend, cb_lattice
 
-__all__ = ["cb_marginal_nll", "cb_posteriors", "cb_viterbi"]
+__all__ = ["cb_marginal_nll", "cb_posteriors"]
 
 _NEG_INF = float("-inf")
 
@@ -260,40 +259,6 @@ class _CBForwardBackward(torch.autograd.Function):
         return grad.transpose(0, 1), None  # (T, B, L) -> (B, T, L)
 
 
-class _CBKernel(torch.autograd.Function):
-    """``-log P(y)`` by the compiled CPU lattice (:mod:`cbasr.losses._cb_kernel`), which
-    computes the gradient in the forward pass when one is needed."""
-
-    @staticmethod
-    def forward(ctx, emit_logits, label_log_probs, input_lengths, target_lengths, dtype):
-        want = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        nll, grad_a, post = cb_lattice(
-            emit_logits, label_log_probs, input_lengths, target_lengths, want
-        )
-        ctx.save_for_backward(grad_a, post)
-        return nll.to(dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_nll: torch.Tensor):
-        grad_a, post = ctx.saved_tensors
-        grad_emit = grad_a * grad_nll[:, None] if ctx.needs_input_grad[0] else None
-        grad_lp = post * -grad_nll[:, None, None] if ctx.needs_input_grad[1] else None
-        return grad_emit, grad_lp, None, None, None
-
-
-def _lattice_backend(emit_logits: torch.Tensor, label_log_probs: torch.Tensor) -> str:
-    """Which lattice serves these inputs (:mod:`cbasr._backends`): ``numba`` (the compiled CPU
-    loop, for float32 and float64 inputs), ``triton`` (the kernels of
-    :mod:`cbasr.losses._cb_triton`, on the reference's weights in at least float32) or
-    ``torch`` (the reference)."""
-    which = _backends.backend(emit_logits)
-    exact = (torch.float32, torch.float64)
-    if which == "numba" and not (emit_logits.dtype in exact and label_log_probs.dtype in exact):
-        return "torch"
-    return which
-
-
 def _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths) -> None:
     check_floating("emit_logits", emit_logits)
     check_floating("label_log_probs", label_log_probs)
@@ -398,75 +363,3 @@ def cb_posteriors(
     log_z = alpha[-1, torch.arange(emit.shape[0], device=emit.device), target_lengths + 1]
     post = _cb_emission_posteriors(alpha, beta, emit_t, log_z)  # (T, B, L)
     return post.transpose(0, 1)  # (T, B, L) -> (B, T, L)
-
-
-@torch.no_grad()
-def _viterbi_pass(
-    emit_t: torch.Tensor, target_lengths: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The max-product pass over the shifted weights ``emit_t`` ``(T, B, L)``: ``emitted``
-    ``(T, B, L + 1)``, whether the best way into state ``s`` (``s`` labels emitted) after
-    frame ``t`` emitted there (ties stay), and the best path's score ``(B,)``."""
-    T, B, L = emit_t.shape
-    arrive = F.pad(emit_t, (1, 0), value=_NEG_INF)  # (T, B, L + 1)
-    score = emit_t.new_full((B, L + 2), _NEG_INF)  # column l + 1: best score with l emitted
-    score[:, 1] = 0.0
-    emitted = torch.empty(T, B, L + 1, dtype=torch.bool, device=emit_t.device)
-    came_from, stay_at = score[:, :-1], score[:, 1:]
-    arrive, emitted_at = arrive.unbind(0), emitted.unbind(0)
-    step = emit_t.new_empty(B, L + 1)
-    for t in range(T):
-        torch.add(came_from, arrive[t], out=step)
-        torch.gt(step, stay_at, out=emitted_at[t])
-        torch.maximum(stay_at, step, out=stay_at)
-    lengths = target_lengths.to(emit_t.device)
-    return emitted, score[torch.arange(B, device=emit_t.device), lengths + 1]
-
-
-def cb_viterbi(
-    emit_logits: torch.Tensor,
-    label_log_probs: torch.Tensor,
-    input_lengths: torch.Tensor,
-    target_lengths: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Most likely emission times ``b* = argmax_b P(b, y)`` (the Viterbi extension the CB paper
-    names after eq. 40), by a max-product pass over the eq. (38) lattice and a backtrace.
-
-    Ties are broken towards earlier emission times.
-
-    Args:
-        emit_logits, label_log_probs, input_lengths, target_lengths: as
-            :func:`cb_marginal_nll`.
-
-    Returns:
-        ``times``: ``(B, L)`` int64, 0-based frame at which label ``l`` is emitted, strictly
-        increasing over ``l < L_b``; ``-1`` at padded labels and for utterances with no
-        alignment.
-        ``log_prob``: ``(B,)`` ``log P(b*, y)``; ``-inf`` where no alignment exists.
-    """
-    _check_cb_inputs(emit_logits, label_log_probs, input_lengths, target_lengths)
-    input_lengths, target_lengths = input_lengths.long(), target_lengths.long()
-    stay, emit = _cb_weights(emit_logits, label_log_probs, input_lengths, target_lengths)
-    emit_t, shift = _shift_labels(emit)  # (T, B, L), (B,)
-    T, B, L = emit_t.shape
-    if _lattice_backend(emit_logits, label_log_probs) == "triton":
-        from cbasr.losses import _cb_triton
-
-        emitted, best = _cb_triton.viterbi(emit_t, target_lengths)
-    else:
-        emitted, best = _viterbi_pass(emit_t, target_lengths)
-    lengths = target_lengths.to(emit.device)
-    log_prob = best + shift + stay  # (B,)
-
-    # Backtrace on the host: T steps of small index updates.
-    emitted_np = emitted.cpu().numpy()  # (T, B, L + 1)
-    state = lengths.cpu().numpy().astype(np.int64).copy()  # (B,) labels emitted so far
-    times = np.full((B, L), -1, dtype=np.int64)
-    rows = np.arange(B)
-    for t in range(T - 1, -1, -1):
-        hit = rows[emitted_np[t, rows, state]]
-        times[hit, state[hit] - 1] = t
-        state[hit] -= 1
-    times = torch.from_numpy(times).to(emit.device)
-    times[torch.isneginf(log_prob)] = -1
-    return times, log_prob
