@@ -268,15 +268,50 @@ class TransducerLossConfig:
     distill_weight: float = 0.0
     # HAT, the standard topology: alignment-restricted training's left buffer (Mahadeokar et
     # al. 2021), in encoder frames, >= 0: in training, no label is emitted before the frame of
-    # its gold end (the manifest's phone or word times) minus this many (null: off; on the
-    # synth recipe 1 moves emissions later and PER within the seed's noise, 0 errs more)
+    # its gold end (the manifest's phone or word times) minus this many (null: off; measured:
+    # recipes/synth/RESULTS.md, "Alignment-restricted training")
     align_restrict_left: int | None = None
 
     def __post_init__(self):
-        if self.align_restrict_left is not None and self.align_restrict_left < 0:
+        """The checks each value needs alone and with the others of the group, naming the key."""
+        if self.max_symbols < 1:
+            raise ValueError(f"loss.max_symbols must be >= 1, got {self.max_symbols}")
+        if self.prune_range == 1 or self.prune_range < 0:
             raise ValueError(
-                f"loss.align_restrict_left must be >= 0 (null: off), got {self.align_restrict_left}"
+                f"loss.prune_range must be 0 (no pruning) or >= 2, got {self.prune_range}"
             )
+        for key in (
+            "simple_loss_scale",
+            "ctc_weight",
+            "sigma",
+            "fastemit_lambda",
+            "distill_weight",
+        ):
+            if not getattr(self, key) >= 0:
+                raise ValueError(f"loss.{key} must be >= 0, got {getattr(self, key)}")
+        if self.name == "tdt" and self.fastemit_lambda:
+            raise ValueError("loss.fastemit_lambda applies to the rnnt and hat losses, not to tdt")
+        if self.name == "tdt" and self.topology != "standard":
+            raise ValueError(
+                "loss.topology applies to the rnnt and hat losses; TDT's lattice has its own "
+                "durations"
+            )
+        if self.distill_weight and not self.dual_mode:
+            raise ValueError("loss.distill_weight needs dual_mode (the full-context mode teaches)")
+        if self.dual_mode and self.name not in ("rnnt", "hat"):
+            raise ValueError(f"loss.dual_mode trains the rnnt and hat losses, got {self.name!r}")
+        if self.align_restrict_left is not None:
+            if self.align_restrict_left < 0:
+                raise ValueError(
+                    "loss.align_restrict_left must be >= 0 (null: off), got "
+                    f"{self.align_restrict_left}"
+                )
+            if self.name != "hat" or self.topology != "standard":
+                raise ValueError(
+                    "loss.align_restrict_left applies to the hat loss on the standard topology "
+                    "(HAT's blank keeps its probability when a label edge goes), got loss "
+                    f"{self.name!r}, topology {str(self.topology)!r}"
+                )
 
 
 @dataclass

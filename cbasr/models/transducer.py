@@ -88,9 +88,9 @@ class TransducerModel(AsrModel):
             would renormalise it: refused). That loss is the whole lattice's, even with
             ``prune_range`` (windows chosen by the trivial joint need not hold a path that
             waits out the barred frames); validation and the full-context mode of
-            ``dual_mode`` keep every edge (and their pruning). On the synth recipe's streaming
-            HAT, 1 frame moves emissions about two frames later and PER by less than the
-            seed's noise; 0 errs more (labels emitted twice across a chunk boundary).
+            ``dual_mode`` keep every edge (and their pruning). What 0, 1 and 2 frames do to
+            the synth recipe's streaming HAT: recipes/synth/RESULTS.md, "Alignment-restricted
+            training".
 
     Attribute ``greedy_loop``: how the greedy search walks a batch, ``"label"`` (label-looping),
     ``"graphs"`` (label-looping replayed from CUDA graphs: CUDA only), ``"auto"`` (the default:
@@ -120,45 +120,15 @@ class TransducerModel(AsrModel):
         reason = self.supports(decoder, criterion=criterion, prune_range=prune_range)
         if reason:
             raise ValueError(reason)
-        if max_symbols < 1:
-            raise ValueError(f"max_symbols must be >= 1, got {max_symbols}")
-        if prune_range == 1 or prune_range < 0:
-            raise ValueError(f"prune_range must be 0 (no pruning) or >= 2, got {prune_range}")
-        if simple_loss_scale < 0:
-            raise ValueError(f"simple_loss_scale must be >= 0, got {simple_loss_scale}")
-        if topology not in ("standard", "monotonic"):
-            raise ValueError(f"topology must be standard or monotonic, got {topology!r}")
-        if greedy not in ("label", "emission"):
-            raise ValueError(f"greedy must be label or emission, got {greedy!r}")
-        if ctc_weight < 0:
-            raise ValueError(f"ctc_weight must be >= 0, got {ctc_weight}")
-        if sigma < 0:
-            raise ValueError(f"sigma must be >= 0, got {sigma}")
-        if not fastemit_lambda >= 0:
-            raise ValueError(f"fastemit_lambda must be >= 0, got {fastemit_lambda}")
-        if fastemit_lambda and criterion == "tdt":
-            raise ValueError("fastemit_lambda applies to the rnnt and hat losses, not to tdt")
-        self.fastemit = fastemit_lambda
-        if criterion == "tdt" and topology != "standard":
+        # the loss group's own checks are TransducerLossConfig's (cbasr.config.schema); the
+        # ones that read the encoder too:
+        if dual_mode and not (hasattr(encoder, "full_context") and encoder.chunked):
             raise ValueError(
-                "topology applies to the rnnt and hat losses; TDT's lattice has its own durations"
+                "dual_mode needs a chunked Conformer encoder (encoder.chunk_size > 0), got "
+                f"{type(encoder).__name__} with chunk_size {getattr(encoder, 'chunk_size', None)}"
             )
-        self.sigma = sigma
-        if not distill_weight >= 0:
-            raise ValueError(f"distill_weight must be >= 0, got {distill_weight}")
-        if distill_weight and not dual_mode:
-            raise ValueError("distill_weight needs dual_mode (the full-context mode teaches)")
-        if dual_mode and not hasattr(encoder, "full_context"):
-            raise ValueError("dual_mode needs a chunked Conformer encoder (encoder.chunk_size > 0)")
-        if dual_mode and not (encoder.chunked and criterion in ("rnnt", "hat")):
-            raise ValueError(
-                "dual_mode trains the rnnt and hat losses over a chunked Conformer "
-                f"(encoder.chunk_size > 0), got loss {criterion!r}, chunk_size "
-                f"{getattr(encoder, 'chunk_size', None)}"
-            )
+        self.fastemit, self.sigma = fastemit_lambda, sigma
         self.dual_mode, self.distill_weight = bool(dual_mode), distill_weight
-        if align_restrict_left is not None:
-            self._check_barrable("align_restrict_left", criterion, topology)
         self.align_restrict_left = align_restrict_left
         self.monotonic, self.greedy = topology == "monotonic", str(greedy)
         self.greedy_loop = "auto"
@@ -175,15 +145,6 @@ class TransducerModel(AsrModel):
             units = joint.out[-1].out_features
             self.simple_am = nn.Linear(joint.encoder_proj.in_features, units)
             self.simple_lm = nn.Linear(joint.label_proj.in_features, units, bias=False)
-
-    @staticmethod
-    def _check_barrable(option: str, criterion: str, topology: str) -> None:
-        if criterion != "hat" or topology != "standard":
-            raise ValueError(
-                f"loss.{option} applies to the hat loss on the standard topology (HAT's "
-                "blank keeps its probability when a label edge goes), got loss "
-                f"{criterion!r}, topology {topology!r}"
-            )
 
     @property
     def needs_label_ends(self) -> bool:
@@ -353,7 +314,7 @@ class TransducerModel(AsrModel):
             logits = self.decoder(h, lens, targets)
             if logits.is_cuda and not (self.monotonic or self.fastemit):
                 # torchaudio's CUDA kernel (the standard topology, no FastEmit); on a CPU the
-                # fused-gather lattice, several times faster than torchaudio's, half its memory
+                # fused-gather lattice (recipes/synth/RESULTS.md, "Measurements behind defaults")
                 nll = rnnt_nll(logits, targets, lens, target_lens)
             else:
                 nll = rnnt_lattice_nll(
