@@ -38,8 +38,8 @@ Times are medians over up to ``--repeats`` runs after one warm-up run (which is 
 when it alone exceeds ``--budget-s``).
 
 On a CPU shared with other jobs, OpenMP worker threads that spin-wait after each parallel op
-can slow loops of small ops (the CB and transducer lattices) by 10x or more with two threads;
-use ``--omp-wait-policy passive`` or ``--threads 1`` there.
+slow loops of small ops (the CB and transducer lattices; by how much: recipes/synth/RESULTS.md,
+"Measurements behind defaults"); use ``--omp-wait-policy passive`` or ``--threads 1`` there.
 
     .venv/bin/python scripts/bench_losses.py --device cpu --threads 2 --omp-wait-policy passive
     .venv/bin/python scripts/bench_losses.py --sizes 8,200,50,64 --losses cb,cb_autograd,ctc
@@ -220,8 +220,8 @@ def measure(loss, B, T, U, V, device_name, threads, max_repeats, budget_s, cpu_m
 def _collect_after_interpreted_launches() -> None:
     """Run Python's cycle collector after each kernel Triton's interpreter runs: the
     interpreter's reference cycles keep the storages of a launch's arguments alive until the
-    collector runs, which a GPU does not (at (8, 200, 50, 64) they added 0.41 MB, a fifth, to
-    the CB loss's tensor peak)."""
+    collector runs, which a GPU does not (what they add to a loss's tensor peak:
+    recipes/synth/RESULTS.md, "Measurements behind defaults")."""
     from triton.runtime.interpreter import GridExecutor
 
     call = GridExecutor.__call__

@@ -5,11 +5,12 @@
     .venv/bin/python scripts/count_launches.py --presets ls_conformer_ctc --max-frames 3000 --precision bf16 --floor
     .venv/bin/python scripts/count_launches.py --greedy rnnt,hat,recipes/digits/exp/hat --beams 4
 
-On a GPU a small batch costs what the host spends queueing kernels (several microseconds each
-in eager PyTorch, whatever the kernel's size) and what every read of a device value costs: the
-host waits for the device's queue to drain, and the device then waits for the host to queue
-more. Neither count depends on the GPU, so this script takes them on the CPU, with the
-recursions on the Triton backend (in Triton's interpreter, set by this script) as on CUDA:
+On a GPU a small batch costs what the host spends queueing kernels (a fixed cost each in eager
+PyTorch, whatever the kernel's size: docs/performance.md, "Where the time goes on a GPU") and
+what every read of a device value costs: the host waits for the device's queue to drain, and
+the device then waits for the host to queue more. Neither count depends on the GPU, so this
+script takes them on the CPU, with the recursions on the Triton backend (in Triton's
+interpreter, set by this script) as on CUDA:
 
 - ``kernels``: the PyTorch operators called that launch a kernel on CUDA (views, shape and
   metadata operators, and ``empty``, launch none);

@@ -4,18 +4,17 @@
 
 Python writes a module's bytecode (``__pycache__/*.pyc``) when it first imports it, unless
 ``PYTHONDONTWRITEBYTECODE`` is set; where it is set, every process compiles every module it
-imports again, about 3-9 s per command for torch alone. Compiling the whole environment at
-install time (uv's ``--compile-bytecode``) costs about 25 s on 2 cores for 10,000 files, most
-of which no command imports (sympy, networkx, torch's compiler stack). Importing what the
-commands import compiles about 2,500 modules in about 14 s. A module left out still works: it
-is compiled when imported, as before.
+imports again, torch's included. Compiling the whole environment at install time (uv's
+``--compile-bytecode``) compiles every file, most of which no command imports (sympy,
+networkx, torch's compiler stack); importing what the commands import compiles those only. A
+module left out still works: it is compiled when imported, as before.
 
 It then compiles the CPU kernels (the loops numba compiles for the ``numba`` backend, cached
 on disk beside their modules: ``cache=True``) in float32 and float64, by calling each on a
-tiny batch: about 20 s once, where every process that first calls a kernel would compile it
-(0.5 s each; a fresh clone's test run spent about 30 s of its wall time on it, the two test
-workers compiling the same kernels side by side). A kernel left out is compiled on first
-use, as before.
+tiny batch, once, where every process that first calls a kernel would compile it (the two
+test workers of a test run compiling the same kernels side by side). A kernel left out is
+compiled on first use, as before. What each step costs and saves: recipes/synth/RESULTS.md,
+"Measurements behind defaults".
 """
 
 import importlib

@@ -16,7 +16,8 @@ tensors. CUDA tensors and double backward use the PyTorch recursion of
 :mod:`cbasr.distributions._tables`, which the tests hold these kernels to (they run every
 distribution test under both backends, see :func:`cbasr._backends.use_backend`). Each loop starts at a constant and
 walks memory upwards: a loop from a run-time start does not vectorise, and a large table read
-or written backwards row by row costs about twice as much.
+or written backwards row by row costs more (recipes/synth/RESULTS.md, "Measurements behind
+defaults").
 
 - :func:`tilt`: the exponential tilt of :func:`cbasr.distributions._tables.tilt_for_total`,
   by safeguarded Newton steps.
@@ -119,8 +120,8 @@ def _inclusion(on, off, lengths, totals, prefix, normaliser, inclusion):  # prag
     table and a suffix row ``s[j] = P(K_{>t} = k - j)`` rolled from the last frame back.
 
     The frames run backwards but the table is read forwards, a block of rows at a time:
-    reading a large table backwards row by row costs twice as much (here as in the suffix
-    table's layout below, the hardware prefetches ascending addresses best)."""
+    reading a large table backwards row by row costs more (module docstring; here as in the
+    suffix table's layout below, the hardware prefetches ascending addresses best)."""
     B = on.shape[0]
     V = prefix.shape[2]
     rows = np.zeros((2, V + 1))

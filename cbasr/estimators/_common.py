@@ -114,8 +114,8 @@ def masked_logits(emit_logits: torch.Tensor, input_lengths: torch.Tensor) -> tor
     """``emit_logits`` with padding frames (``t >= input_lengths``) set to 0, so that NaN or
     inf there reaches neither a result nor a gradient, in at least float32: half-precision
     logits (a model's output under autocast) would run the CB distribution's count tables in
-    their own precision (about 0.5 nats off at 400 frames in bfloat16), and would fall back
-    from its Triton kernels, which take float32 and float64."""
+    their own precision (the error in bfloat16: recipes/synth/RESULTS.md, "Measurements behind
+    defaults"), and would fall back from its Triton kernels, which take float32 and float64."""
     dtype = torch.promote_types(emit_logits.dtype, torch.float32)
     frames = torch.arange(emit_logits.shape[1], device=emit_logits.device)
     return torch.where(frames < input_lengths[:, None], emit_logits.to(dtype), 0.0)

@@ -69,8 +69,7 @@ def default_estimator(decoder) -> str:
     for memoryless label terms, where it is unbiased, otherwise the ID-checking one (eq. 23).
 
     Both with the leave-one-out baseline: the lowest-variance pairs measured at shared
-    parameters in ``recipes/toy`` (mbb 0.047-0.059, idb 0.049-0.092, global 0.047-0.11,
-    without a baseline 0.19-2.98)."""
+    parameters (recipes/toy/RESULTS.md, "Gradient variance and bias at shared parameters")."""
     memoryless = isinstance(decoder, CBDecoder) and decoder.order is LabelOrder.MEMORYLESS
     return "mbb" if memoryless else "idb"
 

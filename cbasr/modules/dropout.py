@@ -1,15 +1,14 @@
-"""Dropout whose CPU mask costs a sixth of torch's.
+"""Dropout whose CPU mask takes one random draw per two elements.
 
 On a CPU, ``torch.nn.Dropout`` draws its mask with ``bernoulli_``, one double-precision draw
-per element on one thread: about 60 ms for the ``(B, T, U + 1, J)`` activation of a transducer
-joint at ``(25, 100, 33, 64)``, 12% of a HAT training step on two cores. This module draws one
-31-bit integer (``random_``) per two elements and splits it into two 15-bit lanes (bits 0-14
-and 16-30 of each draw: the two halves of its int16 view, sign bit masked), about 11 ms there
-against 30 ms for one draw per element. An element is kept when its lane is at least
+per element on one thread. This module draws one 31-bit integer (``random_``) per two elements
+and splits it into two 15-bit lanes (bits 0-14 and 16-30 of each draw: the two halves of its
+int16 view, sign bit masked). An element is kept when its lane is at least
 ``round(p * 2**15)``, so the dropout probability is ``p`` to within ``2**-16``, and the kept
 elements are scaled by ``1 / (1 - p)`` with that same rounded ``p``, so that
 ``E[dropout(x)] = x`` exactly. The backward multiplies by the saved mask. On other devices it
-is ``torch.nn.functional.dropout`` (one fused kernel on CUDA).
+is ``torch.nn.functional.dropout`` (one fused kernel on CUDA). What the CPU masks cost:
+recipes/synth/RESULTS.md, "Measurements behind defaults".
 """
 
 import torch

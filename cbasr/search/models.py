@@ -30,9 +30,9 @@ def search_family(model) -> str:
 
 def cb_search_kind(model, options: BeamSearchOptions) -> str:
     """``"frame"`` or ``"label"``: which search decodes a CB ``model`` with ``options``
-    (``cb_search="auto"``: the frame-synchronous prefix search for every decoder; on the synth
-    recipe's autoregressive model it was as accurate as the label-synchronous search, 11.5% vs
-    12.1% test PER at beam 8, and 7 times faster)."""
+    (``cb_search="auto"``: the frame-synchronous prefix search for every decoder, as accurate as
+    the label-synchronous search on the synth recipe's autoregressive model, and faster:
+    recipes/synth/RESULTS.md, "Every decoder x loss pair on the same encoder and budget")."""
     return "frame" if options.cb_search == "auto" else options.cb_search
 
 

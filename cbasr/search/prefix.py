@@ -98,8 +98,8 @@ def select(
 def _first_of_equals(total: torch.Tensor, kth: torch.Tensor, width: int) -> torch.Tensor:
     """``(B, width)`` positions of each row's ``width`` best candidates, in increasing order,
     those equal to the ``width``-th best ``kth (B, 1)`` the first ones: what a stable sort
-    keeps, without sorting the whole row (a stable sort of ``B (M + K (V - 1))`` candidates
-    cost 70 times ``topk`` at 4096 labels)."""
+    keeps, without sorting the ``B (M + K (V - 1))`` candidates (the sort's cost against
+    ``topk``'s: recipes/synth/RESULTS.md, "Measurements behind defaults")."""
     above = total > kth
     equal = total == kth
     need = width - above.sum(dim=1, keepdim=True)

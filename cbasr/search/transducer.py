@@ -114,7 +114,8 @@ class _Finished:
         """``(B, M)`` ranking scores of the entries (``-inf`` padding) and their prefixes."""
         keys = [list(table) for table in self.entries]
         width = max(1, max(len(k) for k in keys))
-        # one tensor from lists: assigning element by element cost a third of the search
+        # one tensor from lists, not element by element (recipes/synth/RESULTS.md,
+        # "Measurements behind defaults")
         rows = [
             [options.am_weight * entry[0] + entry[1] for entry in table.values()]
             + [_NEG_INF] * (width - len(table))

@@ -4,17 +4,18 @@ A CB model emits at frame ``t`` with probability ``p_t = P(B_t = 1) = sigmoid(a_
 number of labels ``K = sum_t B_t`` is Poisson-Binomial with mean ``sum_t p_t`` (CB paper eqs.
 5-6). The decoders start with a bias near 0, so ``p_t`` near 1/2, while word units emit about
 one label per 20 encoder frames (connected digits at 30 ms per frame: ``r`` = 0.05); the first
-updates of the exact marginal (eq. 38) then go to bringing ``sum_t p_t`` down to ``L``, and on
-connected digits (recipes/digits) the greedy search emitted nothing (100% dev error) for the
-first two epochs, where from a bias at the label rate it was at 94.9% after the first. It
-finished no better after 8 epochs (test WER 5.84% against 4.36%, one run each; on synth
-phones, ``r`` = 0.35, test PER 4.09% against 4.17%), so the default keeps the decoder's own
-initialisation. CB paper section 1 (Figure 1) relates a sampler's bias to the distance
-between ``p_t`` and ``L / T``; here that distance starts at zero on average: the bias is set to
-``logit(r)``, ``r`` the training data's labels per encoder frame, ``sum L / sum T'`` over the
-training utterances, with ``T'`` each utterance's encoder frames after subsampling (from the
-frame counts the dataset has already read, without speed perturbation). With the rest of the
-logit near zero-mean at initialisation, ``sum_t p_t`` is about ``r T'`` from the first step.
+updates of the exact marginal (eq. 38) then go to bringing ``sum_t p_t`` down to ``L``, and the
+greedy search can emit nothing for the first epochs. From a bias at the label rate a run leaves
+that all-blank start sooner but ends no better after a recipe's 8 epochs, so the default keeps
+the decoder's own initialisation (recipes/digits/RESULTS.md, "Transducers, second-order CB and
+exact CB at their potential"; synth phones, ``r`` = 0.35: recipes/synth/RESULTS.md,
+"Measurements behind defaults"). CB paper section 1 (Figure 1) relates a sampler's bias to the
+distance between ``p_t`` and ``L / T``; here that distance starts at zero on average: the bias
+is set to ``logit(r)``, ``r`` the training data's labels per encoder frame, ``sum L / sum T'``
+over the training utterances, with ``T'`` each utterance's encoder frames after subsampling
+(from the frame counts the dataset has already read, without speed perturbation). With the rest
+of the logit near zero-mean at initialisation, ``sum_t p_t`` is about ``r T'`` from the first
+step.
 
 The option is ``decoder`` (the decoder's own initialisation, as before the option existed),
 ``label_rate``, or a number: the bias itself. It applies to a new run of a CB model only: a

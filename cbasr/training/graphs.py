@@ -1,17 +1,17 @@
 """``trainer.cuda_graphs``: the training step replayed from CUDA graphs, one per batch shape.
 
-On a GPU a small model's step is mostly the host queueing kernels, tens of microseconds each
-whatever their size, and waiting whenever it reads a device value. A CUDA graph holds a whole
-step (the task's forward, the backward, gradient clipping and the optimizer's update) and
-replays it with one launch, reading and writing the same ("static") tensors every time. A
-graph is for one set of shapes, so each batch is padded to a bucket shape
-(:meth:`GraphedSteps.shape_of`): utterances to a multiple of ``multiples[0]`` (the extra rows
-copy the first and weigh nothing in the loss), frames to one of ``multiples[1]`` (zeros, beyond
-every utterance's length) and labels to one of ``multiples[2]`` (likewise). The first batch of
-a shape runs eagerly on the static tensors (it warms the kernels, and the losses' value checks
-read it), then the step is captured for the shape's later batches; the host reads the device
-once per step, after it, for the losses' finiteness, their sum, the gradient norm and the
-model's statistics (as the eager step does).
+On a GPU a small model's step is mostly the host queueing kernels, at a cost each whatever their
+size (docs/performance.md, "Where the time goes on a GPU"), and waiting whenever it reads a
+device value. A CUDA graph holds a whole step (the task's forward, the backward, gradient
+clipping and the optimizer's update) and replays it with one launch, reading and writing the
+same ("static") tensors every time. A graph is for one set of shapes, so each batch is padded to
+a bucket shape (:meth:`GraphedSteps.shape_of`): utterances to a multiple of ``multiples[0]``
+(the extra rows copy the first and weigh nothing in the loss), frames to one of ``multiples[1]``
+(zeros, beyond every utterance's length) and labels to one of ``multiples[2]`` (likewise). The
+first batch of a shape runs eagerly on the static tensors (it warms the kernels, and the losses'
+value checks read it), then the step is captured for the shape's later batches; the host reads
+the device once per step, after it, for the losses' finiteness, their sum, the gradient norm and
+the model's statistics (as the eager step does).
 
 What a captured step does differently from :meth:`~cbasr.training.trainer.Trainer.train_step`:
 

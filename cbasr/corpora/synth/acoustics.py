@@ -9,8 +9,9 @@ acoustics are a function of its seed. Signals are ``(N,)`` samples at 16 kHz.
   "La transmission de l'énergie sonore dans les salles", thesis, Université du Maine), the
   tail scaled to a direct-to-reverberant energy ratio ``drr_db``;
 - :func:`reverberate`: the convolution, cut to the dry signal's length, so the dry signal's
-  word times still hold (by FFTs of a power-of-two length: ``torchaudio.functional.fftconvolve``
-  transforms at the exact output length, often a large prime factor, 10x slower here);
+  word times still hold (by FFTs of a power-of-two length, where
+  ``torchaudio.functional.fftconvolve`` transforms at the exact output length, often a large
+  prime factor: recipes/digits/RESULTS.md, "Measurements behind defaults");
 - :func:`white_noise`, :func:`pink_noise` (power falling 3 dB per octave, shaped in the
   frequency domain);
 - :func:`mix_at_snr`: noise scaled so that the power of the speech over its active samples

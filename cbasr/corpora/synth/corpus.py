@@ -93,7 +93,8 @@ class CorpusConfig:
 SIZES: dict[str, CorpusConfig] = {
     # 7200 train utterances from 200 speakers, 500 dev and 500 test from 10 each, about 5 hours:
     # the demo's corpus. Many speakers with few utterances each generalise better to unseen
-    # voices than 80 with 90 each (same hours, same training time).
+    # voices than 80 with 90 each (same hours, same training time; recipes/synth/RESULTS.md,
+    # "make demo").
     "default": CorpusConfig(),
     # 16 utterances in well under a second: for tests.
     "tiny": CorpusConfig(

@@ -201,9 +201,9 @@ class DigitsConfig:
 DIGITS_SIZES: dict[str, DigitsConfig] = {
     # 3000 train utterances from 250 speakers (2.3 h), 300 dev and 300 test from 20 each (about
     # 1350 words each, as many as the held-out real connected-digit test set). Many speakers
-    # with few utterances each: with 10 held-out speakers one unusual voice moved the test
-    # WER by several points. SNR 15-30 dB: the recipe's BLSTM-CTC reaches 3.6% test WER in
-    # its 8 epochs; at 10-30 dB 5.8%, at 5-25 dB (150 training speakers) 7.2%.
+    # with few utterances each, so that no one unusual voice moves the test WER much; SNR
+    # 15-30 dB. Against the other sizes and SNRs tried: recipes/digits/RESULTS.md, "Choosing
+    # the difficulty".
     "default": DigitsConfig(),
     # 16 utterances in about a second: for tests.
     "tiny": DigitsConfig(

@@ -126,7 +126,8 @@ class EspeakEngine:
         a voice change clears (for instance the phase of the pitch flutter), so an
         utterance's samples depend on what the process synthesized before. Unloading the
         library (``dlclose``) and loading it again makes the output a function of the calls
-        made since the reset only. It takes about 15 ms.
+        made since the reset only (its cost: recipes/synth/RESULTS.md, "Measurements behind
+        defaults").
         """
         self._lib.espeak_Terminate()
         _unload_library(self._lib._handle)
@@ -160,7 +161,8 @@ class EspeakEngine:
 
     def _on_synth(self, wav, num_samples: int, events) -> int:
         if num_samples > 0:
-            # a copy of the chunk's bytes: 10x cheaper than a numpy view's ctypes array type
+            # a copy of the chunk's bytes, not a numpy view through a new ctypes array type
+            # (recipes/synth/RESULTS.md, "Measurements behind defaults")
             self._chunks.append(ctypes.string_at(wav, ctypes.sizeof(ctypes.c_short) * num_samples))
         i = 0
         while events[i].type != _EVENT_LIST_TERMINATED:

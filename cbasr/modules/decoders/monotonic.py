@@ -78,9 +78,9 @@ class MonotonicAttentionDecoder(CBDecoder):
     #: The variable window's band is computed in blocks of diagonals whose largest tensor holds
     #: at most this many entries, by device type: on CUDA 256 MB in float32, so that a batch
     #: is a few blocks of a few dozen kernels each (the host queues each one); on a CPU 16 MB,
-    #: as tensors that stay in its caches run faster there (measured: 6.0 s against 12.6 s a
-    #: step of 16 utterances at 2^22 and 2^26). The autograd graph keeps every block's tensors
-    #: either way: the blocks bound only the temporaries.
+    #: as tensors that stay in its caches run faster there (recipes/synth/RESULTS.md,
+    #: "Measurements behind defaults"). The autograd graph keeps every block's tensors either
+    #: way: the blocks bound only the temporaries.
     band_elements: ClassVar[dict[str, int]] = {"cuda": 1 << 26, "cpu": 1 << 22}
 
     def __init__(
