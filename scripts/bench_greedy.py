@@ -16,6 +16,11 @@ its prefixes merged on the host, on the device and, on CUDA, on the device from 
     .venv/bin/python scripts/bench_greedy.py                              # CPU
     python scripts/bench_greedy.py --device cuda --json --batches 16 64   # the GPU target: >= 3x
     .venv/bin/python scripts/bench_greedy.py --models hat --beams 4       # and the beam search
+    .venv/bin/python scripts/bench_greedy.py --models rnnt tdt --beams 8   # TDT beside RNN-T
+
+TDT (``--models tdt``: the same encoder, the TDT decoder with durations 0-4) has one greedy
+search of its own (``tdt_greedy``) and one beam search (``tdt_beam_search``): their times
+alone, on the same kind of batch.
     python scripts/bench_greedy.py --device cuda --json --beams 4 --beams-only
 """
 
@@ -117,12 +122,51 @@ def _beam_line(row: dict, beams: list[int]) -> str:
     )
 
 
+def tdt_row(model, h, h_lens, batch: int, args) -> None:
+    """TDT's greedy search (the median of ``--repeats`` runs after a warm one) and, on the
+    first batch size, its beam search of each ``--beams`` width (one run after a warm one)."""
+    from cbasr.search import BeamSearchOptions
+    from cbasr.search.tdt import tdt_beam_search
+
+    # (its own keys: scripts/perf_table.py reads the "greedy" and "beam_search" lines as
+    # label-looping's and the merges')
+    row = {"tdt_search": "tdt", "batch": batch, "frames": int(h_lens.sum())}
+    if not args.beams_only:
+        seconds, hyps = time_greedy(model, h, h_lens, "label", args.repeats, args.device)
+        row.update(labels=sum(map(len, hyps)), tdt_greedy_ms=1000 * seconds)
+    if args.beams and batch == args.batches[0]:
+        for beam in args.beams:
+            options = BeamSearchOptions(beam=beam)
+            with torch.no_grad():
+                for _ in range(2):  # the first run warms up
+                    _sync(args.device)
+                    start = time.perf_counter()
+                    tdt_beam_search(model.decoder, h, h_lens, options, model.max_symbols)
+                    _sync(args.device)
+            row[f"beam{beam}_ms"] = 1000 * (time.perf_counter() - start)
+    if args.json:
+        print(json.dumps(row), flush=True)
+        return
+    beams = ", ".join(
+        f"beam {k} {row[f'beam{k}_ms']:.1f} ms" for k in args.beams if f"beam{k}_ms" in row
+    )
+    greedy = (
+        f"greedy {row['tdt_greedy_ms']:.1f} ms, {row['labels']} labels" if "labels" in row else ""
+    )
+    print(
+        f"| tdt | {batch} | {row['frames']} | {', '.join(x for x in (greedy, beams) if x)} |",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--models", nargs="+", default=["rnnt", "hat"], choices=["rnnt", "hat"])
+    parser.add_argument(
+        "--models", nargs="+", default=["rnnt", "hat"], choices=["rnnt", "hat", "tdt"]
+    )
     parser.add_argument("--batches", nargs="+", type=int, default=[16])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
@@ -143,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models:
         for batch in args.batches:
             model, h, h_lens = bench_search.random_transducer(name, batch, args.device)
+            if name == "tdt":
+                tdt_row(model, h, h_lens, batch, args)
+                continue
             if args.beams and batch == args.batches[0]:
                 beams = {"beam_search": name, "batch": batch, "frames": int(h_lens.sum())}
                 beams.update(time_beams(model, h, h_lens, args.beams, args.device))

@@ -8,7 +8,8 @@ on the weights, except through how often a model emits, so each model's emission
 references have (printed as "labels / ref"): a random CB model would otherwise emit on half of
 the frames and a random transducer up to ``max_symbols`` labels on every frame.
 
-RTF = decoding wall time (encoder included) / audio duration. On a CPU shared with other jobs,
+RTF = decoding wall time (encoder included) / audio duration; "search s" is the decoding time
+less the encoder's (timed alone on the same batches). On a CPU shared with other jobs,
 the many small operations of a search slow down badly with two OpenMP threads (each waits for
 the other): ``--threads 1`` (the default) is the fair setting there; the load average is printed.
 
@@ -20,7 +21,13 @@ the other): ``--threads 1`` (the default) is the fair setting there; the load av
         --exp-dir recipes/digits/exp/hat --beams 4          # a digits model on its test set
 
 Transducers' greedy search is timed twice, label-looping (the models' default) and
-frame-looping (``cbasr.models.transducer_greedy``); their hypotheses are checked equal.
+frame-looping (``cbasr.models.transducer_greedy``); their hypotheses are checked equal (TDT has
+one greedy search, its own).
+
+Without a prepared corpus, ``--random N`` decodes ``N`` utterances of random features (200-800
+frames, 49 phones + blank, about one reference label per 8 frames, the corpus's phone rate):
+
+    .venv/bin/python scripts/bench_search.py --random 60 --models rnnt tdt --beams 8
 """
 
 import argparse
@@ -50,6 +57,7 @@ MODELS = {  # name -> Hydra overrides (on top of the recipe's encoder)
     "cb_autoregressive_luo": ["decoder=autoregressive_luo", "loss=forced_suffix"],
     "rnnt": ["decoder=transducer", "loss=rnnt"],
     "hat": ["decoder=hat", "loss=hat"],
+    "tdt": ["decoder=tdt", "loss=tdt"],  # the token-and-duration transducer, durations 0-4
 }
 ENCODER = ["encoder=blstm", "encoder.hidden=160", "encoder.num_layers=2"]
 
@@ -111,7 +119,14 @@ def random_transducer(name: str, batch: int, device: str = "cpu", seed: int = 0)
     return model, h, h_lens
 
 
-def _models(args, vocab: Vocabulary, padded: list, ref_labels: int, frames: int):
+def random_features(count: int, seed: int = 0) -> list[torch.Tensor]:
+    """``count`` utterances of normalised random 80-dim features, 200-800 frames each."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(200, 801, (count,), generator=g).tolist()
+    return [torch.randn(n, 80, generator=g) for n in lens]
+
+
+def _models(args, vocab, padded: list, ref_labels: int, frames: int):
     """``(name, model)`` pairs: the trained experiment's, or random calibrated ones."""
     if args.exp_dir is not None:
         from cbasr.inference.experiment import Experiment
@@ -136,6 +151,13 @@ def main() -> None:
         "--manifest", default="synth/dev.jsonl", help="under --data; features in fbank/<its stem>"
     )
     parser.add_argument("--utts", type=int, default=60, help="utterances decoded per setting")
+    parser.add_argument(
+        "--random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decode N utterances of random features instead of --data (random models only)",
+    )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument(
@@ -154,14 +176,20 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    vocab = None if args.exp_dir else Vocabulary.load(args.data / "lang/phones.txt")
-    mean, std = load_cmvn(args.data / "fbank/cmvn.json")
-    manifest = args.data / args.manifest
-    store = FeatureStore(args.data / "fbank" / Path(args.manifest).stem)
-    records = [r for r in read_manifest(manifest) if r["id"] in store][: args.utts]
-    feats = [(store[r["id"]] - mean) / std for r in records]
+    if args.random:
+        if args.exp_dir is not None:
+            parser.error("--random decodes with random models: no --exp-dir")
+        vocab, feats, manifest = list(range(50)), random_features(args.random), "random features"
+        ref_labels = sum(f.shape[0] for f in feats) // 8
+    else:
+        vocab = None if args.exp_dir else Vocabulary.load(args.data / "lang/phones.txt")
+        mean, std = load_cmvn(args.data / "fbank/cmvn.json")
+        manifest = args.data / args.manifest
+        store = FeatureStore(args.data / "fbank" / Path(args.manifest).stem)
+        records = [r for r in read_manifest(manifest) if r["id"] in store][: args.utts]
+        feats = [(store[r["id"]] - mean) / std for r in records]
+        ref_labels = sum(len(r["phones"] if "phones" in r else r["words"].split()) for r in records)
     audio = sum(f.shape[0] for f in feats) * 0.01
-    ref_labels = sum(len(r["phones"] if "phones" in r else r["words"].split()) for r in records)
     batches = BucketBatchSampler(
         [f.shape[0] for f in feats], args.max_frames, shuffle=False
     ).batches()
@@ -173,14 +201,20 @@ def main() -> None:
         for b in batches
     ]
     print(
-        f"{len(records)} utterances of {manifest}, {audio:.1f} s of audio, {ref_labels} reference labels; "
+        f"{len(feats)} utterances of {manifest}, {audio:.1f} s of audio, {ref_labels} reference labels; "
         f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}"
     )
     print(
-        "\n| model | parameters | search | decode s | RTF | labels / ref |\n|---|---:|---|---:|---:|---:|"
+        "\n| model | parameters | search | decode s | search s | RTF | labels / ref |\n"
+        "|---|---:|---|---:|---:|---:|---:|"
     )
     for name, model in _models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)):
         params = sum(p.numel() for p in model.parameters())
+        start = time.perf_counter()
+        with torch.no_grad():
+            for x, lens in padded:
+                model.encoder(x, lens)
+        encoder_s = time.perf_counter() - start
         transducer = type(model).__name__ == "TransducerModel" and model.criterion != "tdt"
         greedy = [("greedy (label-looping)", 0), ("greedy (frame-looping)", 0)]
         settings = (greedy if transducer else [("greedy", 0)]) + [
@@ -208,7 +242,8 @@ def main() -> None:
             if beam and type(model).__name__ == "CBModel":
                 search += f" ({cb_search_kind(model, options)})"
             print(
-                f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | {seconds / audio:.4f} | "
+                f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | "
+                f"{seconds - encoder_s:.2f} | {seconds / audio:.4f} | "
                 f"{emitted / ref_labels:.2f} |",
                 flush=True,
             )

@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import torch
 
+from cbasr.modules.label_context import START
+
 __all__ = [
     "frame_looping_greedy",
     "label_looping_greedy",
@@ -388,43 +390,67 @@ class _Captured:
 
 
 def tdt_greedy(
-    decoder, h, lens, max_symbols: int, frames: bool = False
+    decoder, h, lens, max_symbols: int, frames: bool = False, masked: bool | None = None
 ) -> list[list[int]] | Emissions:
-    """TDT's greedy search (Xu et al. 2023, arXiv:2304.06795, Algorithm 2), label-looping
-    too: every utterance on a frame of its own. The best token and the best duration; a label
-    is emitted; the search moves on by the duration, a blank by its best duration of at least
+    """TDT's greedy search (Xu et al. 2023, arXiv:2304.06795, Algorithm 2): every utterance
+    on a frame of its own. On a frame, the best token and the best duration; a label is
+    emitted and the search moves on by its duration, a blank by its best duration of at least
     one frame (a blank of duration 0 is no edge), and after ``max_symbols`` labels of duration
-    0 on one frame by one. One host read per step (the loop's condition). With ``frames``,
-    each label's frame too (:class:`Emissions`)."""
-    joint = decoder.joint
-    state = decoder.begin(h, lens)
+    0 on one frame by one.
+
+    Each step evaluates the joint once per utterance, on its own frame. The prediction
+    network runs once per emitted label, on the rows that emitted (no step where none did),
+    while the blanks advance with the joint alone, as label-looping does (Bataev et al. 2024,
+    "Label-Looping: Highly Efficient Decoding for Transducers", arXiv:2406.06220, who cover
+    TDT too); the projection of a prefix's prediction output is kept until it emits again.
+    The encoder side of the joint is projected on the frames the search lands on only, never
+    on the frames a token or blank covers. ``masked`` (default: on a GPU) steps every row
+    under a mask (:meth:`~cbasr.modules.label_context.LabelContext.step_masked`), reading on
+    the host the loop's condition only; else the emitting rows are read and stepped alone
+    (:meth:`~cbasr.modules.label_context.LabelContext.step_rows`: on a CPU that read costs
+    nothing and only those rows are computed). With ``frames``, each label's frame too
+    (:class:`Emissions`)."""
+    joint, prediction = decoder.joint, decoder.prediction
     B, T = h.shape[:2]
     device = h.device
+    masked = h.is_cuda if masked is None else masked
+    g, context = prediction.step(
+        torch.full((B,), START, dtype=torch.long, device=device),
+        prediction.initial_state(B, device),
+    )
+    proj = joint.label_proj(g)  # the prefix's side of the joint, kept until it emits
     durations = torch.tensor(joint.durations, device=device)
     stays = durations == 0
-    t = torch.zeros(B, dtype=torch.long, device=device)
-    symbols = torch.zeros_like(t)
+    frames_of = h.flatten(0, 1)
+    first = torch.arange(B, device=device) * T  # each utterance's frame 0 in frames_of
+    t = torch.zeros(B, dtype=torch.long, device=device)  # (past the frames: done, for good)
+    symbols = torch.zeros_like(t)  # labels of duration 0 emitted on the current frame
     lens = lens.to(device)
-    most = T * max_symbols + T + 1  # labels of duration 0 capped per frame, one per moving step
-    out = torch.zeros(B, most, dtype=torch.long, device=device)
+    out = torch.zeros(B, T * max_symbols + 1, dtype=torch.long, device=device)
     at = torch.zeros_like(out)
     count = torch.zeros_like(t)
     while bool((active := t < lens).any()):
-        tokens, durs = joint.frame_tokens_durations(joint.frame_units(state, t, state["g"]))
+        enc = joint.encoder_proj(frames_of.index_select(0, first + t.clamp(max=T - 1)))
+        tokens, durs = joint.frame_tokens_durations(joint.out(enc + proj))
         token = tokens.argmax(dim=-1)
         blank = token == 0
-        step = torch.where(
-            blank, durs.masked_fill(stays, float("-inf")).argmax(dim=-1), durs.argmax(dim=-1)
-        )
-        d = durations[step]
+        # a blank's best duration of at least one frame, a label's best
+        d = durations[durs.masked_fill(blank.unsqueeze(1) & stays, float("-inf")).argmax(dim=-1)]
         emitted = active & ~blank
-        out.scatter_(1, count.unsqueeze(1), token.unsqueeze(1))
-        at.scatter_(1, count.unsqueeze(1), t.unsqueeze(1))
-        count = count + emitted
-        state = decoder.commit_masked(state, emitted, token)
+        if masked or bool(emitted.any()):
+            slot = count.unsqueeze(1)
+            out.scatter_(1, slot, token.unsqueeze(1))
+            at.scatter_(1, slot, t.unsqueeze(1))
+            count = count + emitted
+            if masked:
+                g, context = prediction.step_masked(token, context, emitted)
+                proj = torch.where(emitted.unsqueeze(1), joint.label_proj(g), proj)
+            else:
+                rows = emitted.nonzero().squeeze(1)
+                g, context = prediction.step_rows(token, context, rows)
+                proj = proj.index_copy(0, rows, joint.label_proj(g))
         symbols = torch.where(emitted & (d == 0), symbols + 1, 0)
-        moved_on = symbols >= max_symbols
-        d = torch.where(moved_on, 1, d)
-        symbols = torch.where(moved_on, 0, symbols)
-        t = torch.where(active, t + d, t)
+        full = symbols >= max_symbols
+        t = t + torch.where(full, 1, d)
+        symbols = symbols.masked_fill(full, 0)
     return _collect(out, count, at if frames else None)

@@ -1,79 +1,67 @@
-"""Beam search for the token-and-duration transducer (TDT; Xu et al. 2023, arXiv:2304.06795).
+"""Beam search for the token-and-duration transducer (TDT; Xu et al. 2023, "Efficient Sequence
+Transduction by Jointly Predicting Tokens and Durations", arXiv:2304.06795).
 
 A TDT edge takes a token and a duration together (eq. 5): from node ``(t, u)`` a blank of
 duration ``d >= 1`` moves to frame ``t + d``, a label of duration ``d >= 0`` emits it and moves
 to frame ``t + d``; a path ends with a blank landing exactly on frame ``T``
 (:mod:`cbasr.losses.tdt`). The prediction network reads the labels only, so all paths that
 reach frame ``t`` with the same prefix continue identically and are summed exactly, as the
-transducer search recombines them (HAT paper section 3.3). Frames are visited in order; the
-hypotheses waiting on frame ``t`` (``A_t``, each prefix with the log of its summed path mass)
-are expanded as
+transducer search recombines them (HAT paper section 3.3). Frames are visited in order, all
+the utterances of a batch together; an utterance is evaluated on a frame only if some
+hypothesis of its waits there, and a frame none of the batch waits on is skipped (a beam
+whose hypotheses all take long durations skips frames as the greedy search does; one that
+keeps hypotheses of several durations reaches most frames). The hypotheses reaching frame ``t`` are merged by prefix as
+they arrive, the ``SPARE beam`` best kept (``A_t``), and expanded with joint pruning, as the
+RNN-T search prunes its label extensions jointly with the blanks
+(:mod:`cbasr.search.transducer`):
 
-    C_0 = the ``beam`` best of A_t
+    C_0 = the beam best of A_t, D = {}
     for s = 0 .. max_symbols:
-        every blank edge and every label edge of duration d >= 1 of C_s is summed into
-        A_{t+d} (or, for a blank with t + d = T, into the finished prefixes)
-        if s == max_symbols: stop
-        C_{s+1} = the ``beam`` best labels of duration 0 of C_s (they stay on frame t)
+        the blanks of C_s landing on the utterance's last frame: summed into the finished
+            hypotheses F, merged by prefix, the beam best kept
+        for every duration d > 0: D += the other blanks of C_s of duration d and its beam
+            best labels of duration d, each a hypothesis waiting on frame t + d
+        S = the beam best labels of C_s of duration 0 (none if s = max_symbols)
+        C_{s+1} = the hypotheses of S among the beam best of D, the blanks of C_0 .. C_s
+            that finished, and S
+        if C_{s+1} is empty: stop
+    A_{t+d} += the hypotheses of D on frame t + d, for every d > 0
 
-A hypothesis thus takes at most ``max_symbols`` labels of duration 0 in a row on one frame.
-Every label extension is a new prefix within a step, so each step keeps only its ``beam`` best
-label extensions per duration (a pruned beam could keep no others on frame ``t``). Without
-pruning (``beam=None``) and with ``max_symbols`` at least the number of labels, every
-finished prefix's ``am_score`` is exactly ``log P(y | x) = -tdt_nll`` (tested against the
-loss); with pruning it is the mass of the paths the beam kept. Skipping frames is where TDT
-saves work: a frame no hypothesis lands on is never evaluated.
+The pruning rule: each frame expands its ``beam`` best arrivals (a candidate set per landing
+frame as the earlier, unbatched search had: every blank and the ``beam`` best labels of each
+duration); a label of duration 0 is expanded further on the frame only if it ranks among the
+``beam`` best of everything that moved on from the frame (or ended there) so far and the
+other labels staying (ranked by ``am_weight * am + label_bonus * |y|``), so a frame's label
+loop stops as soon as the labels that stay fall behind. ``F`` holds the ``beam`` best finished prefixes.
 
-Fusion with an external or internal language model is not offered here; ``label_bonus`` and
-``length_norm`` are.
+Exactness: without pruning (``beam=None``) nothing is dropped, every sub-step runs while
+labels of duration 0 remain, and every finished prefix's ``am_score`` is the log of the
+summed mass of its paths with at most ``max_symbols`` labels of duration 0 in a row on one
+frame: exactly ``log P(y | x) = -tdt_nll`` when ``max_symbols`` is at least ``|y|`` (tested
+against the loss and against path enumeration). With pruning it is the mass of the paths the
+beam kept, never more.
+
+The hypotheses are tensors (:mod:`cbasr.search.tdt_entries`): fixed fields per slot, a few
+slots per utterance and frame, prefixes known by a 64-bit hash and their length and spelt out
+at the end from a prefix tree; the prediction network steps a label extension only when it
+is expanded, once per sub-step for the batch. The host reads a few counts per sub-step (the
+beams' widths). Fusion with an external or internal language model is not offered here;
+``label_bonus`` and ``length_norm`` are.
 """
-
-import math
-from collections import defaultdict
 
 import torch
 
 from cbasr.modules.decoders import TransducerDecoder
+from cbasr.modules.label_context import START
+from cbasr.search import tdt_entries as E
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
+from cbasr.search.prefix import select
+from cbasr.search.rows import reorder_rows
+from cbasr.search.transducer import extend_hash
 
 __all__ = ["tdt_beam_search"]
 
-
-def _log_add(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    if b == -math.inf:
-        return a
-    top = max(a, b)
-    return top + math.log1p(math.exp(-abs(a - b)))
-
-
-def _best(entries: dict, beam: int | None, options: BeamSearchOptions) -> list:
-    """The ``beam`` best ``(prefix, am)`` of ``entries`` by fused score (all when None)."""
-
-    def fused(item) -> float:
-        return options.am_weight * item[1] + options.label_bonus * len(item[0])
-
-    ranked = sorted(entries.items(), key=fused, reverse=True)
-    return ranked if beam is None else ranked[:beam]
-
-
-def _cat_states(states: list):
-    """One batched prediction-network state of single-prefix states (LSTM ``(h, c)`` tuples
-    along dim 1, label windows along dim 0, or None for a state-free network)."""
-    if states[0] is None:
-        return None
-    if isinstance(states[0], tuple):
-        return tuple(torch.cat(parts, dim=1) for parts in zip(*states))
-    return torch.cat(states, dim=0)
-
-
-def _split_states(state, n: int) -> list:
-    if state is None:
-        return [None] * n
-    if isinstance(state, tuple):
-        return [tuple(part[:, i : i + 1] for part in state) for i in range(n)]
-    return [state[i : i + 1] for i in range(n)]
+_NEG_INF = float("-inf")
 
 
 @torch.no_grad()
@@ -92,77 +80,181 @@ def tdt_beam_search(
         options: ``beam``, ``nbest``, ``am_weight``, ``label_bonus``, ``length_norm``.
         max_symbols: most labels of duration 0 in a row on one frame.
     """
-    return [
-        _search_one(decoder, h[b : b + 1, : int(lens[b])], options, max_symbols)
-        for b in range(h.shape[0])
-    ]
+    if h.shape[0] == 0:
+        return []
+    search = _Search(decoder, h, lens.to(h.device), options, max_symbols)
+    for t in range(h.shape[1]):
+        search.frame(t)
+    return search.hypotheses()
 
 
-def _search_one(decoder, h, options: BeamSearchOptions, max_symbols: int) -> list[Hypothesis]:
-    joint = decoder.joint
-    durations = joint.durations
-    T = h.shape[1]
-    enc = joint.prepare(h)["enc"][0]  # (T, J)
-    begin = decoder.begin(h, torch.tensor([T]))
-    contexts = {(): (begin["g"], begin["context"])}  # prefix -> prediction network output, state
+# a frame keeps the SPARE * beam best of the hypotheses reaching it (a prefix pruned early is
+# not summed with its later arrivals), then expands the beam best of them (the earlier search
+# kept every arrival until the frame was visited)
+SPARE = 2
 
-    def read(prefixes: list[tuple]) -> torch.Tensor:
-        """``g (N, H)`` of ``prefixes``, the new ones (their parents read) in one batched step."""
-        new = [prefix for prefix in dict.fromkeys(prefixes) if prefix not in contexts]
-        if new:
-            labels = torch.tensor([prefix[-1] for prefix in new], device=h.device)
-            parents = _cat_states([contexts[prefix[:-1]][1] for prefix in new])
-            g, states = decoder.prediction.step(labels, parents)
-            for i, (prefix, state) in enumerate(zip(new, _split_states(states, len(new)))):
-                contexts[prefix] = (g[i : i + 1], state)
-        return torch.cat([contexts[prefix][0] for prefix in prefixes])
 
-    waiting: dict[int, dict[tuple, float]] = defaultdict(dict)
-    waiting[0][()] = 0.0
-    finished: dict[tuple, float] = {}
-    for t in range(T):
-        if t not in waiting:
-            continue
-        current = _best(waiting.pop(t), options.beam, options)
-        for s in range(max_symbols + 1):
-            if not current:
+class _Search:
+    """One batch's search: the waiting and finished hypotheses, their prediction-network
+    states and the prefix tree."""
+
+    def __init__(self, decoder, h, lens, options: BeamSearchOptions, max_symbols: int):
+        self.decoder, self.h, self.lens = decoder, h, lens
+        self.options, self.max_symbols = options, max_symbols
+        B, device = h.shape[0], h.device
+        durations = decoder.joint.durations
+        self.durations = torch.tensor(durations, device=device)
+        self.moving = self.durations > 0
+        self.stay = durations.index(0) if 0 in durations else None
+        prediction = decoder.prediction
+        g, context = prediction.step(
+            torch.full((B,), START, dtype=torch.long, device=device),
+            prediction.initial_state(B, device),
+        )
+        self.states = E.States({"g": g, "context": context}, max(durations))
+        start = E.empty(B, 1, device)
+        start["am"] = torch.where(lens > 0, 0.0, _NEG_INF).double().unsqueeze(1)
+        start["row"] = E.States.ids(-1, torch.arange(B, device=device)).unsqueeze(1)
+        capacity = None if options.beam is None else SPARE * options.beam
+        self.waiting = E.Waiting(start, max(durations) + 1, capacity, options)
+        self.finished = E.Finished(B, options, device)
+        self.nodes = E.Nodes(device)
+
+    def frame(self, t: int) -> None:
+        """Expand the hypotheses waiting on frame ``t`` (module docstring)."""
+        popped = self.waiting.pop(t)
+        if popped is None:
+            return
+        utts, c = popped
+        options, joint = self.options, self.decoder.joint
+        c = E.best(c, options.beam, options)  # C_0
+        c, state = self._step(
+            c, self.states.read(c["row"].flatten(), (c["am"] > _NEG_INF).flatten())
+        )
+        enc = joint.encoder_proj(self.h[utts, t])  # (U, J): this frame only
+        last = self.lens.index_select(0, utts)
+        U = len(utts)
+        moved = E.empty(U * int(self.moving.sum()), 0, utts.device)  # D: u J + j on t + d_j
+        ended = E.empty(U, 0, utts.device)  # what finished from this frame
+        snapshots, offset = [], 0  # the states of C_0, C_1 ...: D's rows
+        for s in range(self.max_symbols + 1):
+            K = c["am"].shape[1]
+            units = joint.out(enc.repeat_interleave(K, dim=0) + joint.label_proj(state["g"]))
+            tokens, durs = (x.double() for x in joint.frame_tokens_durations(units))
+            snapshots.append(state)
+            done, moves, stays = self._edges(t, s, c, tokens, durs, last)
+            self.finished.add(utts, done)
+            moved = E.cat(moved, {**moves, "row": E.States.ids(t, moves["row"] + offset)})
+            ended = E.cat(ended, {**done, "frame": torch.full_like(done["frame"], -1)})
+            offset += U * K
+            if stays is None:
                 break
-            prefixes = [prefix for prefix, _ in current]
-            g = read(prefixes)  # (N, H)
-            units = joint.out(enc[t][None] + joint.label_proj(g))
-            tokens, durs = joint.frame_tokens_durations(units)
-            masses = torch.tensor([mass for _, mass in current], dtype=torch.float64)
-            tokens, durs = tokens.double(), durs.double()
-            stay: dict[tuple, float] = {}
-            for k, d in enumerate(durations):
-                if d > 0 and t + d <= T:  # blanks: one per hypothesis
-                    target = finished if t + d == T else waiting[t + d]
-                    blanks = (masses + tokens[:, 0] + durs[:, k]).tolist()
-                    for prefix, score in zip(prefixes, blanks):
-                        target[prefix] = _log_add(target.get(prefix, -math.inf), score)
-                if (d == 0 and s == max_symbols) or t + d >= T:
-                    continue  # labels: past the cap, or landing off the frames (a dead end)
-                labels = masses[:, None] + tokens[:, 1:] + durs[:, k, None]  # (N, V - 1)
-                flat = labels.flatten()
-                if options.beam is not None and flat.numel() > options.beam:
-                    # each extension is a new prefix here: the beam best of them are the
-                    # only ones a pruned beam can keep on frame t (d = 0), and the ones kept
-                    # of this step for frame t + d
-                    picked = flat.topk(options.beam)
-                    values, index = picked.values.tolist(), picked.indices.tolist()
-                else:
-                    values, index = flat.tolist(), range(flat.numel())
-                target = stay if d == 0 else waiting[t + d]
-                for score, i in zip(values, index):
-                    n, label = divmod(i, labels.shape[1])
-                    extended = prefixes[n] + (label + 1,)
-                    target[extended] = _log_add(target.get(extended, -math.inf), score)
-            current = _best(stay, options.beam, options)
-    hypotheses = []
-    for prefix, am in finished.items():
-        score = options.am_weight * am + options.label_bonus * len(prefix)
-        if options.length_norm:
-            score /= max(len(prefix), 1)
-        hypotheses.append(Hypothesis(list(prefix), score, am))
-    hypotheses.sort(key=lambda hyp: -hyp.score)
-    return hypotheses if options.nbest is None else hypotheses[: options.nbest]
+            # joint pruning: a label of duration 0 stays if among the beam best of all that
+            # moved on from the frame (or finished there) and the labels staying
+            pool = E.cat(E.cat({k: v.view(U, -1) for k, v in moved.items()}, ended), stays)
+            chosen = E.best(pool, options.beam, options)
+            chosen["am"] = chosen["am"].masked_fill(chosen["frame"] != t, _NEG_INF)
+            if not bool((chosen["am"] > _NEG_INF).any()):
+                break
+            c = E.best(chosen, None, options)  # C_{s+1}, their parents' states: rows of state
+            parents = torch.where(c["am"] > _NEG_INF, c["row"], 0).flatten()
+            c, state = self._step(c, reorder_rows(state, parents))
+        self.states.add(t, E.gather_states(snapshots))
+        self.waiting.push(utts, t + self.durations[self.moving], moved)
+
+    def _edges(self, t: int, s: int, c: dict, tokens, durs, last):
+        """The edges of ``C_s`` (``c (U, K)``) from the joint's ``tokens (U K, V)`` and
+        ``durs (U K, |D|)``: ``(done, moves, stays)``. ``done (U, K)``: the blanks landing
+        on each utterance's last frame ``last (U,)``, as finished hypotheses; ``moves (U J,
+        K + beam)``: for each duration ``d_j > 0``, every other blank of ``d_j`` and the
+        ``beam`` best labels of ``d_j``, each a hypothesis on ``t + d_j`` (the module
+        docstring's ``X``); ``stays (U, beam)``: the ``beam`` best labels of duration 0, or
+        None if none may be taken. A label's state is its parent's (``row``: ``u K + k``), to
+        be stepped when it is expanded."""
+        options, d = self.options, self.durations
+        U, K = c["am"].shape
+        nd, V = d.shape[0], tokens.shape[1]
+        tokens, durs = tokens.view(U, K, V), durs.view(U, K, nd)
+        end = last.view(U, 1, 1)
+        land = t + d  # (|D|,)
+        blank = (c["am"].unsqueeze(2) + tokens[..., :1] + durs).masked_fill(
+            (d == 0) | (land > end), _NEG_INF
+        )  # (U, K, |D|)
+        done = {**c, "am": blank.masked_fill(land != end, _NEG_INF).amax(dim=2)}
+        blank = blank.masked_fill(land == end, _NEG_INF).transpose(1, 2)  # (U, |D|, K)
+        # a row's best labels are the same for every duration: its beam best tokens
+        if options.beam is None or options.beam >= V - 1:
+            best, which = tokens[..., 1:], torch.arange(1, V, device=d.device).expand(U, K, -1)
+        else:
+            best, which = tokens[..., 1:].topk(options.beam, dim=2)
+            which = which + 1
+        L = best.shape[2]
+        # a label never lands on the last frame (no blank could end the path there)
+        dead = (land >= end.view(U, 1)) | ((d == 0) & (s == self.max_symbols))  # (U, |D|)
+        labels = c["am"][:, None, :, None] + best.unsqueeze(1) + durs.transpose(1, 2)[..., None]
+        labels = labels.masked_fill(dead[..., None, None], _NEG_INF).view(U * nd, K * L)
+        score = options.am_weight * labels
+        if options.label_bonus:
+            length = (c["length"] + 1).unsqueeze(2).expand(U, K, L).reshape(U, 1, K * L)
+            score = score + options.label_bonus * length.expand(U, nd, -1).reshape(U * nd, -1)
+        _, index, _ = select(score, options.beam)  # (U |D|, W): each duration's best labels
+        k = torch.cat([torch.arange(K, device=d.device).expand(U * nd, K), index // L], dim=1)
+        v = which.reshape(U, 1, K * L).expand(U, nd, -1).reshape(U * nd, -1).gather(1, index)
+        v = torch.cat([torch.zeros_like(k[:, :K]), v], dim=1)  # 0: the blank
+        rows = torch.arange(U, device=d.device).repeat_interleave(nd).unsqueeze(1) * K + k
+        parent = {f: c[f].flatten()[rows] for f in ("hash", "length", "node")}
+        label = v > 0
+        e = {
+            "am": torch.cat([blank.reshape(U * nd, K), labels.gather(1, index)], dim=1),
+            "hash": torch.where(label, extend_hash(parent["hash"], v), parent["hash"]),
+            "length": parent["length"] + label,
+            "frame": land.repeat(U).unsqueeze(1).expand_as(k),
+            "node": parent["node"],
+            "row": rows,
+            "label": v,
+        }
+        e = {f: x.view(U, nd, -1) for f, x in e.items()}
+        moves = {f: x[:, self.moving].flatten(0, 1) for f, x in e.items()}
+        if self.stay is None or s == self.max_symbols:
+            return done, moves, None
+        return done, moves, {f: x[:, self.stay, K:] for f, x in e.items()}
+
+    def _step(self, c: dict, state):
+        """Step the prediction network on the label extensions of ``c`` whose states are
+        still their parents' (``state``, row by row of ``c``): ``(c, state)`` with their
+        states and nodes of their own."""
+        flat = {k: v.flatten() for k, v in c.items()}
+        pending = ((flat["label"] > 0) & (flat["am"] > _NEG_INF)).nonzero().squeeze(1)
+        if not pending.numel():
+            return c, state
+        labels = flat["label"].index_select(0, pending)
+        parents = reorder_rows(state, pending)
+        g, context = self.decoder.prediction.step(labels, parents["context"])
+        state = E.put_rows(state, pending, {"g": g, "context": context})
+        ids = self.nodes.add(flat["node"].index_select(0, pending), labels)
+        shape = c["am"].shape
+        c = {
+            **c,
+            "node": flat["node"].index_copy(0, pending, ids).view(shape),
+            "label": torch.zeros_like(c["label"]),
+        }
+        return c, state
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        """The finished hypotheses of each utterance, best first (``nbest`` of them)."""
+        options = self.options
+        am, length, node = (self.finished.e[k].tolist() for k in ("am", "length", "node"))
+        live = [[i for i, a in enumerate(row) if a > _NEG_INF] for row in am]
+        prefixes = iter(self.nodes.spell([node[b][i] for b, row in enumerate(live) for i in row]))
+        out = []
+        for b, row in enumerate(live):
+            hyps = []
+            for i in row:
+                prefix = next(prefixes)
+                score = options.am_weight * am[b][i] + options.label_bonus * length[b][i]
+                if options.length_norm:
+                    score /= max(length[b][i], 1)
+                hyps.append(Hypothesis(list(prefix), score, am[b][i]))
+            hyps.sort(key=lambda hyp: -hyp.score)
+            out.append(hyps if options.nbest is None else hyps[: options.nbest])
+        return out

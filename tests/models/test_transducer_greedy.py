@@ -4,11 +4,13 @@ prediction-network step per emitted label position and no host read of which row
 import pytest
 import torch
 
+from cbasr import builder
 from cbasr.models.transducer_greedy import (
     MAX_WINDOW,
     LabelLoopingGraphs,
     frame_looping_greedy,
     label_looping_greedy,
+    tdt_greedy,
 )
 from cbasr.modules.decoders.transducer import per_row
 from tests.search import tiny
@@ -305,3 +307,108 @@ def test_static_runs_write_each_step_into_the_loop_s_variables():
     assert first["x"].tolist() == [0.0] * 3
     with pytest.raises(RuntimeError, match="a step changed the loop's variables"):
         bad()
+
+
+# --- TDT -------------------------------------------------------------------------------------
+
+
+def _tdt_greedy_oracle(decoder, h, lens, max_symbols: int):
+    """The TDT greedy search as it was written before its prediction network ran on the
+    emitting rows alone (kept as the oracle): every row one frame a step, the prediction
+    network stepped under a mask on every step. ``(labels, frames)`` per utterance."""
+    joint = decoder.joint
+    state = decoder.begin(h, lens)
+    B, T = h.shape[:2]
+    durations = torch.tensor(joint.durations)
+    stays = durations == 0
+    t = torch.zeros(B, dtype=torch.long)
+    symbols = torch.zeros_like(t)
+    labels, frames = [[] for _ in range(B)], [[] for _ in range(B)]
+    while bool((active := t < lens).any()):
+        tokens, durs = joint.frame_tokens_durations(joint.frame_units(state, t, state["g"]))
+        token = tokens.argmax(dim=-1)
+        blank = token == 0
+        step = torch.where(
+            blank, durs.masked_fill(stays, float("-inf")).argmax(dim=-1), durs.argmax(dim=-1)
+        )
+        d = durations[step]
+        emitted = active & ~blank
+        for b in emitted.nonzero().flatten().tolist():
+            labels[b].append(int(token[b]))
+            frames[b].append(int(t[b]))
+        state = decoder.commit_masked(state, emitted, token)
+        symbols = torch.where(emitted & (d == 0), symbols + 1, 0)
+        moved_on = symbols >= max_symbols
+        d = torch.where(moved_on, 1, d)
+        symbols = torch.where(moved_on, 0, symbols)
+        t = torch.where(active, t + d, t)
+    return labels, frames
+
+
+def _tdt(durations, seed: int, max_symbols: int, blank: float, stay: float, context: int = -1):
+    """A random TDT model whose blank and duration-0 biases are moved by ``blank``, ``stay``."""
+    torch.manual_seed(seed)
+    encoder = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 1, "stride": 1, "dropout": 0.0}
+    decoder = {"name": "transducer", "joint": "tdt", "durations": list(durations),
+               "context": context, "embed_dim": 4, "hidden": 8, "joint_dim": 8}  # fmt: skip
+    loss = {"name": "tdt", "max_symbols": max_symbols}
+    model = builder.build_model(encoder, decoder, loss, 5, 4).eval()
+    joint = model.decoder.joint
+    with torch.no_grad():
+        joint.out[-1].weight.mul_(3.0)  # sharper: the searches face real choices
+        joint.out[-1].bias[0] += blank
+        if 0 in durations:
+            joint.out[-1].bias[joint.vocab_size + durations.index(0)] += stay
+    return model
+
+
+@pytest.mark.parametrize(
+    "durations,max_symbols,blank,stay,context",
+    [
+        ((0, 1, 2, 3, 4), 4, 0.0, 0.0, -1),
+        ((0, 1, 2, 3, 4), 2, -1.0, 0.0, -1),
+        ((0, 1, 2, 3, 4), 2, -0.5, 0.5, -1),  # many labels of duration 0: the cap binds
+        ((0, 1, 2), 1, 0.5, 0.0, 2),  # the last two labels as the prediction network
+        ((1, 2, 4), 3, 0.0, 0.0, -1),  # no duration 0
+        ((0, 1), 3, 0.0, 0.0, 0),  # a prediction network of no label
+    ],
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_tdt_greedy_gives_the_oracle_s_hypotheses(
+    durations, max_symbols, blank, stay, context, masked
+):
+    """Random models and batches of several lengths (one without frames): the labels and
+    their frames of the oracle, the emitting rows stepped alone or every row under a mask."""
+    counts = []
+    for seed in range(3):
+        model = _tdt(durations, seed, max_symbols, blank, stay, context)
+        g = torch.Generator().manual_seed(seed)
+        lens = torch.tensor([19, 11, 0, 7, 16])
+        feats = torch.randn(len(lens), int(lens.max()), 5, generator=g)
+        with torch.no_grad():
+            h, h_lens = model.encoder(feats, lens)
+            found = tdt_greedy(model.decoder, h, h_lens, max_symbols, frames=True, masked=masked)
+            oracle = _tdt_greedy_oracle(model.decoder, h, h_lens, max_symbols)
+        assert (found.labels, found.frames) == oracle
+        assert tdt_greedy(model.decoder, h, h_lens, max_symbols, masked=masked) == oracle[0]
+        counts.append(sum(map(len, found.labels)))
+    assert any(0 < n < int(h_lens.sum()) * max_symbols for n in counts), counts  # choices made
+
+
+def test_tdt_greedy_steps_the_prediction_network_once_per_label_on_the_emitting_rows():
+    """On the CPU the prediction network reads the emitted labels alone: the start symbol for
+    every row, then one row per label; no step at all where no row emitted."""
+    model = _tdt((0, 1, 2, 3, 4), 1, 2, -1.0, 0.0)
+    lens = torch.tensor([19, 11, 7, 16])
+    feats = torch.randn(len(lens), int(lens.max()), 5, generator=torch.Generator().manual_seed(1))
+    rows = []
+    step = model.decoder.prediction.step
+    model.decoder.prediction.step = lambda labels, *a: (
+        rows.append(labels.numel()) or step(labels, *a)
+    )
+    with torch.no_grad():
+        h, h_lens = model.encoder(feats, lens)
+        hyps = tdt_greedy(model.decoder, h, h_lens, 2)
+    labels = sum(map(len, hyps))
+    assert labels > 10 and rows[0] == len(lens) and sum(rows[1:]) == labels
+    assert all(n > 0 for n in rows)

@@ -70,6 +70,156 @@ def test_exhaustive_search_is_the_tdt_lattice_exactly(durations, context):
         assert score <= exact[tokens] + 1e-5
 
 
+def _lattice_masses(model, h, T: int, cap: int) -> dict:
+    """Every label sequence's summed path mass with at most ``cap`` labels of duration 0 in a
+    row on one frame, by a plain forward pass in float64 over the nodes ``(t, y, labels of
+    duration 0 so far on t)`` of the TDT lattice (:mod:`cbasr.losses.tdt`): each prefix's
+    token and duration log-probabilities read from the teacher-forced decoder
+    (``model.decoder(h, lens, y)``), none of the search's machinery."""
+    durations = model.decoder.joint.durations
+    V = model.decoder.joint.vocab_size
+    lens = torch.tensor([T])
+    cache = {}
+
+    def logs(y):  # (log P_T (V,), log P_D (|D|,)) at every frame of prefix y
+        if y not in cache:
+            targets = torch.tensor([list(y) or [1]])
+            log_t, log_d = model.decoder(h, lens, targets)
+            cache[y] = log_t[0, :, len(y)].double(), log_d[0, :, len(y)].double()
+        return cache[y]
+
+    def add(table, key, value):
+        table[key] = torch.logaddexp(table[key], value) if key in table else value
+
+    waiting = {t: {} for t in range(T + 1)}
+    waiting[0][((), 0)] = torch.tensor(0.0, dtype=torch.float64)
+    finished = {}
+    for t in range(T):
+        nodes = waiting[t]
+        while nodes:  # labels of duration 0 first make nodes of this frame
+            (y, zeros), mass = nodes.popitem()
+            log_t, log_d = logs(y)
+            for j, d in enumerate(durations):
+                if d > 0 and t + d <= T:
+                    edge = mass + log_t[t, 0] + log_d[t, j]
+                    add(
+                        finished if t + d == T else waiting[t + d],
+                        y if t + d == T else (y, 0),
+                        edge,
+                    )
+                for v in range(1, V):
+                    edge = mass + log_t[t, v] + log_d[t, j]
+                    if d == 0 and zeros < cap:
+                        add(nodes, (y + (v,), zeros + 1), edge)
+                    elif 0 < d and t + d < T:
+                        add(waiting[t + d], (y + (v,), 0), edge)
+    return {y: float(mass) for y, mass in finished.items()}
+
+
+@pytest.mark.parametrize(
+    "durations,cap", [((0, 1, 2), 1), ((0, 1, 2), 2), ((0, 1, 3), 2), ((1, 2), 1)]
+)
+def test_the_exhaustive_search_sums_every_path_of_the_capped_lattice(durations, cap):
+    """Without pruning, the finished prefixes and their masses are those of a plain forward
+    pass over the lattice in float64, for every prefix (longer than the cap too: the cap is
+    the search's lattice)."""
+    model = _model(durations, seed=11 + cap, max_symbols=cap).double()
+    T = 4
+    h = torch.randn(1, T, model.encoder.output_dim, dtype=torch.float64)
+    with torch.no_grad():
+        expected = _lattice_masses(model, h, T, cap)
+        options = BeamSearchOptions(beam=None, nbest=None)
+        found = tdt_beam_search(model.decoder, h, torch.tensor([T]), options, cap)[0]
+    masses = {tuple(hyp.tokens): hyp.am_score for hyp in found}
+    assert masses == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert len(masses) > 10 and max(map(len, masses)) > cap
+
+
+def test_a_batch_is_searched_as_each_utterance_alone():
+    """Utterances of several lengths (one without frames): each one's hypotheses and masses
+    as searched alone, and the joint evaluated on each utterance's own frames only."""
+    model = _model((0, 1, 2, 3), seed=5, max_symbols=3).double()
+    with torch.no_grad():
+        model.decoder.joint.out[-1].bias[0] -= 3.0  # emit now and then
+    lens = torch.tensor([9, 4, 0, 7])
+    h = torch.randn(len(lens), int(lens.max()), model.encoder.output_dim, dtype=torch.float64)
+    frames = []
+    model.decoder.joint.encoder_proj.register_forward_hook(lambda m, i, o: frames.append(len(o)))
+    options = BeamSearchOptions(beam=3, nbest=None, label_bonus=0.5)
+    with torch.no_grad():
+        together = tdt_beam_search(model.decoder, h, lens, options, 3)
+        assert sum(frames) == int(lens.sum())  # every frame of an utterance, padding never
+        alone = [
+            tdt_beam_search(model.decoder, h[b : b + 1, : int(n)], lens[b : b + 1], options, 3)[0]
+            for b, n in enumerate(lens.tolist())
+        ]
+    assert together[2] == [] and any(len(nbest) > 1 for nbest in together)
+    for mine, single in zip(together, alone):
+        assert [hyp.tokens for hyp in mine] == [hyp.tokens for hyp in single]
+        assert [hyp.am_score for hyp in mine] == pytest.approx([hyp.am_score for hyp in single])
+    assert any(len(nbest[0].tokens) > 2 for nbest in together if nbest)
+
+
+def test_merging_by_sorting_keys_agrees_with_comparing_every_pair(monkeypatch):
+    """The two ways :func:`tdt_entries.merge` finds the slots of one lattice node (pairs up
+    to ``PAIRWISE`` slots a group, sorted keys past that) give the same sums in the same
+    slots."""
+    from cbasr.search import tdt_entries
+
+    g = torch.Generator().manual_seed(0)
+    N, K = 3, 40
+    e = tdt_entries.empty(N, K, "cpu")
+    e["am"] = torch.randn(N, K, generator=g, dtype=torch.float64)
+    e["am"][torch.rand(N, K, generator=g) < 0.2] = float("-inf")
+    e["hash"] = torch.randint(0, 4, (N, K), generator=g)  # few prefixes, frames: many equal
+    e["length"] = e["hash"] % 2
+    e["frame"] = torch.randint(5, 7, (N, K), generator=g)
+    pairwise = tdt_entries.merge(e)["am"]
+    monkeypatch.setattr(tdt_entries, "PAIRWISE", 8)
+    sorted_ = tdt_entries.merge(e)["am"]
+    assert torch.equal(pairwise.isfinite(), sorted_.isfinite())
+    assert pairwise[pairwise.isfinite()].tolist() == pytest.approx(
+        sorted_[sorted_.isfinite()].tolist()
+    )
+    live = e["am"].isfinite()
+    assert 0 < int(pairwise.isfinite().sum()) < int(live.sum())  # some merged
+    total = e["am"].masked_fill(~live, float("-inf")).logsumexp(1)
+    assert pairwise.logsumexp(1).tolist() == pytest.approx(total.tolist())  # no mass lost
+
+
+def _joint_calls(model, h, lens, options, cap) -> tuple[int, int]:
+    """``(joint calls, frames visited)`` of one utterance's beam search."""
+    calls, frames = [], []
+    hooks = [
+        model.decoder.joint.out.register_forward_hook(lambda *a: calls.append(1)),
+        model.decoder.joint.encoder_proj.register_forward_hook(lambda *a: frames.append(1)),
+    ]
+    with torch.no_grad():
+        tdt_beam_search(model.decoder, h, lens, options, cap)
+    for hook in hooks:
+        hook.remove()
+    return len(calls), len(frames)
+
+
+def test_labels_that_stay_on_a_frame_are_pruned_jointly_with_what_moved_on():
+    """A label of duration 0 is expanded further only if it is among the beam best of the
+    frame's candidates: where duration 0 is improbable, every frame's label loop stops after
+    its first step (one joint call per frame); where it is likely, the loop goes on."""
+    model = _model((0, 1, 2), seed=2, max_symbols=3)
+    h, lens = torch.randn(1, 8, model.encoder.output_dim), torch.tensor([8])
+    joint = model.decoder.joint
+    stay = joint.out[-1].bias[joint.vocab_size]  # duration 0's logit
+    options = BeamSearchOptions(beam=4)
+    with torch.no_grad():
+        stay -= 8.0
+    calls, frames = _joint_calls(model, h, lens, options, 3)
+    assert frames == 8 and calls == frames  # (on the last frame, against the blanks that end)
+    with torch.no_grad():
+        stay += 16.0
+    calls, frames = _joint_calls(model, h, lens, options, 3)
+    assert frames == 8 and calls > 2 * frames
+
+
 def test_a_pruned_beam_keeps_part_of_each_hypothesis_mass():
     model = _model(seed=3)
     h, lens = torch.randn(1, 6, model.encoder.output_dim), torch.tensor([6])
@@ -96,8 +246,9 @@ def test_the_label_bonus_is_added_per_label_and_buys_labels():
                 assert hyp.score == pytest.approx(hyp.am_score + bonus * len(hyp.tokens))
         if beam is None:  # every prefix, with the same mass whatever the bonus
             unbiased = {tuple(hyp.tokens): hyp.am_score for hyp in found[0.0]}
-            for bonus in bonuses:
-                assert {tuple(hyp.tokens): hyp.am_score for hyp in found[bonus]} == unbiased
+            for bonus in bonuses:  # (summed in another order: equal up to rounding)
+                masses = {tuple(hyp.tokens): hyp.am_score for hyp in found[bonus]}
+                assert masses == pytest.approx(unbiased, rel=1e-12)
         counts = [len(found[bonus][0].tokens) for bonus in bonuses]
         assert counts == sorted(counts), (beam, counts)
         assert counts[0] == 0 and counts[-1] >= counts[1] + 5, (beam, counts)
@@ -162,17 +313,20 @@ def test_greedy_counts_the_labels_of_duration_zero_afresh_on_each_frame():
     joint = model.decoder.joint
     V = joint.vocab_size
 
-    def frame_units(state, t, g):  # (B,) frames -> (B, V + |D|) units
-        units = torch.zeros(t.shape[0], V + 2)
-        first = t == 0
-        units[:, 1] = torch.where(first, 10.0, 0.0)  # label 1 on frame 0
-        units[:, 2] = torch.where(first, 0.0, 10.0)  # label 2 on frame 1
-        units[:, V] = torch.where(first, 0.0, 10.0)  # duration 0 on frame 1
-        units[:, V + 1] = torch.where(first, 10.0, 0.0)  # duration 1 on frame 0
-        return units
-
-    joint.frame_units = frame_units
+    with torch.no_grad():  # the joint reads the frame alone: unit 0 on frame 0, 1 on frame 1
+        joint.label_proj.weight.zero_()
+        joint.encoder_proj.weight.zero_()
+        joint.encoder_proj.bias.zero_()
+        joint.encoder_proj.weight[0, 0] = joint.encoder_proj.weight[1, 1] = 10.0
+        last = joint.out[-1]
+        last.weight.zero_()
+        last.bias.zero_()
+        last.weight[1, 0] = 10.0  # label 1 on frame 0
+        last.weight[V + 1, 0] = 10.0  # of duration 1
+        last.weight[2, 1] = 10.0  # label 2 on frame 1
+        last.weight[V, 1] = 10.0  # of duration 0
     h = torch.zeros(1, 2, joint.encoder_proj.in_features)
+    h[0, 0, 0] = h[0, 1, 1] = 1.0
     assert model._greedy(h, torch.tensor([2])) == [[1, 2, 2]]
     assert model._greedy(h, torch.tensor([2]), frames=True) == ([[1, 2, 2]], [[0, 1, 1]])
 
