@@ -54,10 +54,10 @@ import torch
 from cbasr.modules.decoders import TransducerDecoder
 from cbasr.modules.label_context import START
 from cbasr.search import tdt_entries as E
+from cbasr.search._prefix_tables import extend_hash
 from cbasr.search.hypotheses import BeamSearchOptions, Hypothesis
 from cbasr.search.prefix import select
 from cbasr.search.rows import reorder_rows
-from cbasr.search.transducer import extend_hash
 
 __all__ = ["tdt_beam_search"]
 

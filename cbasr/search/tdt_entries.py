@@ -5,7 +5,7 @@ dict of ``(N, K)`` tensors, :data:`FIELDS`, ``K`` slots per group:
 
 - ``am``: float64, the log of the path mass collected (``-inf``: no hypothesis in the slot);
 - ``hash``, ``length``: the label prefix, known by a 64-bit hash of its labels
-  (:func:`cbasr.search.transducer.extend_hash`) and its length;
+  (:func:`cbasr.search._prefix_tables.extend_hash`) and its length;
 - ``frame``: the frame the hypothesis waits on (its last edge's landing frame);
 - ``node``: the prefix's node in the search's prefix tree (:class:`Nodes`), which spells it;
 - ``row``: the id of its prediction-network state in :class:`States`;
@@ -19,10 +19,10 @@ the three collided, at odds of about 2^-64 a pair.
 
 import torch
 
+from cbasr.search._prefix_tables import extend_hash
 from cbasr.search.hypotheses import BeamSearchOptions
 from cbasr.search.prefix import select
 from cbasr.search.rows import cat_rows, reorder_rows
-from cbasr.search.transducer import extend_hash
 
 __all__ = [
     "FIELDS",

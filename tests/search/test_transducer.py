@@ -347,11 +347,12 @@ def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, mo
     the host: the same sequences in the same order (ties included: the context-1 HAT scores
     reordered label pairs alike), the same scores; with beam 16 the host merges alignments of
     a prefix (counted), and so must the device."""
-    from cbasr.search import transducer as search
+    from cbasr.search import _prefix_tables as tables
+    from cbasr.search import _transducer_graphs as graphs
 
     merges = []
-    log_add = search._log_add
-    monkeypatch.setattr(search, "_log_add", lambda a, b: merges.append(1) or log_add(a, b))
+    log_add = tables._log_add
+    monkeypatch.setattr(tables, "_log_add", lambda a, b: merges.append(1) or log_add(a, b))
     settings, extra = DEVICE_CASES[case]
     if extra.get("monotonic") and name not in ("transducer", "hat"):
         pytest.skip("the one-label-per-frame topology: one RNN-T and one HAT suffice")
@@ -364,7 +365,7 @@ def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, mo
         settings = {**settings, "ilm_weight": 0.4, "am_weight": 1.3}
     options = BeamSearchOptions(**settings)
     lm = _lstm_scorer() if extra.get("lm") else None
-    monkeypatch.setattr(search, "CAPTURE", False)  # "graphs": the static steps, eagerly
+    monkeypatch.setattr(graphs, "CAPTURE", False)  # "graphs": the static steps, eagerly
     found = {
         merge: transducer_beam_search(
             model.decoder, h, h_lens, options, lm, monotonic=model.monotonic, merge=merge
@@ -388,7 +389,7 @@ def test_prefixes_merged_on_the_device_give_the_host_s_hypotheses(name, case, mo
 def test_device_prefixes_are_told_apart_by_their_hash():
     """The hash of every label sequence of up to 4 labels out of 4 differs (orders matter),
     and a hash that forgets the labels merges different prefixes: other hypotheses."""
-    from cbasr.search import transducer as search
+    from cbasr.search import _prefix_tables as search
 
     seqs = [()] + [y for n in range(1, 5) for y in itertools.product(range(1, 5), repeat=n)]
     hashes = []
@@ -416,7 +417,7 @@ def test_graphed_searches_are_kept_per_padded_shape_and_start_afresh(monkeypatch
     """merge="graphs" (its static steps run eagerly): one search per padded batch shape and
     setting, reused by a later batch of another length in the same bucket (its frames past
     the batch's zeroed, its counter and beam reset), the oldest dropped past the limit."""
-    from cbasr.search import transducer as search
+    from cbasr.search import _transducer_graphs as search
 
     monkeypatch.setattr(search, "CAPTURE", False)
     monkeypatch.setattr(search, "GRAPH_SHAPES", 2)
@@ -467,7 +468,7 @@ def test_an_arpa_lm_fuses_alike_on_the_device_and_graphs_refuse_it(tmp_path, mon
     keep tensors only, refuse it naming merge="device"."""
     from cbasr.lm.arpa import read_arpa
     from cbasr.search import ArpaLMScorer
-    from cbasr.search import transducer as search
+    from cbasr.search import _transducer_graphs as search
     from tests.search.test_fusion import BIGRAM, TOKENS
 
     (tmp_path / "bigram.arpa").write_text(BIGRAM)
