@@ -259,7 +259,7 @@ def normalise(
     utterance's own mean over its frames subtracted (per-utterance cepstral mean
     normalisation; the variance stays the train split's)."""
     feats = (feats - mean) / std
-    if utterance_mean and feats.shape[0] > 0:
+    if utterance_mean:  # (an utterance of no frames stays empty)
         feats = feats - feats.mean(0, keepdim=True)
     return feats
 

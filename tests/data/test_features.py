@@ -143,3 +143,16 @@ def test_extraction_options_of_a_foreign_feature_directory_name_the_file(tmp_pat
         extraction_options(tmp_path)
     (tmp_path / ".done").write_text(json.dumps({"params": {"num_mel_bins": 40, "deltas": 1}}))
     assert extraction_options(tmp_path) == FbankOptions(num_mel_bins=40, deltas=1)
+
+
+def test_normalise_is_the_cmvn_and_with_utterance_mean_each_utterances_own_mean_too():
+    from cbasr.data.features import normalise
+
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(7, 5, generator=g) * 3 + 2
+    mean, std = torch.linspace(-1.0, 1.0, 5), torch.full((5,), 2.0)
+    torch.testing.assert_close(normalise(feats, mean, std), (feats - mean) / std)
+    scaled = (feats - mean) / std
+    torch.testing.assert_close(normalise(feats, mean, std, True), scaled - scaled.mean(dim=0))
+    assert normalise(feats[:1], mean, std, True).abs().max() == 0  # one frame: its own mean
+    assert normalise(feats[:0], mean, std, True).shape == (0, 5)
