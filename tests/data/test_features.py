@@ -156,3 +156,19 @@ def test_normalise_is_the_cmvn_and_with_utterance_mean_each_utterances_own_mean_
     torch.testing.assert_close(normalise(feats, mean, std, True), scaled - scaled.mean(dim=0))
     assert normalise(feats[:1], mean, std, True).abs().max() == 0  # one frame: its own mean
     assert normalise(feats[:0], mean, std, True).shape == (0, 5)
+
+
+def test_an_experiment_s_config_says_whether_each_utterance_s_mean_is_subtracted():
+    from cbasr.data.features import FbankOptions, FeatureSettings, utterance_mean_of
+
+    assert utterance_mean_of({"data": {"mean_norm": "utterance"}}) is True
+    for config in (
+        None,
+        {},
+        {"data": {}},
+        {"data": {"mean_norm": "train"}},
+        {"mean_norm": "utterance"},
+    ):
+        assert utterance_mean_of(config) is False
+    plain = FeatureSettings(FbankOptions(num_mel_bins=5), torch.zeros(5), torch.ones(5), False)
+    assert plain.utterance_mean is False  # experiments trained before data.mean_norm
