@@ -24,6 +24,7 @@ from cbasr.inference.experiment import Experiment
 from cbasr.inference.sherpa_export import export_sherpa, sherpa_exportable
 from cbasr.storage.checkpoint import save_checkpoint
 from cbasr.training.options import fbank_options_of
+from tests.cli.test_export import CHUNKED  # a chunked Conformer over stacked frames
 from tests.inference.fake_experiment import DECODERS, make_experiment
 from tests.search import tiny
 
@@ -232,22 +233,6 @@ def test_a_transducer_decodes_in_sherpa_onnx_as_in_cbasr(
     wavs = _test_wavs(tone_data)
     want = [t.tokens for t in Recognizer.from_pretrained(exp_dir).transcribe(wavs)]
     _check_hypotheses(sherpa_hypotheses(out, "transducer", wavs, tmp_path), want)
-
-
-CHUNKED = {
-    "name": "conformer",
-    "d_model": 16,
-    "num_heads": 2,
-    "ffn_dim": 32,
-    "num_layers": 2,
-    "kernel_size": 5,
-    "dropout": 0.0,
-    "subsampling": "stack",
-    "stack": 3,
-    "stride": 3,
-    "chunk_size": 4,
-    "left_chunks": 1,
-}
 
 
 @pytest.mark.parametrize("encoder", [{"bidirectional": False}, CHUNKED], ids=["ulstm", "chunked"])
