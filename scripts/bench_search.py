@@ -24,6 +24,14 @@ Transducers' greedy search is timed twice, label-looping (the models' default) a
 frame-looping (``cbasr.models.transducer_greedy``); their hypotheses are checked equal (TDT has
 one greedy search, its own).
 
+Several ``--exp-dir`` are timed one after the other on the same batches; ``--json FILE``
+appends one JSON line per (model, search) to ``FILE`` (``scripts/perf_table.py`` reads
+``bench_search.jsonl`` for TDT's speed over RNN-T's):
+
+    .venv/bin/python scripts/bench_search.py --data recipes/digits/data --manifest digits/test.jsonl \
+        --exp-dir recipes/digits/exp/rnnt recipes/digits/exp/tdt --beams 8 --utts 300 \
+        --json benchmarks/cpu/bench_search.jsonl
+
 Without a prepared corpus, ``--random N`` decodes ``N`` utterances of random features (200-800
 frames, 49 phones + blank, about one reference label per 8 frames, the corpus's phone rate):
 
@@ -31,6 +39,7 @@ frames, 49 phones + blank, about one reference label per 8 frames, the corpus's 
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -128,10 +137,11 @@ def random_features(count: int, seed: int = 0) -> list[torch.Tensor]:
 
 def _models(args, vocab, padded: list, ref_labels: int, frames: int):
     """``(name, model)`` pairs: the trained experiment's, or random calibrated ones."""
-    if args.exp_dir is not None:
+    if args.exp_dir:
         from cbasr.inference.experiment import Experiment
 
-        yield args.exp_dir.name, Experiment(args.exp_dir).model
+        for exp_dir in args.exp_dir:
+            yield exp_dir.name, Experiment(exp_dir).model
         return
     for name in args.models:
         cfg = compose_model_config(ENCODER + MODELS[name])
@@ -171,13 +181,17 @@ def main() -> None:
     parser.add_argument(
         "--exp-dir",
         type=Path,
-        default=None,
-        help="benchmark this trained experiment's best checkpoint instead of random models",
+        nargs="+",
+        default=[],
+        help="benchmark these trained experiments' best checkpoints instead of random models",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="append a JSON line per model and search here"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.random:
-        if args.exp_dir is not None:
+        if args.exp_dir:
             parser.error("--random decodes with random models: no --exp-dir")
         vocab, feats, manifest = list(range(50)), random_features(args.random), "random features"
         ref_labels = sum(f.shape[0] for f in feats) // 8
@@ -200,9 +214,10 @@ def main() -> None:
         )
         for b in batches
     ]
+    load_before = os.getloadavg()[0]
     print(
         f"{len(feats)} utterances of {manifest}, {audio:.1f} s of audio, {ref_labels} reference labels; "
-        f"{args.threads} thread(s); load average before: {os.getloadavg()[0]:.2f}"
+        f"{args.threads} thread(s); load average before: {load_before:.2f}"
     )
     print(
         "\n| model | parameters | search | decode s | search s | RTF | labels / ref |\n"
@@ -241,6 +256,17 @@ def main() -> None:
                 hypotheses[search] = hyps
             if beam and type(model).__name__ == "CBModel":
                 search += f" ({cb_search_kind(model, options)})"
+            if args.json is not None:
+                row = dict(
+                    search_bench=name, criterion=getattr(model, "criterion", None),
+                    search=search, beam=beam, decode_s=round(seconds, 4),
+                    search_s=round(seconds - encoder_s, 4), encoder_s=round(encoder_s, 4),
+                    rtf=round(seconds / audio, 6), labels_per_ref=round(emitted / ref_labels, 4),
+                    utts=len(feats), audio_s=round(audio, 2), manifest=str(manifest),
+                    threads=args.threads, load_before=round(load_before, 2),
+                )  # fmt: skip
+                with args.json.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
             print(
                 f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | "
                 f"{seconds - encoder_s:.2f} | {seconds / audio:.4f} | "

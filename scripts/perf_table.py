@@ -12,7 +12,8 @@ row when the CB paper author's code was at hand) and ``bench_train.jsonl``
 (``scripts/bench_train.py --synthetic --json``), each line tagged with the machine's name,
 the commit and the command. A file that is missing leaves its rows out.
 
-The ratios, each against its reference measured in the same run:
+The ratios, each against its reference measured in the same run (the targets are a GPU's but
+TDT's, which are the 2-core CPU's, one thread):
 
 - ``cb_marginal_nll`` forward + backward time and peak extra memory over ``ctc_loss``'s, at
   each ``(B, T, U, V)`` (target: at most 1.0 on a GPU);
@@ -33,7 +34,11 @@ The ratios, each against its reference measured in the same run:
   and replayed from CUDA graphs (``trainer.cuda_graphs``; target: at most 1.2 from graphs, the
   eager figure for comparison);
 - the LibriSpeech Conformers' training frames per second over the minimal loop's of the same
-  sizes on the same batches (``bench_train.py --floor``; target: at least 0.95).
+  sizes on the same batches (``bench_train.py --floor``; target: at least 0.95);
+- TDT decoding over RNN-T's on the same utterances (``bench_search.jsonl``:
+  ``scripts/bench_search.py --exp-dir RNNT TDT --json``, trained models): the real-time factor
+  of greedy search (target: at most 0.67, TDT 1.5 times as fast) and of each beam (at most 1),
+  and of the search alone, the encoder's time taken out (same targets; the encoder is the same).
 """
 
 import argparse
@@ -58,6 +63,14 @@ DISTRIBUTION_RATIOS = [
     ("CB log_prob + backward: author / ours", "log_prob + backward", "cbasr"),
     ("CB ID-checking sample: author / ours", "sample", "cbasr id_checking"),
 ]
+FILES = (
+    "bench_losses.jsonl",
+    "bench_distributions.jsonl",
+    "bench_train.jsonl",
+    "bench_search.jsonl",
+)
+TDT_GREEDY = 0.67  # TDT greedy RTF over RNN-T greedy's (the TDT paper's speed-up: 1.5x at least)
+TDT_BEAM = 1.0  # TDT beam-search RTF over RNN-T's at the same beam
 DISTRIBUTION_TARGET = 20.0
 # (preset, reference preset, target): training frames per second
 TRAIN_RATIOS = [
@@ -159,6 +172,21 @@ def ratios(folder: Path) -> list[dict]:
             quantity = f"{r['preset']} / minimal loop frames/s"
             mine, theirs = r["frames_per_s"], r["floor_frames_per_s"]
             add(quantity, "", mine, theirs, FLOOR_RATIO, True)
+    searches = read_lines(folder / "bench_search.jsonl")
+    for r in searches:  # TDT over RNN-T, the same utterances and beam (greedy: label-looping)
+        if r.get("criterion") != "tdt":
+            continue
+        for ref in searches:
+            same = ref.get("criterion") == "rnnt" and ref["beam"] == r["beam"]
+            same = same and (ref["manifest"], ref["utts"]) == (r["manifest"], r["utts"])
+            if not same or "frame-looping" in ref["search"]:
+                continue
+            search = "greedy" if r["beam"] == 0 else f"beam {r['beam']}"
+            target = TDT_GREEDY if r["beam"] == 0 else TDT_BEAM
+            shape = f"{r['utts']} utts of {Path(r['manifest']).name}"
+            add(f"tdt / rnnt RTF, {search}", shape, r["rtf"], ref["rtf"], target, False)
+            add(f"tdt / rnnt search time, {search}", shape, r["search_s"], ref["search_s"],
+                target, False)  # fmt: skip
     return found
 
 
@@ -166,7 +194,7 @@ def machine(folder: Path) -> tuple[str, str]:
     """The machine's name (the first tagged line's) and the commits the folder's lines carry
     (short, in the order met, ``"?"`` for none)."""
     name, commits = None, []
-    for file in ("bench_losses.jsonl", "bench_distributions.jsonl", "bench_train.jsonl"):
+    for file in FILES:
         for row in read_lines(folder / file):
             if "device_name" in row:
                 name = name or row["device_name"]
@@ -185,7 +213,7 @@ def _number(value) -> str:
 def table(folder: Path) -> str:
     name, commit = machine(folder)
     lines = [
-        f"{name}, commit {commit} (`{folder}`; targets: a GPU's)",
+        f"{name}, commit {commit} (`{folder}`)",
         "",
         "| quantity | shape | ours | reference | ratio | target | met |",
         "|---|---|---:|---:|---:|---|---|",

@@ -207,3 +207,31 @@ def test_gpu_time_lines_give_wall_over_gpu_time_and_graph_rows_leave_the_eager_r
     assert rows["cb_pointwise / blstm_ctc frames/s"]["ratio"] == pytest.approx(0.9)
     assert rows["demo_hat / blstm_ctc frames/s"]["ratio"] is None
     assert not any(q.startswith("demo_hat step") for q in rows)
+
+
+def _search(criterion, search, beam, rtf, search_s, utts=300):
+    return {"search_bench": criterion, "criterion": criterion, "search": search, "beam": beam,
+            "rtf": rtf, "search_s": search_s, "utts": utts, "manifest": "data/digits/test.jsonl"}  # fmt: skip
+
+
+def test_tdt_over_rnnt_at_each_search(perf_table, tmp_path):
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    _write(
+        folder / "bench_search.jsonl",
+        [_search("rnnt", "greedy (label-looping)", 0, 0.004, 0.4),
+         _search("rnnt", "greedy (frame-looping)", 0, 0.04, 4.0),  # not the reference
+         _search("rnnt", "beam 8", 8, 0.010, 1.0), _search("rnnt", "beam 4", 4, 0.001, 0.1),
+         _search("tdt", "greedy", 0, 0.003, 0.2), _search("tdt", "beam 8", 8, 0.012, 0.9),
+         _search("tdt", "beam 8", 8, 0.001, 0.01, utts=60)],  # no RNN-T on 60 utterances
+    )  # fmt: skip
+    found = {r["quantity"]: r for r in perf_table.ratios(folder)}
+    assert len(found) == 4 and len(perf_table.ratios(folder)) == 4
+    greedy = found["tdt / rnnt RTF, greedy"]
+    assert greedy["ratio"] == pytest.approx(0.75) and greedy["met"] is False  # > 0.67
+    assert greedy["shape"] == "300 utts of test.jsonl" and greedy["target"] == "≤ 0.67"
+    search = found["tdt / rnnt search time, greedy"]
+    assert search["ratio"] == pytest.approx(0.5) and search["met"] is True
+    beam = found["tdt / rnnt RTF, beam 8"]
+    assert beam["ratio"] == pytest.approx(1.2) and beam["met"] is False and beam["target"] == "≤ 1"
+    assert found["tdt / rnnt search time, beam 8"]["ratio"] == pytest.approx(0.9)
