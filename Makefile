@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
+, := ,
 
 .PHONY: help install demo test test-slow mutate docs lint format clean-demo
 
@@ -27,17 +28,22 @@ install: $(STAMP)  ## create .venv and install cbasr with pinned dependencies
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
 
+# $(call pinned_install,EXTRAS): cbasr (editable) with EXTRAS, pinned by requirements.lock
+define pinned_install
+if [ "$(INSTALLER)" = uv ] \
+  && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)' \
+  && $(BIN)/uv pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[$(1)]'; \
+then :; \
+else \
+  echo "installing with pip (INSTALLER=$(INSTALLER))"; \
+  $(BIN)/python -m pip install --quiet --upgrade pip \
+  && $(BIN)/python -m pip install --quiet -c requirements.lock -e '.[$(1)]'; \
+fi
+endef
+
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	if [ "$(INSTALLER)" = uv ] \
-	  && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)' \
-	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[test]'; \
-	then :; \
-	else \
-	  echo "installing with pip (INSTALLER=$(INSTALLER))"; \
-	  $(BIN)/python -m pip install --quiet --upgrade pip \
-	  && $(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'; \
-	fi
+	$(call pinned_install,test)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python scripts/precompile.py \
 	  || echo "scripts/precompile.py failed: the commands will start slower"
 	touch $@
@@ -69,14 +75,7 @@ mutate: $(STAMP)  ## one-line mutants of PATHS run against their folders' tests;
 # first run installs the `docs` extra into .venv, pinned by requirements.lock, as `make install`
 # installs the test one (uv, else pip). `rm -rf docs/_build` for a build from scratch.
 $(DOCS_STAMP): $(STAMP)
-	if [ "$(INSTALLER)" = uv ] \
-	  && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)' \
-	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[test,docs]'; \
-	then :; \
-	else \
-	  echo "installing with pip (INSTALLER=$(INSTALLER))"; \
-	  $(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test,docs]'; \
-	fi
+	$(call pinned_install,test$(,)docs)
 	touch $@
 
 docs: $(DOCS_STAMP)  ## the documentation site into docs/_build/html (runs its tutorial: about 2 min)
