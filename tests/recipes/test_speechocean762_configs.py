@@ -21,6 +21,13 @@ SYSTEMS = {  # name: the recipe whose system of that name it is (its decoder and
 # Where a system's loss departs from its seed's: the transducers add the CTC auxiliary loss,
 # without which they stay all blank on this corpus.
 LOSS_CHANGES = {"rnnt": {"ctc_weight": 0.3}, "hat": {"ctc_weight": 0.3}}
+# The transducers start from the trained CTC system's encoder and train 10 epochs more.
+FROM_CTC = {
+    "init_from": "exp/blstm_ctc/checkpoints/best.pt",
+    "init_skip": ["decoder.*", "ctc_head.*"],
+    "max_epochs": 10,
+}
+TRAINER_CHANGES = {"rnnt": FROM_CTC, "hat": FROM_CTC, "tdt": FROM_CTC}
 
 
 def test_the_systems():
@@ -33,8 +40,9 @@ def test_the_systems():
 def test_system_composes_builds_and_shares_the_ctc_systems_encoder_and_data(name):
     cfg, ctc = _compose("speechocean762", name), _compose("speechocean762", "blstm_ctc")
     assert cfg["exp_dir"] == f"exp/{name}"
-    for group in ("encoder", "data", "optim", "trainer"):
+    for group in ("encoder", "data", "optim"):
         assert cfg[group] == ctc[group], group
+    assert cfg["trainer"] == {**ctc["trainer"], **TRAINER_CHANGES.get(name, {})}
     seed = _compose(SYSTEMS[name], name)
     if name == "tdt":  # the digits recipe's is for repeated digits
         seed["decoder"]["history_repeat"] = cfg["decoder"]["history_repeat"]
