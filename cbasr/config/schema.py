@@ -393,10 +393,6 @@ class TrainerConfig:
     # experiment directory (its best.pt), with a fresh optimizer and schedule
     init_from: str | None = None
     init_skip: list[str] = field(default_factory=list)  # parameter names (globs) left as new
-    # CB models, a new run only (not on resume, not with init_from): the emission logits'
-    # initial bias. decoder: the decoder's own initialisation; label_rate: logit(r), r the
-    # training data's labels per encoder frame; a number: that bias
-    emit_bias_init: str = "decoder"
 
 
 @dataclass

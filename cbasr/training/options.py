@@ -12,7 +12,6 @@ import torch
 from cbasr.config.schema import DataConfig, OptimConfig, TrainerConfig
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions, extraction_options
-from cbasr.training.emission_bias import emit_bias_option
 
 __all__ = [
     "METRICS",
@@ -56,7 +55,6 @@ def check_options(
             raise ValueError(f"trainer.{key} must be >= 0, got {getattr(trainer, key)}")
     if optim.weight_noise < 0:
         raise ValueError(f"optim.weight_noise must be >= 0, got {optim.weight_noise}")
-    emit_bias_option(trainer.emit_bias_init)
 
 
 def _check_graphs(trainer: TrainerConfig, optim: OptimConfig, device: torch.device) -> None:
