@@ -79,10 +79,6 @@ class AsrTask:
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
         self.data: DataConfig = cfg.data
         self.options: TrainerConfig = cfg.trainer
-        if self.options.valid_beam < 0:
-            raise ValueError(
-                f"trainer.valid_beam must be 0 (greedy) or a beam width, got {self.options.valid_beam}"
-            )
         self.model_config = model_configs(cfg)
         self.model: torch.nn.Module | None = None
         self.device = torch.device("cpu")
