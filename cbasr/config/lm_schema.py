@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from cbasr.config.schema import OptimConfig, TrainerConfig
+from cbasr.config.schema import OptimConfig, TrainerConfig, positive
 
 __all__ = [
     "LSTMLMConfig",
@@ -45,6 +45,10 @@ class LMDataConfig:
     # the training text is tokenised once into shards of this many tokens (<exp_dir>/shards/)
     # and read one shard at a time: memory stays at about one shard, whatever the text's size
     shard_tokens: int = 10_000_000
+
+    def __post_init__(self):
+        positive("data.max_tokens", self.max_tokens)
+        positive("data.shard_tokens", self.shard_tokens)
 
 
 @dataclass

@@ -16,6 +16,8 @@ from omegaconf import MISSING
 
 __all__ = [
     "choice",
+    "at_least",
+    "positive",
     "TDT_DURATIONS",
     "RNNEncoderConfig",
     "ConformerEncoderConfig",
@@ -54,6 +56,36 @@ def choice(name: str, *values: str) -> type[Enum]:
     return _Choice(name, [(value, value) for value in values], module=__name__, qualname=name)
 
 
+def at_least(key: str, value: float, low: float) -> None:
+    """Raise ``ValueError`` naming ``key`` unless ``value >= low`` (NaN fails)."""
+    if not value >= low:
+        raise ValueError(f"{key} must be >= {low}, got {value}")
+
+
+def positive(key: str, value: float) -> None:
+    """Raise ``ValueError`` naming ``key`` unless ``value > 0`` (NaN fails)."""
+    if not value > 0:
+        raise ValueError(f"{key} must be > 0, got {value}")
+
+
+def _check_front_end(config) -> None:
+    """An encoder config's frame stacking: ``stack`` and ``stride`` at least 1 (whatever the
+    subsampling: ``subsampling=stack`` reads them)."""
+    at_least("encoder.stack", config.stack, 1)
+    at_least("encoder.stride", config.stride, 1)
+
+
+def _check_samples(config) -> None:
+    """A sampled loss's ``num_samples``: at least 1, and 2 with the leave-one-out baseline (the
+    other samples' mean is each sample's baseline)."""
+    at_least("loss.num_samples", config.num_samples, 1)
+    if config.baseline == "loo" and config.num_samples < 2:
+        raise ValueError(
+            f"loss.num_samples must be >= 2 with loss.baseline=loo (leave one out), got "
+            f"{config.num_samples}"
+        )
+
+
 RnnType = choice("RnnType", "lstm", "gru")
 Subsampling = choice("Subsampling", "none", "stack", "conv", "embed")
 ChunkConv = choice("ChunkConv", "causal", "chunk")
@@ -88,6 +120,9 @@ class RNNEncoderConfig:
     stride: int = 3
     embedding_dim: int = 256  # subsampling=embed only
 
+    def __post_init__(self):
+        _check_front_end(self)
+
 
 @dataclass
 class ConformerEncoderConfig:
@@ -115,6 +150,19 @@ class ConformerEncoderConfig:
     # frames, none later) or ``chunk`` (the full-context kernel, its right half cut at the
     # chunk's end: the look-ahead of the attention, never past the chunk)
     chunk_conv: ChunkConv = ChunkConv.causal
+
+    def __post_init__(self):
+        _check_front_end(self)
+        at_least("encoder.num_heads", self.num_heads, 1)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"encoder.num_heads ({self.num_heads}) must divide encoder.d_model ({self.d_model})"
+            )
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"encoder.kernel_size must be odd, got {self.kernel_size}")
+        at_least("encoder.chunk_size", self.chunk_size, 0)
+        at_least("encoder.dynamic_chunks", self.dynamic_chunks, 0)
+        at_least("encoder.left_chunks", self.left_chunks, -1)
 
 
 @dataclass
@@ -219,6 +267,9 @@ class CBReinforceLossConfig:
     num_samples: int = 4  # samples per utterance
     baseline: Baseline = Baseline.loo  # loo: leave one out
 
+    def __post_init__(self):
+        _check_samples(self)
+
 
 @dataclass
 class CBMonteCarloLossConfig:
@@ -226,6 +277,13 @@ class CBMonteCarloLossConfig:
 
     name: str = "cb_mc"
     num_samples: int = 16  # samples per utterance, >= 2
+
+    def __post_init__(self):
+        if self.num_samples < 2:
+            raise ValueError(
+                "loss.num_samples must be >= 2 for cb_mc (VIMCO leaves one sample out), got "
+                f"{self.num_samples}"
+            )
 
 
 @dataclass
@@ -236,6 +294,10 @@ class ForcedSuffixLossConfig:
     num_samples: int = 4
     baseline: Baseline = Baseline.loo
     entropy_weight: float = 0.0  # bonus on the emission entropy
+
+    def __post_init__(self):
+        _check_samples(self)
+        at_least("loss.entropy_weight", self.entropy_weight, 0)
 
 
 @dataclass
@@ -274,8 +336,7 @@ class TransducerLossConfig:
 
     def __post_init__(self):
         """The checks each value needs alone and with the others of the group, naming the key."""
-        if self.max_symbols < 1:
-            raise ValueError(f"loss.max_symbols must be >= 1, got {self.max_symbols}")
+        at_least("loss.max_symbols", self.max_symbols, 1)
         if self.prune_range == 1 or self.prune_range < 0:
             raise ValueError(
                 f"loss.prune_range must be 0 (no pruning) or >= 2, got {self.prune_range}"
@@ -287,8 +348,7 @@ class TransducerLossConfig:
             "fastemit_lambda",
             "distill_weight",
         ):
-            if not getattr(self, key) >= 0:
-                raise ValueError(f"loss.{key} must be >= 0, got {getattr(self, key)}")
+            at_least(f"loss.{key}", getattr(self, key), 0)
         if self.name == "tdt" and self.fastemit_lambda:
             raise ValueError("loss.fastemit_lambda applies to the rnnt and hat losses, not to tdt")
         if self.name == "tdt" and self.topology != "standard":
@@ -324,6 +384,14 @@ class SpecAugmentConfig:
     time_mask_width: int = 40  # each mask's width is drawn from [0, time_mask_width] ...
     time_mask_ratio: float = 0.2  # ... and at most this fraction of the utterance's frames
 
+    def __post_init__(self):
+        for key in ("freq_masks", "freq_mask_width", "time_masks", "time_mask_width"):
+            at_least(f"data.spec_augment.{key}", getattr(self, key), 0)
+        if not 0.0 <= self.time_mask_ratio <= 1.0:
+            raise ValueError(
+                f"data.spec_augment.time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}"
+            )
+
 
 @dataclass
 class DataConfig:
@@ -345,6 +413,15 @@ class DataConfig:
     mean_norm: MeanNorm = MeanNorm.train
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
+    def __post_init__(self):
+        positive("data.max_frames", self.max_frames)
+        at_least("data.max_utts", self.max_utts, 0)
+        at_least("data.num_workers", self.num_workers, 0)
+        if not all(factor > 0 for factor in self.speed_perturb):
+            raise ValueError(
+                f"data.speed_perturb factors must be > 0, got {list(self.speed_perturb)}"
+            )
+
 
 @dataclass
 class OptimConfig:
@@ -361,6 +438,13 @@ class OptimConfig:
     min_lr_scale: float = 0.0  # reduce-on-plateau never goes below lr * min_lr_scale
     weight_noise: float = 0.0  # std of Gaussian noise added to the weight matrices each step
     weight_noise_start: int = 0  # first optimizer step with weight noise
+
+    def __post_init__(self):
+        at_least("optim.warmup_steps", self.warmup_steps, 0)
+        if not 0.0 < self.plateau_factor <= 1.0:
+            raise ValueError(f"optim.plateau_factor must be in (0, 1], got {self.plateau_factor}")
+        at_least("optim.plateau_patience", self.plateau_patience, 1)
+        at_least("optim.weight_noise", self.weight_noise, 0)
 
 
 @dataclass
@@ -393,10 +477,19 @@ class TrainerConfig:
     # experiment directory (its best.pt), with a fresh optimizer and schedule
     init_from: str | None = None
     init_skip: list[str] = field(default_factory=list)  # parameter names (globs) left as new
-    # CB models, a new run only (not on resume, not with init_from): the emission logits'
-    # initial bias. decoder: the decoder's own initialisation; label_rate: logit(r), r the
-    # training data's labels per encoder frame; a number: that bias
-    emit_bias_init: str = "decoder"
+
+    def __post_init__(self):
+        at_least("trainer.max_epochs", self.max_epochs, 0)
+        at_least("trainer.checkpoint_minutes", self.checkpoint_minutes, 0)
+        at_least("trainer.checkpoint_every_steps", self.checkpoint_every_steps, 0)
+        at_least("trainer.keep_checkpoints", self.keep_checkpoints, 0)
+        if self.valid_beam < 0:
+            raise ValueError(
+                f"trainer.valid_beam must be 0 (greedy) or a beam width, got {self.valid_beam}"
+            )
+        at_least("trainer.early_stopping_patience", self.early_stopping_patience, 0)
+        at_least("trainer.max_bad_steps", self.max_bad_steps, 1)
+        at_least("trainer.log_every", self.log_every, 1)
 
 
 @dataclass

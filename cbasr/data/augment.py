@@ -118,6 +118,9 @@ class Augmentation:
             (uniformly); empty: off.
         freq_masks, freq_mask_width, time_masks, time_mask_width, time_mask_ratio: SpecAugment
             (see :func:`spec_augment`); no masks: off.
+
+    The values are the ``data`` group's, whose schema checks them (factors > 0, counts and
+    widths >= 0, the ratio in ``[0, 1]``: :class:`~cbasr.config.schema.DataConfig`).
     """
 
     speed_factors: tuple[float, ...] = ()
@@ -126,18 +129,6 @@ class Augmentation:
     time_masks: int = 0
     time_mask_width: int = 40
     time_mask_ratio: float = 0.2
-
-    def __post_init__(self):
-        if any(f <= 0 for f in self.speed_factors):
-            raise ValueError(
-                f"data.speed_perturb factors must be positive, got {list(self.speed_factors)}"
-            )
-        if min(self.freq_masks, self.freq_mask_width, self.time_masks, self.time_mask_width) < 0:
-            raise ValueError("data.spec_augment mask counts and widths must be >= 0")
-        if not 0.0 <= self.time_mask_ratio <= 1.0:
-            raise ValueError(
-                f"data.spec_augment.time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}"
-            )
 
     @property
     def masks(self) -> bool:

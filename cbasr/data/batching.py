@@ -8,6 +8,8 @@ optimisation, is the same whatever the number of processes.
 import random
 from collections.abc import Iterator, Sequence
 
+from cbasr.config.schema import positive
+
 __all__ = ["BucketBatchSampler", "shard"]
 
 
@@ -47,8 +49,7 @@ class BucketBatchSampler:
         seed: int = 0,
         min_utts: int = 1,
     ):
-        if max_frames <= 0:
-            raise ValueError(f"max_frames must be positive, got {max_frames}")
+        positive("max_frames", max_frames)  # data.max_frames's rule (DataConfig); decoding too
         if 0 < len(lengths) < min_utts:
             raise ValueError(
                 f"{len(lengths)} utterances cannot fill batches of at least {min_utts}"

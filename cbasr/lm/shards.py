@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cbasr.config.schema import positive
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import Sentences, encoded_sentences
 from cbasr.storage.files import atomic_write, write_json
@@ -121,8 +122,7 @@ def build_shards(
     source, directory = Path(source), Path(directory)
     if not source.is_file():
         raise FileNotFoundError(f"{source}: LM text not found (a .jsonl manifest or a text file)")
-    if shard_tokens < 1:
-        raise ValueError(f"data.shard_tokens must be positive, got {shard_tokens}")
+    positive("shard_tokens", shard_tokens)  # data.shard_tokens's rule (LMDataConfig)
     params = {
         "source": _source_stamp(source),
         "vocab_sha256": _vocab_hash(vocab),

@@ -82,11 +82,14 @@ class CBModel(AsrModel):
         criterion: ``"cb_marginal"``, ``"cb_reinforce"``, ``"cb_mc"`` or ``"forced_suffix"``.
         estimator: for ``cb_reinforce``: ``"global"``, ``"idb"``, ``"bb"``, ``"mbb"`` or ``"auto"``
             (:func:`default_estimator`: ``"mbb"`` where it is unbiased, else ``"idb"``).
-        num_samples: Monte Carlo samples per utterance (sampled criteria; ``cb_mc``: >= 2).
+        num_samples: Monte Carlo samples per utterance (sampled criteria; >= 1, ``cb_mc``: >= 2).
         baseline: ``"none"``, ``"loo"`` (leave one out; ``num_samples >= 2``) or
             ``"running_mean"`` (``cb_reinforce`` and ``forced_suffix``; ``cb_mc`` always uses
             VIMCO's leave-one-out baseline).
-        entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus.
+        entropy_weight: ``forced_suffix`` only: weight of the emission entropy bonus, >= 0.
+
+    The loss schemas (:mod:`cbasr.config.schema`) check ``num_samples`` and ``entropy_weight``
+    when the ``loss`` group is typed; the estimators refuse them at the first step otherwise.
     """
 
     def __init__(
@@ -105,17 +108,8 @@ class CBModel(AsrModel):
         reason = self.supports(decoder, criterion, estimator)
         if reason:
             raise ValueError(reason)
-        if criterion == "cb_mc" and num_samples < 2:
-            raise ValueError(
-                f"num_samples must be >= 2 for cb_mc (VIMCO leaves one sample out), got {num_samples}"
-            )
-        if criterion != "cb_marginal":
-            if num_samples < 1 or (baseline == "loo" and num_samples < 2):
-                raise ValueError(
-                    f"num_samples must be >= 1 (>= 2 with baseline='loo'), got {num_samples}"
-                )
-            if baseline not in BASELINES:
-                raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+        if criterion != "cb_marginal" and baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
         self.criterion, self.estimator = criterion, estimator
         self.num_samples, self.entropy_weight = num_samples, entropy_weight
         self.baseline = RunningMeanBaseline() if baseline == "running_mean" else baseline

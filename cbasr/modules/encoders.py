@@ -29,13 +29,12 @@ def _zero_padding(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
 class FrameStacking(nn.Module):
     """Concatenate ``stack`` consecutive frames, keeping every ``stride``-th (T' = ceil(T / stride)).
 
-    Frames past an utterance's end are zeros, so padding never changes a result.
+    Frames past an utterance's end are zeros, so padding never changes a result. ``stack`` and
+    ``stride`` are >= 1 (the encoder schemas check ``encoder.stack`` and ``encoder.stride``).
     """
 
     def __init__(self, input_dim: int, stack: int = 3, stride: int = 3):
         super().__init__()
-        if stack < 1 or stride < 1:
-            raise ValueError(f"stack and stride must be >= 1, got {stack}, {stride}")
         self.stack, self.stride = stack, stride
         self.output_dim = input_dim * stack
 
@@ -303,10 +302,14 @@ class ConformerEncoder(nn.Module):
         ffn_dim: feed-forward hidden width.
         kernel_size: depthwise convolution kernel (odd).
         subsampling: front end, as for :class:`RNNEncoder` (default ``conv``, factor 4).
-        chunk_size: attention chunk in output frames (0: full context).
-        left_chunks: chunks of left context (-1: all of them).
-        dynamic_chunks: the largest chunk a training batch draws (0: always ``chunk_size``).
+        chunk_size: attention chunk in output frames, >= 0 (0: full context).
+        left_chunks: chunks of left context, >= -1 (-1: all of them).
+        dynamic_chunks: the largest chunk a training batch draws, >= 0 (0: always
+            ``chunk_size``).
         chunk_conv: a chunked encoder's convolutions, ``causal`` or ``chunk`` (see above).
+
+    The bounds are :class:`~cbasr.config.schema.ConformerEncoderConfig`'s, checked when the
+    ``encoder`` group is typed (as :func:`cbasr.builder.build_model` does).
     """
 
     def __init__(
@@ -330,11 +333,6 @@ class ConformerEncoder(nn.Module):
         super().__init__()
         from torchaudio.models import Conformer
 
-        if chunk_size < 0 or dynamic_chunks < 0 or left_chunks < -1:
-            raise ValueError(
-                f"encoder.chunk_size and encoder.dynamic_chunks must be >= 0 and "
-                f"encoder.left_chunks >= -1, got {chunk_size}, {dynamic_chunks}, {left_chunks}"
-            )
         self.chunk_size, self.left_chunks = chunk_size, left_chunks
         self.dynamic_chunks = dynamic_chunks
         self.chunked = chunk_size > 0 or dynamic_chunks > 0
@@ -342,11 +340,6 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"encoder.chunk_conv must be causal or chunk, got {chunk_conv!r}")
         self.chunk_conv = str(chunk_conv)
         self.kernel_size = kernel_size
-
-        if d_model % num_heads:
-            raise ValueError(f"num_heads ({num_heads}) must divide d_model ({d_model})")
-        if kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd, got {kernel_size}")
         self.subsampling = make_front_end(input_dim, subsampling, stack, stride, embedding_dim)
         front_dim = input_dim if self.subsampling is None else self.subsampling.output_dim
         self.proj = nn.Sequential(nn.Linear(front_dim, d_model), Dropout(dropout))

@@ -133,13 +133,11 @@ class CheckpointDir:
 
     Args:
         path: the directory (created if missing).
-        keep: epoch checkpoints to keep: the ``keep`` most recent and the ``keep`` best;
-            0 keeps all.
+        keep: epoch checkpoints to keep, >= 0 (``trainer.keep_checkpoints``, checked by its
+            schema): the ``keep`` most recent and the ``keep`` best; 0 keeps all.
     """
 
     def __init__(self, path: str | os.PathLike, keep: int = 5):
-        if keep < 0:
-            raise ValueError(f"trainer.keep_checkpoints must be >= 0, got {keep}")
         self.path = Path(path)
         self.keep = keep
 

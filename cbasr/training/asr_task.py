@@ -27,14 +27,13 @@ from cbasr.models.base import subsampling_stride
 from cbasr.search import BeamSearchOptions, beam_search
 from cbasr.storage.files import write_json
 from cbasr.training import distributed
-from cbasr.training.emission_bias import init_emission_bias
 from cbasr.training.fine_tuning import load_initial_weights
 from cbasr.training.gap_check import check_long_gaps
 from cbasr.training.options import augmentation_of, fbank_options_of
 from cbasr.training.task import TaskOutput
 from cbasr.training.trainer import Trainer, run
 
-__all__ = ["AsrTask", "asr_trainer", "train", "MODEL_KEYS", "BATCH_KEYS"]
+__all__ = ["AsrTask", "asr_trainer", "train", "MODEL_KEYS", "BATCH_KEYS", "REMOVED_TRAINER_KEYS"]
 
 log = logging.getLogger("cbasr.training.trainer")
 
@@ -42,6 +41,9 @@ log = logging.getLogger("cbasr.training.trainer")
 MODEL_KEYS = ("encoder", "decoder", "loss", "data.units")
 # Config entries that define the batches: changing them moves the position within the epoch.
 BATCH_KEYS = ("data.max_frames", "data.max_utts", "data.train_split", "trainer.seed")
+# Trainer options that earlier runs' checkpoints hold and the schema no longer has: none of
+# them changes what a resumed run does (emit_bias_init set a new run's initial emission bias).
+REMOVED_TRAINER_KEYS = ("emit_bias_init",)
 
 
 def _settings(cfg: dict) -> dict:
@@ -77,10 +79,6 @@ class AsrTask:
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
         self.data: DataConfig = cfg.data
         self.options: TrainerConfig = cfg.trainer
-        if self.options.valid_beam < 0:
-            raise ValueError(
-                f"trainer.valid_beam must be 0 (greedy) or a beam width, got {self.options.valid_beam}"
-            )
         self.model_config = model_configs(cfg)
         self.model: torch.nn.Module | None = None
         self.device = torch.device("cpu")
@@ -270,6 +268,11 @@ class AsrTask:
         return {"config": plain(self.cfg)}
 
     def upgrade(self, ckpt: dict) -> dict:
+        """A checkpoint whose config holds a trainer option since removed
+        (:data:`REMOVED_TRAINER_KEYS`) without it, so that the run resumes."""
+        trainer = ckpt.get("config", {}).get("trainer", {})
+        for key in REMOVED_TRAINER_KEYS:
+            trainer.pop(key, None)
         return ckpt
 
     def check_resumed(self, ckpt: dict) -> None:
@@ -295,23 +298,10 @@ class AsrTask:
             )
 
     def start_new_run(self, model: torch.nn.Module) -> None:
-        """Fine-tuning: start from ``trainer.init_from``'s weights when it names a model;
-        otherwise a CB model's emission bias as ``trainer.emit_bias_init`` says (e.g. at the
-        training data's label rate, :mod:`cbasr.training.emission_bias`)."""
+        """Fine-tuning: start from ``trainer.init_from``'s weights when it names a model."""
         options = self.options
         if options.init_from:
             load_initial_weights(model, options.init_from, list(options.init_skip), self.vocab)
-            if options.emit_bias_init != "decoder":
-                log.info(
-                    "trainer.init_from: the emission bias is %s's, trainer.emit_bias_init=%s "
-                    "is not used",
-                    options.init_from,
-                    options.emit_bias_init,
-                )
-            return
-        init_emission_bias(
-            model, options.emit_bias_init, self.train_set.num_frames, self.train_set.target_lens
-        )
 
 
 def asr_trainer(

@@ -1,7 +1,8 @@
 """The ``trainer``, ``optim`` and ``data`` config groups turned into objects, checked at start.
 
-Values that the schema's types cannot rule out (a misspelt name, fp16 without a GPU) fail
-here, before any data is read, with a message that names the option.
+What the schemas cannot check alone, as it depends on the device or the task (fp16 without a
+GPU, a best metric the task does not report), fails here, before any data is read, with a
+message that names the option; each value's own bounds are the schemas' (``__post_init__``).
 """
 
 import logging
@@ -12,7 +13,6 @@ import torch
 from cbasr.config.schema import DataConfig, OptimConfig, TrainerConfig
 from cbasr.data.augment import Augmentation
 from cbasr.data.features import FbankOptions, extraction_options
-from cbasr.training.emission_bias import emit_bias_option
 
 __all__ = [
     "METRICS",
@@ -36,7 +36,7 @@ def check_options(
     metrics: tuple[str, ...] = METRICS,
 ) -> None:
     """Fail at start, naming the option, for values of the ``trainer`` and ``optim`` groups that
-    the schema's types cannot rule out; ``metrics``: those the task reports, which
+    this ``device`` or the task cannot take; ``metrics``: those the task reports, which
     ``trainer.best_metric`` must name."""
     if trainer.precision == "fp16" and device.type != "cuda":
         raise ValueError(
@@ -49,14 +49,6 @@ def check_options(
         raise ValueError(
             f"trainer.best_metric must be one of {metrics}, got {trainer.best_metric!s}"
         )
-    if trainer.max_bad_steps < 1:
-        raise ValueError(f"trainer.max_bad_steps must be >= 1, got {trainer.max_bad_steps}")
-    for key in ("early_stopping_patience", "checkpoint_every_steps", "max_epochs"):
-        if getattr(trainer, key) < 0:
-            raise ValueError(f"trainer.{key} must be >= 0, got {getattr(trainer, key)}")
-    if optim.weight_noise < 0:
-        raise ValueError(f"optim.weight_noise must be >= 0, got {optim.weight_noise}")
-    emit_bias_option(trainer.emit_bias_init)
 
 
 def _check_graphs(trainer: TrainerConfig, optim: OptimConfig, device: torch.device) -> None:

@@ -49,9 +49,13 @@ class LearningRateSchedule:
     Args:
         optimizer: its groups' current ``lr`` is taken as the peak learning rate.
         decay, warmup_steps, total_steps, final_lr_scale: see :func:`warmup_decay`.
-        plateau_factor: multiply the learning rate by this after ``plateau_patience`` epochs
-            without improvement (:meth:`end_epoch`); 1 turns reduce-on-plateau off.
+        plateau_factor: multiply the learning rate by this, in ``(0, 1]``, after
+            ``plateau_patience`` (>= 1) epochs without improvement (:meth:`end_epoch`); 1 turns
+            reduce-on-plateau off.
         min_lr_scale: reduce-on-plateau never takes the scale below this.
+
+    The bounds are :class:`~cbasr.config.schema.OptimConfig`'s, checked when the ``optim``
+    group is typed; the schedule takes them as given.
     """
 
     def __init__(
@@ -67,12 +71,6 @@ class LearningRateSchedule:
     ):
         if decay not in DECAYS:
             raise ValueError(f"optim.scheduler must be one of {DECAYS}, got {decay!r}")
-        if not 0.0 < plateau_factor <= 1.0:
-            raise ValueError(f"optim.plateau_factor must be in (0, 1], got {plateau_factor}")
-        if plateau_patience < 1:
-            raise ValueError(f"optim.plateau_patience must be >= 1, got {plateau_patience}")
-        if warmup_steps < 0:
-            raise ValueError(f"optim.warmup_steps must be >= 0, got {warmup_steps}")
         self.optimizer = optimizer
         self.peak_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         # a group whose lr is a tensor (a fused optimizer in a CUDA graph: trainer.cuda_graphs)

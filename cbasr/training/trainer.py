@@ -291,8 +291,6 @@ class Trainer:
             self.reports.write_history(self.state.history)
             if trainer.init_from:
                 log.info("resuming: trainer.init_from=%s is not used", trainer.init_from)
-            if trainer.emit_bias_init != "decoder":
-                log.info("resuming: trainer.emit_bias_init=%s is not used", trainer.emit_bias_init)
         else:
             self.task.start_new_run(self.model)
 

@@ -75,13 +75,9 @@ def test_waveform_speed_perturbation_changes_tempo_and_pitch():
     assert np.argmax(spectrum) * sr / fast.numel() == pytest.approx(1100, abs=2)
 
 
-def test_augmentation_draws_speeds_from_the_list_and_checks_its_options():
+def test_augmentation_draws_speeds_from_the_list():
     aug = Augmentation(speed_factors=(0.9, 1.0, 1.1))
     draws = {aug.draw_speed(utterance_generator(0, 0, i)) for i in range(50)}
     assert draws == {0.9, 1.0, 1.1}
     assert Augmentation().draw_speed(torch.Generator()) == 1.0
     assert torch.equal(Augmentation().mask(torch.ones(5, 4), torch.Generator()), torch.ones(5, 4))
-    with pytest.raises(ValueError, match="data.speed_perturb"):
-        Augmentation(speed_factors=(0.0,))
-    with pytest.raises(ValueError, match="time_mask_ratio"):
-        Augmentation(time_mask_ratio=2.0)

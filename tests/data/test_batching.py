@@ -25,6 +25,13 @@ def test_single_utterance_longer_than_budget_gets_its_own_batch():
     assert [1] in batches and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 
+def test_a_budget_of_no_frames_is_refused():
+    """Decoding passes its own ``max_frames``, not the ``data`` group's: the sampler checks it."""
+    with pytest.raises(ValueError, match="max_frames must be > 0, got 0"):
+        BucketBatchSampler([5, 6], max_frames=0)
+    assert BucketBatchSampler([5, 6], max_frames=1, shuffle=False).batches() == [[0], [1]]
+
+
 def test_deterministic_per_seed_and_epoch():
     lengths = _lengths()
     a, b = BucketBatchSampler(lengths, 3000, seed=3), BucketBatchSampler(lengths, 3000, seed=3)

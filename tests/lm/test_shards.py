@@ -68,6 +68,14 @@ def test_shards_are_reused_and_rebuilt_when_what_they_depend_on_changes(
         build_shards(tmp_path / "missing.txt", vocab, "words", directory)
 
 
+def test_shards_of_no_tokens_are_refused(tmp_path, text, vocab):
+    """A direct caller's ``shard_tokens`` (not the ``data`` group's) is checked as the schema's."""
+    with pytest.raises(ValueError, match="shard_tokens must be > 0, got 0"):
+        build_shards(text, vocab, "words", tmp_path / "shards", shard_tokens=0)
+    assert not (tmp_path / "shards").exists()
+    assert len(build_shards(text, vocab, "words", tmp_path / "one", shard_tokens=1).shards) == 198
+
+
 def test_an_epoch_visits_every_sentence_once_in_batches_within_the_budget(tmp_path, text, vocab):
     sharded = build_shards(text, vocab, "words", tmp_path / "shards", shard_tokens=50)
     counts = sharded.batch_counts(max_tokens=20)
