@@ -30,6 +30,7 @@ from cbasr.config.schema import (
     TransducerDecoderConfig,
     TransducerLossConfig,
 )
+from cbasr.config.upgrade import nest_label_keys
 from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
@@ -98,7 +99,10 @@ SCHEMAS = {
 
 def group_config(group: str, options):
     """One group's typed config: ``options`` as it is when already typed, else a plain dict
-    checked against the schema its ``name`` selects."""
+    checked against the schema its ``name`` selects (a decoder written before
+    ``decoder.label`` moved to it first: :func:`cbasr.config.upgrade.nest_label_keys`)."""
+    if group == "decoder" and not dataclasses.is_dataclass(options):
+        options = nest_label_keys(SCHEMAS[group].get(options.get("name")), options)
     return typed_by_name(SCHEMAS[group], options, group)
 
 
