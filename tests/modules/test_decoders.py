@@ -257,6 +257,43 @@ def test_pointwise_serves_ctc_and_cb_from_one_output_layer():
     torch.testing.assert_close(terms[..., 1], out[..., 1:].log_softmax(-1)[..., 4])
 
 
+LABEL_NETWORKS = {  # decoder -> its label-history network
+    "attention_emission": lambda label: AttentionEmissionDecoder(D, V, label=label).label_context,
+    "monotonic": lambda label: MonotonicAttentionDecoder(D, V, label=label).label_context,
+    "transducer": lambda label: TransducerDecoder(D, V, label=label).prediction,
+    "autoregressive": lambda label: AutoregressiveDecoder(D, V, label=label),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LABEL_NETWORKS))
+def test_the_label_network_is_built_as_decoder_label_says(name):
+    """``label`` sizes the embedding and the LSTM; None builds the schema's defaults."""
+    for label, sizes in (
+        (LabelContextConfig(embed_dim=3, hidden=7, num_layers=2), (3, 7, 2)),
+        (None, (64, 128, 1)),
+    ):
+        net = LABEL_NETWORKS[name](label)
+        assert (net.embedding.embedding_dim, net.rnn.hidden_size, net.rnn.num_layers) == sizes
+
+
+@pytest.mark.parametrize("name", ["attention_emission", "monotonic"])
+def test_the_label_side_of_a_cb_joint_has_no_bias_of_its_own(name):
+    """``W_o tanh(W_h h + b + W_g g)``: the joint's one bias is the encoder (or context) side's,
+    so a checkpoint's parameters are the decoder's."""
+    decoder = CB_DECODERS[name]()
+    assert decoder.label_proj.bias is None and decoder.label_proj.in_features == 5
+
+
+@pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
+def test_the_hat_blank_joint_builds_its_blank_logit(blank_joint):
+    """tanh: the blank is unit 0 of the joint (V units); linear: ``w . (f1 + g1) + b`` apart,
+    the joint's V - 1 units the labels."""
+    joint = TransducerDecoder(D, V, joint="hat", label=LABEL, blank_joint=blank_joint).joint
+    assert joint.linear_blank == (blank_joint == "linear")
+    assert joint.out[-1].out_features == (V - 1 if blank_joint == "linear" else V)
+    assert hasattr(joint, "blank_encoder") == (blank_joint == "linear")
+
+
 def test_bad_options_are_named():
     """From Python, past the schema: the schema's own checks (tests/config/test_checks.py)
     and choices refuse what would otherwise run."""
