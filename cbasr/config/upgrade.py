@@ -1,7 +1,8 @@
 """Plain configs written before a change of the schema, moved to today's keys before they are
 typed: a checkpoint and ``config.json`` keep the config of the version that wrote them, and
 every experiment read back (decoding, alignment, export, the recogniser, a resumed run's
-check) has its model groups typed by :func:`cbasr.builder.model_configs`, which calls this.
+check) has its model groups typed by :func:`cbasr.builder.model_configs`, whose
+:func:`~cbasr.builder.group_config` calls this.
 
 - ``decoder.label``: the label-history network's ``embed_dim``, ``hidden``, ``num_layers``
   and ``context`` were keys of the decoder group itself (``decoder.hidden``).
