@@ -30,6 +30,7 @@ from cbasr.config.schema import (
     TransducerDecoderConfig,
     TransducerLossConfig,
 )
+from cbasr.config.upgrade import nest_label_keys
 from cbasr.models import CBModel, CTCModel, TransducerModel
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
@@ -98,7 +99,10 @@ SCHEMAS = {
 
 def group_config(group: str, options):
     """One group's typed config: ``options`` as it is when already typed, else a plain dict
-    checked against the schema its ``name`` selects."""
+    checked against the schema its ``name`` selects (a decoder written before
+    ``decoder.label`` moved to it first: :func:`cbasr.config.upgrade.nest_label_keys`)."""
+    if group == "decoder" and not dataclasses.is_dataclass(options):
+        options = nest_label_keys(SCHEMAS[group].get(options.get("name")), options)
     return typed_by_name(SCHEMAS[group], options, group)
 
 
@@ -165,7 +169,19 @@ def build_model(encoder, decoder, loss, input_dim: int, vocab_size: int) -> nn.M
 
 
 def _describe(decoder) -> str:
-    """The decoder's options that differ from its schema's defaults."""
-    defaults = constructor_options(type(decoder)())
-    changed = {k: v for k, v in constructor_options(decoder).items() if v != defaults[k]}
+    """The decoder's options that differ from its schema's defaults (``label.hidden=...`` for
+    a nested group's)."""
+    defaults, options = _flat_options(type(decoder)()), _flat_options(decoder)
+    changed = {k: v for k, v in options.items() if v != defaults[k]}
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "default options"
+
+
+def _flat_options(config, prefix: str = "") -> dict:
+    """:func:`constructor_options` with a nested group's options as ``<group>.<key>``."""
+    flat = {}
+    for key, value in constructor_options(config).items():
+        if dataclasses.is_dataclass(value):
+            flat.update(_flat_options(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat

@@ -44,10 +44,11 @@ class FloorModel(nn.Module):
         if kind == "ctc":
             self.out = nn.Linear(d, vocab)
         else:
-            self.embed = nn.Embedding(vocab, decoder.embed_dim)
-            self.lstm = nn.LSTM(decoder.embed_dim, decoder.hidden, batch_first=True)
+            label = decoder.label  # the prediction network's sizes
+            self.embed = nn.Embedding(vocab, label.embed_dim)
+            self.lstm = nn.LSTM(label.embed_dim, label.hidden, batch_first=True)
             self.enc_proj = nn.Linear(d, decoder.joint_dim)
-            self.pred_proj = nn.Linear(decoder.hidden, decoder.joint_dim)
+            self.pred_proj = nn.Linear(label.hidden, decoder.joint_dim)
             self.out = nn.Linear(decoder.joint_dim, vocab)
 
     def forward(self, feats, lens, targets, target_lens) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 from cbasr import builder
 from cbasr.config.schema import (
     CTCLossConfig,
+    LabelContextConfig,
     PointwiseDecoderConfig,
     RNNEncoderConfig,
     TransducerDecoderConfig,
@@ -18,7 +19,9 @@ from cbasr.models import CTCModel, TransducerModel
 def test_builds_from_typed_configs():
     model = builder.build_model(
         RNNEncoderConfig(hidden=6, num_layers=1, rnn_type="gru"),
-        TransducerDecoderConfig(joint="hat", embed_dim=4, hidden=5, joint_dim=3),
+        TransducerDecoderConfig(
+            joint="hat", label=LabelContextConfig(embed_dim=4, hidden=5), joint_dim=3
+        ),
         TransducerLossConfig(name="hat", max_symbols=2),
         input_dim=8,
         vocab_size=7,
@@ -26,6 +29,8 @@ def test_builds_from_typed_configs():
     assert isinstance(model, TransducerModel) and model.criterion == "hat"
     assert isinstance(model.encoder.rnn, torch.nn.GRU) and model.encoder.output_dim == 12
     assert model.decoder.joint.name == "hat" and model.decoder.joint.encoder_proj.out_features == 3
+    prediction = model.decoder.prediction  # decoder.label
+    assert (prediction.embedding.embedding_dim, prediction.output_dim) == (4, 5)
     assert model.max_symbols == 2
 
 
@@ -68,6 +73,12 @@ def test_unknown_names_and_incompatible_pairs_fail_with_the_choices():
     ):
         builder.build_model(
             {"name": "rnn"}, {"name": "transducer", "joint": "hat"}, {"name": "ctc"}, 8, 7
+        )
+    with pytest.raises(
+        ValueError, match=r"loss 'ctc' cannot train decoder 'transducer' \(label.hidden=8\)"
+    ):
+        builder.build_model(
+            {"name": "rnn"}, {"name": "transducer", "label": {"hidden": 8}}, {"name": "ctc"}, 8, 7
         )
     with pytest.raises(ValueError, match=r"encoder\.hiden: Key 'hiden' not in 'RNNEncoderConfig'"):
         builder.build_model(

@@ -22,6 +22,7 @@ __all__ = [
     "RNNEncoderConfig",
     "ConformerEncoderConfig",
     "PointwiseDecoderConfig",
+    "LabelContextConfig",
     "AutoregressiveDecoderConfig",
     "MonotonicDecoderConfig",
     "AttentionEmissionDecoderConfig",
@@ -175,17 +176,39 @@ class PointwiseDecoderConfig:
 
 
 @dataclass
+class LabelContextConfig:
+    """The label-history network of a decoder (``decoder.label``): a
+    :class:`cbasr.modules.label_context.LabelContext`, or the autoregressive decoder's LSTM."""
+
+    embed_dim: int = 64  # label embedding width
+    hidden: int = 128  # width of the history vector g_u (LSTM units, or the window's projection)
+    num_layers: int = 1  # LSTM layers (context -1)
+    # -1: an LSTM over the whole history; c >= 0: the last c labels only (HAT Table 2)
+    context: int = -1
+
+    def __post_init__(self):
+        if self.context < -1:
+            raise ValueError(
+                "decoder.label.context must be -1 (an LSTM over the whole history) or >= 0 "
+                f"labels, got {self.context}"
+            )
+
+
+@dataclass
 class AttentionEmissionDecoderConfig:
     """:class:`cbasr.modules.decoders.AttentionEmissionDecoder` (Wu et al.)."""
 
     name: str = "attention_emission"
-    embed_dim: int = 64
-    hidden: int = 128
-    num_layers: int = 1
-    context: int = -1  # label history: -1 unlimited (LSTM), or the last N labels
+    label: LabelContextConfig = field(default_factory=LabelContextConfig)
     joint_dim: int = 128
     emission_hidden: int = 0
-    dropout: float = 0.1
+    dropout: float = 0.1  # on the label embeddings and in the joint
+
+
+def check_window(window: int) -> None:
+    """A monotonic decoder's window: at least one frame; else a ValueError."""
+    if window < 1:
+        raise ValueError(f"decoder.window must be >= 1 frame, got {window}")
 
 
 @dataclass
@@ -196,43 +219,72 @@ class MonotonicDecoderConfig:
     window: int = 4  # fixed window size, or the largest gap t_l - t_(l-1) when variable
     variable: bool = False  # window from the previous emission (second-order CB)
     attention_dim: int = 64
-    embed_dim: int = 64
-    hidden: int = 128
-    num_layers: int = 1
-    context: int = -1
+    label: LabelContextConfig = field(default_factory=LabelContextConfig)
     joint_dim: int = 128
     emission_hidden: int = 0
-    dropout: float = 0.1
+    dropout: float = 0.1  # on the label embeddings and before the output layer
+
+    def __post_init__(self):
+        check_window(self.window)
+
+
+def check_full_history(label: LabelContextConfig) -> None:
+    """The autoregressive decoder's LSTM reads the whole label history: ``label.context`` -1."""
+    if label.context != -1:
+        raise ValueError(
+            "decoder.label.context must be -1 for the autoregressive decoder (its LSTM reads "
+            f"every earlier label and emission), got {label.context}"
+        )
 
 
 @dataclass
 class AutoregressiveDecoderConfig:
-    """:class:`cbasr.modules.decoders.AutoregressiveDecoder` (Raffel et al.; Luo et al.)."""
+    """:class:`cbasr.modules.decoders.AutoregressiveDecoder` (Raffel et al.; Luo et al.):
+    ``label`` is its LSTM over the emission frame's encoder state and the previous label."""
 
     name: str = "autoregressive"
-    embed_dim: int = 64
-    hidden: int = 128
-    num_layers: int = 1
+    label: LabelContextConfig = field(default_factory=LabelContextConfig)
     emission: Emission = Emission.encoder  # decoder: Luo et al.'s autoregressive emissions
     emission_hidden: int = 64
-    dropout: float = 0.1
+    dropout: float = 0.1  # on the label embeddings and before the output layer
+
+    def __post_init__(self):
+        check_full_history(self.label)
 
 
 TDT_DURATIONS = (0, 1, 2, 3, 4)  # as NeMo's Parakeet-TDT models
 
 
+def check_durations(durations, key: str = "decoder.durations") -> tuple[int, ...]:
+    """``durations`` as a tuple, or a ValueError naming ``key``: distinct non-negative integers
+    in increasing order that include 1 (so that blanks can reach every frame)."""
+    values = tuple(durations)
+    if not values or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in values):
+        raise ValueError(f"{key} must be non-negative integers, got {list(values)}")
+    if list(values) != sorted(set(values)):
+        raise ValueError(f"{key} must be distinct and increasing, got {list(values)}")
+    if 1 not in values:
+        raise ValueError(f"{key} must include 1, got {list(values)}")
+    return values
+
+
+def check_history_shares(history_noise: float, history_repeat: float) -> None:
+    """A transducer decoder's history_noise and history_repeat: each in [0, 1); else a
+    ValueError naming it."""
+    for key, share in (("history_noise", history_noise), ("history_repeat", history_repeat)):
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"decoder.{key} must be in [0, 1), got {share}")
+
+
 @dataclass
 class TransducerDecoderConfig:
-    """:class:`cbasr.modules.decoders.TransducerDecoder` (RNN-T or HAT joint)."""
+    """:class:`cbasr.modules.decoders.TransducerDecoder` (RNN-T, HAT or TDT joint)."""
 
     name: str = "transducer"
     joint: Joint = Joint.rnnt
-    embed_dim: int = 64
-    hidden: int = 128
-    num_layers: int = 1
-    context: int = -1  # prediction network: -1 LSTM, or the last N labels (HAT Table 2)
+    label: LabelContextConfig = field(default_factory=LabelContextConfig)  # prediction network
     joint_dim: int = 128
-    dropout: float = 0.1
+    dropout: float = 0.1  # on the label embeddings and in the joint
     # HAT's blank logit: tanh (one more unit of the joint) | linear (eq. 5 read literally)
     blank_joint: BlankJoint = BlankJoint.tanh
     # training: each label the prediction network reads is replaced by a uniformly drawn label
@@ -243,6 +295,10 @@ class TransducerDecoderConfig:
     history_repeat: float = 0.0
     # TDT: the durations (frames) a token may cover, predicted beside it (Xu et al. 2023)
     durations: list[int] = field(default_factory=lambda: list(TDT_DURATIONS))
+
+    def __post_init__(self):
+        check_history_shares(self.history_noise, self.history_repeat)
+        check_durations(self.durations)
 
 
 @dataclass

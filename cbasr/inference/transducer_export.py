@@ -11,8 +11,8 @@ A transducer's search calls its network once per step, so it does not export as 
 - the **predictor** (``<out stem>.predictor<suffix>``): one step of the prediction network,
   ``(labels (B,), *state) -> (g (B, H), *state)``; the state is the LSTM's ``h, c`` ``(layers,
   B, H)`` (zeros before the first label), or the last ``c`` labels ``(B, c)`` of a limited
-  context (the start symbol 0 before the first), or none for ``decoder.context=0``; the search
-  starts by stepping the start symbol 0;
+  context (the start symbol 0 before the first), or none for ``decoder.label.context=0``; the
+  search starts by stepping the start symbol 0;
 - the **joint** (``<out stem>.joint<suffix>``): one frame for the current prefixes,
   ``(enc_t (B, J), [blank_enc_t (B,),] g (B, H)) -> (blank (B,), labels (B, V - 1))``, the log
   probability of the blank and of each label ``1 .. V - 1`` (HAT eq. 4; RNN-T's softmax).

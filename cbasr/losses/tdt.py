@@ -32,23 +32,11 @@ negative number, not ``-inf``, so that no gradient is ``nan``.
 import torch
 
 from cbasr.checks import check_floating, check_label_ids, check_lengths, check_shape, one_read
+from cbasr.config.schema import check_durations
 
 __all__ = ["check_durations", "tdt_nll"]
 
 _UNREACHABLE = -1.0e30
-
-
-def check_durations(durations) -> tuple[int, ...]:
-    """``durations`` as a tuple, or a ValueError: distinct non-negative integers in increasing
-    order that include 1 (so that blanks can reach every frame)."""
-    values = tuple(durations)
-    if not values or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in values):
-        raise ValueError(f"durations must be non-negative integers, got {list(values)}")
-    if list(values) != sorted(set(values)):
-        raise ValueError(f"durations must be distinct and increasing, got {list(values)}")
-    if 1 not in values:
-        raise ValueError(f"durations must include 1, got {list(values)}")
-    return values
 
 
 def tdt_nll(
@@ -68,10 +56,10 @@ def tdt_nll(
             ``durations``.
         targets: ``(B, U)`` label ids in ``1 .. V - 1`` (padding past each length is ignored).
         logit_lengths, target_lengths: ``(B,)`` frames ``T_b`` and labels ``U_b``.
-        durations: the duration set ``D`` (:func:`check_durations`).
+        durations: the duration set ``D`` (:func:`cbasr.config.schema.check_durations`).
         sigma: subtracted from every token log-probability (eqs. 15-16); 0 in evaluation.
     """
-    durations = check_durations(durations)
+    durations = check_durations(durations, "durations")
     check_floating("token_log_probs", token_log_probs)
     check_shape("token_log_probs", token_log_probs, "(B, T, U + 1, V)", (None,) * 4)
     B, T, U1, V = token_log_probs.shape

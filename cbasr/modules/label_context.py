@@ -17,6 +17,7 @@ same vectors (tested), so search and training agree.
 import torch
 from torch import nn
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.modules.dropout import Dropout
 
 __all__ = ["LabelContext", "START"]
@@ -29,31 +30,22 @@ class LabelContext(nn.Module):
 
     Args:
         vocab_size: number of ids V, blank / start (id 0) included.
-        embed_dim: label embedding width.
-        hidden: output width D of ``g_u`` (LSTM units, or the finite-context projection).
-        num_layers: LSTM layers (``context = -1`` only).
-        context: -1 for the full history (LSTM), or the number ``c >= 0`` of labels kept.
+        config: the network (``decoder.label``): ``embed_dim`` the label embedding width,
+            ``hidden`` the output width D of ``g_u`` (LSTM units, or the finite-context
+            projection), ``num_layers`` the LSTM's layers (``context = -1`` only), ``context``
+            -1 for the full history (LSTM) or the number ``c >= 0`` of labels kept.
         dropout: on the embeddings.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        embed_dim: int = 128,
-        hidden: int = 256,
-        num_layers: int = 1,
-        context: int = -1,
-        dropout: float = 0.0,
-    ):
+    def __init__(self, vocab_size: int, config: LabelContextConfig, dropout: float):
         super().__init__()
-        if context < -1:
-            raise ValueError(f"context must be -1 (unlimited) or >= 0 labels, got {context}")
+        embed_dim, hidden, context = config.embed_dim, config.hidden, config.context
         self.context = context
         self.output_dim = hidden
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.dropout = Dropout(dropout)
         if context == -1:
-            self.rnn = nn.LSTM(embed_dim, hidden, num_layers=num_layers, batch_first=True)
+            self.rnn = nn.LSTM(embed_dim, hidden, num_layers=config.num_layers, batch_first=True)
         elif context == 0:
             self.constant = nn.Parameter(torch.zeros(hidden))
         else:

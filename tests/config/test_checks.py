@@ -425,3 +425,108 @@ def test_every_preset_and_recipe_config_passes_the_checks():
         except ValueError as e:
             refused.append(f"{directory.name}/{name} {overrides}: {e}")
     assert len(runs) > 60 and refused == []
+
+
+DECODERS = [  # (decoder group options, what the error says, allowed options beside them)
+    (
+        {"name": "transducer", "label": {"context": -2}},
+        r"decoder.label.context must be -1 \(an LSTM over the whole history\) or >= 0 labels, "
+        "got -2",
+        {"name": "transducer", "label": {"context": -1}},
+    ),
+    (
+        {"name": "attention_emission", "label": {"context": -3}},
+        "decoder.label.context must be -1",
+        {"name": "attention_emission", "label": {"context": 0}},
+    ),
+    (
+        {"name": "autoregressive", "label": {"context": 0}},
+        "decoder.label.context must be -1 for the autoregressive decoder .* got 0",
+        {"name": "autoregressive", "label": {"context": -1, "hidden": 8}},
+    ),
+    (
+        {"name": "monotonic", "window": 0},
+        "decoder.window must be >= 1 frame, got 0",
+        {"name": "monotonic", "window": 1},
+    ),
+    (
+        {"name": "transducer", "history_noise": 1.0},
+        r"decoder.history_noise must be in \[0, 1\), got 1.0",
+        {"name": "transducer", "history_noise": 0.99},
+    ),
+    (
+        {"name": "transducer", "history_noise": -0.1},
+        r"decoder.history_noise must be in \[0, 1\)",
+        {"name": "transducer", "history_noise": 0.0},
+    ),
+    (
+        {"name": "transducer", "history_repeat": 1.0},
+        r"decoder.history_repeat must be in \[0, 1\), got 1.0",
+        {"name": "transducer", "history_repeat": 0.5},
+    ),
+    (
+        {"name": "transducer", "history_repeat": float("nan")},
+        "decoder.history_repeat must be in",
+        {"name": "transducer", "history_repeat": 0.0},
+    ),
+    (
+        {"name": "transducer", "joint": "tdt", "durations": [0, 2]},
+        r"decoder.durations must include 1, got \[0, 2\]",
+        {"name": "transducer", "joint": "tdt", "durations": [1]},
+    ),
+    (
+        {"name": "transducer", "joint": "tdt", "durations": [0, 2, 1]},
+        "decoder.durations must be distinct and increasing",
+        {"name": "transducer", "joint": "tdt", "durations": [0, 1, 2]},
+    ),
+    (
+        {"name": "transducer", "joint": "tdt", "durations": [1, 1]},
+        "decoder.durations must be distinct and increasing",
+        {"name": "transducer", "joint": "tdt", "durations": [1, 4]},
+    ),
+    (
+        {"name": "transducer", "joint": "tdt", "durations": [-1, 1]},
+        "decoder.durations must be non-negative integers",
+        {"name": "transducer", "joint": "tdt", "durations": [0, 1]},
+    ),
+    (
+        {"name": "transducer", "joint": "tdt", "durations": []},
+        "decoder.durations must be non-negative integers, got",
+        {"name": "transducer", "joint": "tdt", "durations": [1, 2]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "allowed"), DECODERS)
+def test_a_decoder_value_is_checked_by_its_schema(options, error, allowed):
+    with pytest.raises(ValueError, match=error):
+        group_config("decoder", options)
+    typed = group_config("decoder", allowed)
+    for key, value in allowed.items():
+        got = getattr(typed, key)
+        if isinstance(value, dict):  # decoder.label
+            assert all(getattr(got, k) == v for k, v in value.items())
+        else:
+            assert got == value
+
+
+def compose_train(overrides: list[str]):
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=["exp_dir=x", *overrides])
+
+
+@pytest.mark.parametrize(
+    ("preset", "override", "error"),
+    [
+        ("hat", "decoder.label.context=-2", "decoder.label.context must be -1"),
+        ("autoregressive", "decoder.label.context=2", "for the autoregressive decoder"),
+        ("monotonic", "decoder.window=0", "decoder.window must be >= 1"),
+        ("transducer", "decoder.history_repeat=1.5", "decoder.history_repeat must be in"),
+        ("tdt", "decoder.durations=[0,2]", "decoder.durations must include 1"),
+    ],
+)
+def test_a_composed_decoder_is_checked_when_typed(preset, override, error):
+    cfg = compose_train([f"decoder={preset}", override])
+    with pytest.raises(ValueError, match=error):
+        to_typed(cfg)

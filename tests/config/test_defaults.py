@@ -33,6 +33,8 @@ def disagreements(config: type, cls: type) -> list[str]:
         if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
             want = f.default_factory()
         have = parameters[f.name].default
+        if dataclasses.is_dataclass(want) and have is None:
+            continue  # a nested group (decoder.label): None stands for its schema's defaults
         if isinstance(want, list) and isinstance(have, tuple):
             have = list(have)
         if have is not inspect.Parameter.empty and have != want:

@@ -223,7 +223,9 @@ def test_a_transducer_decodes_in_sherpa_onnx_as_in_cbasr(
 ):
     """RNN-T and HAT, each label context, greedy rule and topology, with at most one label a
     frame (sherpa-onnx's greedy search)."""
-    monkeypatch.setitem(DECODERS, "hat_context2", {**DECODERS["hat_context1"], "context": 2})
+    context1 = DECODERS["hat_context1"]
+    context2 = {**context1, "label": {**context1["label"], "context": 2}}
+    monkeypatch.setitem(DECODERS, "hat_context2", context2)
     options = {"max_symbols": 1, **options}
     exp_dir = _trained(tmp_path / "exp", tone_data, decoder, loss, options)
     out = tmp_path / "sherpa"

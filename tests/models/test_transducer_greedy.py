@@ -349,8 +349,9 @@ def _tdt(durations, seed: int, max_symbols: int, blank: float, stay: float, cont
     """A random TDT model whose blank and duration-0 biases are moved by ``blank``, ``stay``."""
     torch.manual_seed(seed)
     encoder = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 1, "stride": 1, "dropout": 0.0}
+    label = {"context": context, "embed_dim": 4, "hidden": 8}
     decoder = {"name": "transducer", "joint": "tdt", "durations": list(durations),
-               "context": context, "embed_dim": 4, "hidden": 8, "joint_dim": 8}  # fmt: skip
+               "label": label, "joint_dim": 8}  # fmt: skip
     loss = {"name": "tdt", "max_symbols": max_symbols}
     model = builder.build_model(encoder, decoder, loss, 5, 4).eval()
     joint = model.decoder.joint

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.losses import cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
@@ -18,25 +19,20 @@ from cbasr.modules.decoders import (
 )
 
 D, V = 6, 7  # encoder width, vocabulary with blank
+LABEL = LabelContextConfig(embed_dim=4, hidden=5)  # the small decoders' label network
 
 CB_DECODERS = {
     "pointwise": lambda: PointwiseDecoder(D, V, hidden=5),
-    "attention_emission": lambda: AttentionEmissionDecoder(
-        D, V, embed_dim=4, hidden=5, joint_dim=6
-    ),
+    "attention_emission": lambda: AttentionEmissionDecoder(D, V, label=LABEL, joint_dim=6),
     "attention_emission_context2": lambda: AttentionEmissionDecoder(
-        D, V, embed_dim=4, hidden=5, context=2
+        D, V, label=LabelContextConfig(embed_dim=4, hidden=5, context=2)
     ),
-    "monotonic": lambda: MonotonicAttentionDecoder(
-        D, V, window=3, attention_dim=4, embed_dim=4, hidden=5
-    ),
+    "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=3, attention_dim=4, label=LABEL),
     "monotonic_variable": lambda: MonotonicAttentionDecoder(
-        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
+        D, V, window=4, variable=True, attention_dim=4, label=LABEL
     ),
-    "autoregressive": lambda: AutoregressiveDecoder(D, V, embed_dim=4, hidden=5, emission_hidden=3),
-    "autoregressive_luo": lambda: AutoregressiveDecoder(
-        D, V, embed_dim=4, hidden=5, emission="decoder"
-    ),
+    "autoregressive": lambda: AutoregressiveDecoder(D, V, label=LABEL, emission_hidden=3),
+    "autoregressive_luo": lambda: AutoregressiveDecoder(D, V, label=LABEL, emission="decoder"),
 }
 
 
@@ -152,7 +148,7 @@ def test_monotonic_windows_equal_a_direct_softmax(variable):
     torch.manual_seed(0)
     W, T, L = 3, 7, 3
     decoder = MonotonicAttentionDecoder(
-        D, V, window=W, variable=variable, attention_dim=4, embed_dim=4, hidden=5
+        D, V, window=W, variable=variable, attention_dim=4, label=LABEL
     ).eval()
     h, targets = torch.randn(1, T, D), torch.randint(1, V, (1, L))
     with torch.no_grad():
@@ -201,9 +197,7 @@ def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, blank_j
         D,
         V,
         joint=joint,
-        embed_dim=4,
-        hidden=5,
-        context=context,
+        label=LabelContextConfig(embed_dim=4, hidden=5, context=context),
         joint_dim=6,
         blank_joint=blank_joint,
     ).eval()
@@ -231,7 +225,7 @@ def test_transducer_frame_scores_equal_the_teacher_forced_lattice(joint, blank_j
 def test_hat_internal_lm_drops_the_encoder(blank_joint):
     torch.manual_seed(0)
     decoder = TransducerDecoder(
-        D, V, joint="hat", embed_dim=4, hidden=5, joint_dim=6, blank_joint=blank_joint
+        D, V, joint="hat", label=LABEL, joint_dim=6, blank_joint=blank_joint
     ).eval()
     targets = torch.randint(1, V, (2, 3))
     ilm = decoder.internal_lm_log_probs(targets)  # (B, U + 1, V - 1)
@@ -263,20 +257,65 @@ def test_pointwise_serves_ctc_and_cb_from_one_output_layer():
     torch.testing.assert_close(terms[..., 1], out[..., 1:].log_softmax(-1)[..., 4])
 
 
+LABEL_NETWORKS = {  # decoder -> its label-history network
+    "attention_emission": lambda label: AttentionEmissionDecoder(D, V, label=label).label_context,
+    "monotonic": lambda label: MonotonicAttentionDecoder(D, V, label=label).label_context,
+    "transducer": lambda label: TransducerDecoder(D, V, label=label).prediction,
+    "autoregressive": lambda label: AutoregressiveDecoder(D, V, label=label),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LABEL_NETWORKS))
+def test_the_label_network_is_built_as_decoder_label_says(name):
+    """``label`` sizes the embedding and the LSTM; None builds the schema's defaults."""
+    for label, sizes in (
+        (LabelContextConfig(embed_dim=3, hidden=7, num_layers=2), (3, 7, 2)),
+        (None, (64, 128, 1)),
+    ):
+        net = LABEL_NETWORKS[name](label)
+        assert (net.embedding.embedding_dim, net.rnn.hidden_size, net.rnn.num_layers) == sizes
+
+
+@pytest.mark.parametrize("name", ["attention_emission", "monotonic"])
+def test_the_label_side_of_a_cb_joint_has_no_bias_of_its_own(name):
+    """``W_o tanh(W_h h + b + W_g g)``: the joint's one bias is the encoder (or context) side's,
+    so a checkpoint's parameters are the decoder's."""
+    decoder = CB_DECODERS[name]()
+    assert decoder.label_proj.bias is None and decoder.label_proj.in_features == 5
+
+
+@pytest.mark.parametrize("blank_joint", ["tanh", "linear"])
+def test_the_hat_blank_joint_builds_its_blank_logit(blank_joint):
+    """tanh: the blank is unit 0 of the joint (V units); linear: ``w . (f1 + g1) + b`` apart,
+    the joint's V - 1 units the labels."""
+    joint = TransducerDecoder(D, V, joint="hat", label=LABEL, blank_joint=blank_joint).joint
+    assert joint.linear_blank == (blank_joint == "linear")
+    assert joint.out[-1].out_features == (V - 1 if blank_joint == "linear" else V)
+    assert hasattr(joint, "blank_encoder") == (blank_joint == "linear")
+
+
 def test_bad_options_are_named():
-    with pytest.raises(ValueError, match="window must be"):
+    """From Python, past the schema: the schema's own checks (tests/config/test_checks.py)
+    and choices refuse what would otherwise run."""
+    with pytest.raises(ValueError, match="decoder.window must be >= 1"):
         MonotonicAttentionDecoder(D, V, window=0)
-    with pytest.raises(ValueError, match="emission must be"):
+    with pytest.raises(ValueError, match="'both' is not a valid Emission"):
         AutoregressiveDecoder(D, V, emission="both")
-    with pytest.raises(ValueError, match="joint must be"):
+    with pytest.raises(ValueError, match="decoder.label.context must be -1 for the autoregressive"):
+        AutoregressiveDecoder(D, V, label=LabelContextConfig(context=2))
+    with pytest.raises(ValueError, match="'ctc' is not a valid Joint"):
         TransducerDecoder(D, V, joint="ctc")
+    with pytest.raises(ValueError, match="'sigmoid' is not a valid BlankJoint"):
+        TransducerDecoder(D, V, joint="hat", blank_joint="sigmoid")
+    with pytest.raises(ValueError, match="decoder.durations must include 1"):
+        TransducerDecoder(D, V, joint="tdt", durations=(0, 2))
 
 
 @pytest.mark.parametrize("variable", [False, True])
 def test_monotonic_windows_are_stable_for_large_energies(variable):
     torch.manual_seed(0)
     decoder = MonotonicAttentionDecoder(
-        D, V, window=4, variable=variable, attention_dim=4, embed_dim=4, hidden=5
+        D, V, window=4, variable=variable, attention_dim=4, label=LABEL
     ).eval()
     with torch.no_grad():
         decoder.key.weight.mul_(
@@ -326,9 +365,7 @@ def test_reordered_transducer_states_score_like_their_rows(context, blank_joint)
         D,
         V,
         joint="hat",
-        embed_dim=4,
-        hidden=5,
-        context=context,
+        label=LabelContextConfig(embed_dim=4, hidden=5, context=context),
         joint_dim=6,
         blank_joint=blank_joint,
     ).eval()
@@ -348,9 +385,7 @@ def test_variable_window_gradients_are_finite_with_padding_and_a_wide_band():
     """Utterances of different lengths and label counts: the band of the shortest-label one
     reaches past the padded length T; no NaN may reach any gradient."""
     torch.manual_seed(0)
-    decoder = MonotonicAttentionDecoder(
-        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
-    )
+    decoder = MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4, label=LABEL)
     h = torch.randn(3, 9, D, requires_grad=True)
     lens, target_lens = torch.tensor([9, 9, 6]), torch.tensor([6, 1, 3])
     targets = torch.randint(1, V, (3, 6))
@@ -381,9 +416,7 @@ def test_variable_window_blocks_of_any_size_give_the_same_terms_and_gradients(mo
     lengths, dropout off)."""
     torch.manual_seed(0)
     decoder = (
-        MonotonicAttentionDecoder(
-            D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5
-        )
+        MonotonicAttentionDecoder(D, V, window=4, variable=True, attention_dim=4, label=LABEL)
         .double()
         .eval()
     )
@@ -430,7 +463,7 @@ def test_variable_window_dropout_scales_the_joint_by_its_keep_rate(monkeypatch):
     (frame, label, unit), shared by the cell's window sizes."""
     torch.manual_seed(0)
     decoder = MonotonicAttentionDecoder(
-        D, V, window=4, variable=True, attention_dim=4, embed_dim=4, hidden=5, dropout=0.25
+        D, V, window=4, variable=True, attention_dim=4, label=LABEL, dropout=0.25
     ).double()
     h, targets = torch.randn(2, 9, D, dtype=torch.float64), torch.randint(1, V, (2, 3))
     lens, target_lens = torch.tensor([9, 7]), torch.tensor([3, 2])
@@ -460,10 +493,10 @@ def test_a_checkpoint_from_before_the_joint_classes_loads(joint, blank_joint):
     """The joint's parameters once lived on the decoder (``out.2.weight``, ``blank_encoder.bias``);
     such a state dict loads strictly into ``joint.*`` and gives the same outputs."""
     torch.manual_seed(0)
-    new = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, blank_joint=blank_joint)
+    new = TransducerDecoder(D, V, joint=joint, label=LABEL, blank_joint=blank_joint)
     old_layout = {k.removeprefix("joint."): v for k, v in new.state_dict().items()}
     assert "out.2.weight" in old_layout
-    again = TransducerDecoder(D, V, joint=joint, embed_dim=4, hidden=5, blank_joint=blank_joint)
+    again = TransducerDecoder(D, V, joint=joint, label=LABEL, blank_joint=blank_joint)
     again.load_state_dict(old_layout)
     h, targets = torch.randn(2, 3, D), torch.randint(1, V, (2, 2))
     for a, b in zip(
@@ -476,7 +509,7 @@ def test_history_noise_draws_uniform_labels_at_its_rate():
     """Each history label is replaced with probability history_noise by one of the V - 1
     labels, uniformly (so it is changed with probability p (V - 2) / (V - 1)); only in training."""
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="hat", embed_dim=4, hidden=5, history_noise=0.3)
+    decoder = TransducerDecoder(D, V, joint="hat", label=LABEL, history_noise=0.3)
     read = []
     decoder.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
     targets = torch.full((200, 100), 3)
@@ -499,7 +532,7 @@ def test_history_repeat_reads_the_next_label_at_its_rate_never_padding():
     after it (so g_u reads y_{u+1}), never by padding (0), and the last label is kept; only
     in training. With history_noise too, the repeat copies the true label, not a noisy one."""
     torch.manual_seed(0)
-    decoder = TransducerDecoder(D, V, joint="rnnt", embed_dim=4, hidden=5, history_repeat=0.25)
+    decoder = TransducerDecoder(D, V, joint="rnnt", label=LABEL, history_repeat=0.25)
     read = []
     decoder.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
     targets = torch.randint(1, V, (400, 50))
@@ -520,9 +553,7 @@ def test_history_repeat_reads_the_next_label_at_its_rate_never_padding():
     decoder.history(targets)
     torch.testing.assert_close(read[1], targets)
 
-    both = TransducerDecoder(
-        D, V, joint="rnnt", embed_dim=4, hidden=5, history_noise=0.5, history_repeat=0.5
-    )
+    both = TransducerDecoder(D, V, joint="rnnt", label=LABEL, history_noise=0.5, history_repeat=0.5)
     both.prediction.register_forward_pre_hook(lambda _, args: read.append(args[0]))
     targets = torch.tensor([[1, 2, 3, 4, 5, 6] * 500])
     both.history(targets)

@@ -1,15 +1,19 @@
 import pytest
 import torch
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.modules.label_context import START, LabelContext
+
+
+def _net(context: int, num_layers: int = 1) -> LabelContext:
+    config = LabelContextConfig(embed_dim=5, hidden=6, num_layers=num_layers, context=context)
+    return LabelContext(7, config, dropout=0.0)
 
 
 @pytest.mark.parametrize("context", [-1, 0, 1, 2, 4])
 def test_step_by_step_equals_teacher_forced(context):
     torch.manual_seed(0)
-    net = LabelContext(
-        vocab_size=7, embed_dim=5, hidden=6, num_layers=2 if context == -1 else 1, context=context
-    ).eval()
+    net = _net(context, num_layers=2 if context == -1 else 1).eval()
     targets = torch.randint(1, 7, (3, 5))
     forced = net(targets)  # (3, 6, 6)
     assert forced.shape == (3, 6, 6)
@@ -25,7 +29,7 @@ def test_step_by_step_equals_teacher_forced(context):
 @pytest.mark.parametrize("context", [-1, 1, 2])
 def test_g_u_reads_only_earlier_labels(context):
     torch.manual_seed(0)
-    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=context).eval()
+    net = _net(context).eval()
     a = torch.tensor([[1, 2, 3, 4]])
     b = torch.tensor([[1, 2, 5, 6]])  # differs from label 2 on
     ga, gb = net(a), net(b)
@@ -35,7 +39,7 @@ def test_g_u_reads_only_earlier_labels(context):
 
 def test_finite_context_forgets_older_labels():
     torch.manual_seed(0)
-    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=2).eval()
+    net = _net(2).eval()
     a, b = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[5, 6, 3, 4]])
     torch.testing.assert_close(net(a)[:, 4], net(b)[:, 4])  # g_4 sees y_3, y_4 only
     assert not torch.allclose(net(a)[:, 3], net(b)[:, 3])
@@ -49,7 +53,7 @@ def test_stepping_some_rows_advances_the_chosen_rows_only(context, from_start, m
     state is untouched (from the initial state too: the LSTM's implicit zero state);
     ``step_rows`` names the rows, ``step_masked`` masks them."""
     torch.manual_seed(0)
-    net = LabelContext(vocab_size=7, embed_dim=5, hidden=6, context=context).eval()
+    net = _net(context).eval()
     state = net.initial_state(3)
     if not from_start:
         _, state = net.step(torch.full((3,), START), state)
@@ -72,8 +76,3 @@ def test_stepping_some_rows_advances_the_chosen_rows_only(context, from_start, m
     torch.testing.assert_close(row(stepped, 1), row(state, 1))
     if context != 0:
         assert not torch.allclose(row(stepped, 0), row(state, 0))
-
-
-def test_negative_context_other_than_minus_one_is_refused():
-    with pytest.raises(ValueError, match="context must be"):
-        LabelContext(7, context=-2)

@@ -30,5 +30,7 @@ def test_system_composes_builds_and_shares_the_ctc_systems_encoder_and_data(name
     if name == "conformer_hat":
         assert (cfg["loss"]["topology"], cfg["loss"]["prune_range"]) == ("monotonic", 5)
         assert cfg["trainer"]["valid_beam"] == 4
+        label = cfg["decoder"]["label"]  # YAML's decoder: {label: {...}}
+        assert (label["embed_dim"], label["hidden"], cfg["decoder"]["joint_dim"]) == (256, 320, 320)
     model = build_model(cfg["encoder"], cfg["decoder"], cfg["loss"], input_dim=80, vocab_size=501)
     assert 18e6 < sum(p.numel() for p in model.parameters()) < 20e6

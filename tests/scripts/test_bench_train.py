@@ -79,7 +79,7 @@ def test_the_minimal_loop_trains_its_model_and_times_each_step(bench_train, loss
     cfg = ns(
         loss=ns(name=loss),
         encoder=ns(d_model=8, num_heads=2, ffn_dim=16, num_layers=1, kernel_size=3, dropout=0.0),
-        decoder=ns(embed_dim=4, hidden=6, joint_dim=5),
+        decoder=ns(label=ns(embed_dim=4, hidden=6), joint_dim=5),
         optim=ns(lr=1e-2),
     )
     torch.manual_seed(0)

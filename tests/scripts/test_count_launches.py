@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cbasr._backends import triton_interpreted
+from cbasr.config.schema import LabelContextConfig
 from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +153,9 @@ def test_the_variable_window_queues_as_many_kernels_for_a_long_band_as_a_short_o
     from cbasr.modules.decoders import MonotonicAttentionDecoder
 
     torch.manual_seed(0)
-    decoder = MonotonicAttentionDecoder(6, 7, window=4, variable=True, attention_dim=4, hidden=5)
+    decoder = MonotonicAttentionDecoder(
+        6, 7, window=4, variable=True, attention_dim=4, label=LabelContextConfig(hidden=5)
+    )
     decoder.band_elements = {"cpu": MonotonicAttentionDecoder.band_elements["cuda"]}
     counts = []
     for frames in (8, 44):  # 5 labels: K = 4 and 40 diagonals
@@ -176,7 +179,9 @@ def test_the_variable_window_reads_nothing_in_a_graph_step(count_launches):
     from cbasr.modules.decoders import MonotonicAttentionDecoder
 
     torch.manual_seed(0)
-    decoder = MonotonicAttentionDecoder(6, 7, window=4, variable=True, attention_dim=4, hidden=5)
+    decoder = MonotonicAttentionDecoder(
+        6, 7, window=4, variable=True, attention_dim=4, label=LabelContextConfig(hidden=5)
+    )
     decoder.eval()
     h, targets = torch.randn(2, 9, 6), torch.randint(1, 7, (2, 5))
     lens, target_lens = torch.tensor([9, 7]), torch.tensor([5, 2])

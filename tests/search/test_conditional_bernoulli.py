@@ -4,6 +4,7 @@ beam 1 is greedy search, batch and padding change nothing."""
 import pytest
 import torch
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.losses import cb_marginal_nll, cb_marginal_nll_windowed
 from cbasr.modules.decoders import (
     AttentionEmissionDecoder,
@@ -17,17 +18,14 @@ from tests.reference.search_enumeration import argmax_unique, label_sequences, p
 from tests.search import tiny
 
 D, V, T = 4, 3, 5  # encoder width, vocabulary (blank + 2 labels), frames
+LABEL = LabelContextConfig(embed_dim=3, hidden=4)  # the small decoders' label network
 
 EXACT_DECODERS = {
     "pointwise": lambda: PointwiseDecoder(D, V, hidden=3),
-    "attention_emission": lambda: AttentionEmissionDecoder(
-        D, V, embed_dim=3, hidden=4, joint_dim=4
-    ),
-    "monotonic": lambda: MonotonicAttentionDecoder(
-        D, V, window=2, attention_dim=3, embed_dim=3, hidden=4
-    ),
+    "attention_emission": lambda: AttentionEmissionDecoder(D, V, label=LABEL, joint_dim=4),
+    "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=2, attention_dim=3, label=LABEL),
     "monotonic_variable": lambda: MonotonicAttentionDecoder(
-        D, V, window=3, variable=True, attention_dim=3, embed_dim=3, hidden=4
+        D, V, window=3, variable=True, attention_dim=3, label=LABEL
     ),
 }
 
@@ -118,7 +116,7 @@ def test_batch_and_padding_change_nothing(name):
 def test_history_decoders_are_searched_frame_synchronously():
     """An autoregressive decoder's beam search returns valid hypotheses whose scores are
     probabilities of alignment sets (negative), best first."""
-    decoder = AutoregressiveDecoder(D, V, embed_dim=3, hidden=4, emission_hidden=3).eval()
+    decoder = AutoregressiveDecoder(D, V, label=LABEL, emission_hidden=3).eval()
     hyps = cb_beam_search(
         decoder, torch.randn(1, 6, D), torch.tensor([6]), BeamSearchOptions(beam=4, nbest=None)
     )[0]

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.modules.decoders import AutoregressiveDecoder, PointwiseDecoder
 from cbasr.modules.label_context import START
 from cbasr.search import BeamSearchOptions, beam_search, cb_label_beam_search
@@ -25,7 +26,11 @@ def _decoder(
     torch.manual_seed(seed)
     decoder = (
         AutoregressiveDecoder(
-            D, V, embed_dim=3, hidden=4, num_layers=num_layers, emission=emission, emission_hidden=3
+            D,
+            V,
+            label=LabelContextConfig(embed_dim=3, hidden=4, num_layers=num_layers),
+            emission=emission,
+            emission_hidden=3,
         )
         .double()
         .eval()

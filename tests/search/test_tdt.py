@@ -20,10 +20,8 @@ def _model(durations=(0, 1, 2), vocab_size=3, seed=0, max_symbols=2, context=-1)
     decoder = {
         "name": "transducer",
         "joint": "tdt",
-        "context": context,
+        "label": {"context": context, "embed_dim": 4, "hidden": 8},
         "durations": list(durations),
-        "embed_dim": 4,
-        "hidden": 8,
         "joint_dim": 8,
         "dropout": 0.0,
     }

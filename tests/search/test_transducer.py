@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cbasr.config.schema import LabelContextConfig
 from cbasr.losses import hat_nll, rnnt_nll
 from cbasr.modules.decoders import TransducerDecoder
 from cbasr.search import (
@@ -40,8 +41,7 @@ def _decoder(joint: str, seed: int = 0) -> TransducerDecoder:
             D,
             V,
             joint=joint.removesuffix("_linear"),
-            embed_dim=3,
-            hidden=4,
+            label=LabelContextConfig(embed_dim=3, hidden=4),
             joint_dim=4,
             blank_joint=blank_joint,
         )

@@ -14,7 +14,7 @@ the transducer's shape ``(B, T, L, V - 1)``.
 import torch
 from torch import nn
 
-from cbasr.config.schema import AttentionEmissionDecoderConfig
+from cbasr.config.schema import AttentionEmissionDecoderConfig, LabelContextConfig
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
@@ -28,7 +28,7 @@ class AttentionEmissionDecoder(CBDecoder):
     Args:
         input_dim: encoder width D.
         vocab_size: V, blank included.
-        embed_dim, hidden, num_layers, context: the :class:`LabelContext`.
+        label: the :class:`LabelContext` (None: the schema's defaults).
         joint_dim: width of the tanh joint.
         emission_hidden: hidden width of the :class:`EmissionHead` (0: linear).
         dropout: on the label embeddings and the joint.
@@ -40,21 +40,16 @@ class AttentionEmissionDecoder(CBDecoder):
         self,
         input_dim: int,
         vocab_size: int,
-        embed_dim: int = AttentionEmissionDecoderConfig.embed_dim,
-        hidden: int = AttentionEmissionDecoderConfig.hidden,
-        num_layers: int = AttentionEmissionDecoderConfig.num_layers,
-        context: int = AttentionEmissionDecoderConfig.context,
+        label: LabelContextConfig | None = None,
         joint_dim: int = AttentionEmissionDecoderConfig.joint_dim,
         emission_hidden: int = AttentionEmissionDecoderConfig.emission_hidden,
         dropout: float = AttentionEmissionDecoderConfig.dropout,
     ):
         super().__init__()
-        self.label_context = LabelContext(
-            vocab_size, embed_dim, hidden, num_layers, context, dropout
-        )
+        self.label_context = LabelContext(vocab_size, label or LabelContextConfig(), dropout)
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.encoder_proj = nn.Linear(input_dim, joint_dim)
-        self.label_proj = nn.Linear(hidden, joint_dim, bias=False)
+        self.label_proj = nn.Linear(self.label_context.output_dim, joint_dim, bias=False)
         self.out = nn.Sequential(Dropout(dropout), nn.Linear(joint_dim, vocab_size - 1))
 
     def _joint(self, enc: torch.Tensor, lab: torch.Tensor) -> torch.Tensor:

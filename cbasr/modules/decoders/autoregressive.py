@@ -20,7 +20,12 @@ suffix (sampled step by step through :meth:`AutoregressiveDecoder.emission_step`
 import torch
 from torch import nn
 
-from cbasr.config.schema import AutoregressiveDecoderConfig
+from cbasr.config.schema import (
+    AutoregressiveDecoderConfig,
+    Emission,
+    LabelContextConfig,
+    check_full_history,
+)
 from cbasr.modules.decoders.base import (
     CBDecoder,
     EmissionHead,
@@ -40,9 +45,8 @@ class AutoregressiveDecoder(CBDecoder):
     Args:
         input_dim: encoder width D.
         vocab_size: V, blank (= start symbol) included.
-        embed_dim: label embedding width.
-        hidden: LSTM units H.
-        num_layers: LSTM layers.
+        label: the LSTM (None: the schema's defaults): ``embed_dim`` the label embedding width,
+            ``hidden`` its units H, ``num_layers`` its layers; ``context`` must be -1.
         emission: ``"encoder"`` or ``"decoder"`` (see the module docstring).
         emission_hidden: hidden width of the emission network.
         dropout: on the label embeddings and before the output layer.
@@ -54,22 +58,21 @@ class AutoregressiveDecoder(CBDecoder):
         self,
         input_dim: int,
         vocab_size: int,
-        embed_dim: int = AutoregressiveDecoderConfig.embed_dim,
-        hidden: int = AutoregressiveDecoderConfig.hidden,
-        num_layers: int = AutoregressiveDecoderConfig.num_layers,
+        label: LabelContextConfig | None = None,
         emission: str = AutoregressiveDecoderConfig.emission.value,
         emission_hidden: int = AutoregressiveDecoderConfig.emission_hidden,
         dropout: float = AutoregressiveDecoderConfig.dropout,
     ):
         super().__init__()
-        if emission not in ("encoder", "decoder"):
-            raise ValueError(f"emission must be 'encoder' or 'decoder', got {emission!r}")
-        self.emission_source = emission
+        label = label or LabelContextConfig()
+        check_full_history(label)  # from Python too: another context would be ignored
+        self.emission_source = Emission(emission).value  # an unknown name: a ValueError
+        embed_dim, hidden, num_layers = label.embed_dim, label.hidden, label.num_layers
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.dropout = Dropout(dropout)
         self.rnn = nn.LSTM(input_dim + embed_dim, hidden, num_layers=num_layers, batch_first=True)
         self.out = nn.Sequential(Dropout(dropout), nn.Linear(hidden, vocab_size - 1))
-        if emission == "encoder":
+        if self.emission_source == "encoder":
             self.emission = EmissionHead(input_dim, emission_hidden)
         else:
             self.emission_encoder = nn.Linear(input_dim, emission_hidden)

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from cbasr.checks import in_graph_step
-from cbasr.config.schema import MonotonicDecoderConfig
+from cbasr.config.schema import LabelContextConfig, MonotonicDecoderConfig, check_window
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
@@ -69,7 +69,7 @@ class MonotonicAttentionDecoder(CBDecoder):
         window: fixed window size, or the largest gap ``W`` with ``variable``.
         variable: window from the previous emission (second order) instead of a fixed size.
         attention_dim: key, query and value width.
-        embed_dim, hidden, num_layers, context: the :class:`LabelContext`.
+        label: the :class:`LabelContext` (None: the schema's defaults).
         joint_dim: width of the output joint.
         emission_hidden: hidden width of the :class:`EmissionHead`.
         dropout: on label embeddings and before the output layer.
@@ -90,22 +90,17 @@ class MonotonicAttentionDecoder(CBDecoder):
         window: int = MonotonicDecoderConfig.window,
         variable: bool = MonotonicDecoderConfig.variable,
         attention_dim: int = MonotonicDecoderConfig.attention_dim,
-        embed_dim: int = MonotonicDecoderConfig.embed_dim,
-        hidden: int = MonotonicDecoderConfig.hidden,
-        num_layers: int = MonotonicDecoderConfig.num_layers,
-        context: int = MonotonicDecoderConfig.context,
+        label: LabelContextConfig | None = None,
         joint_dim: int = MonotonicDecoderConfig.joint_dim,
         emission_hidden: int = MonotonicDecoderConfig.emission_hidden,
         dropout: float = MonotonicDecoderConfig.dropout,
     ):
         super().__init__()
-        if window < 1:
-            raise ValueError(f"window must be >= 1 frame, got {window}")
+        check_window(window)  # from Python too: 0 frames would run, training and search apart
         self.window, self.variable = window, variable
         self.order = LabelOrder.SECOND_ORDER if variable else LabelOrder.MEMORYLESS
-        self.label_context = LabelContext(
-            vocab_size, embed_dim, hidden, num_layers, context, dropout
-        )
+        self.label_context = LabelContext(vocab_size, label or LabelContextConfig(), dropout)
+        hidden = self.label_context.output_dim
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.key = nn.Linear(input_dim, attention_dim, bias=False)
         self.value = nn.Linear(input_dim, attention_dim, bias=False)

@@ -37,8 +37,15 @@ import abc
 import torch
 from torch import nn
 
-from cbasr.config.schema import TDT_DURATIONS, TransducerDecoderConfig
-from cbasr.losses.tdt import check_durations
+from cbasr.config.schema import (
+    TDT_DURATIONS,
+    BlankJoint,
+    LabelContextConfig,
+    TransducerDecoderConfig,
+    check_durations,
+    check_history_shares,
+)
+from cbasr.config.schema import Joint as JointName
 from cbasr.modules.decoders.base import reorder_state
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
@@ -50,12 +57,9 @@ __all__ = [
     "HatJoint",
     "TdtJoint",
     "JOINTS",
-    "BLANK_JOINTS",
     "at_frames",
     "per_row",
 ]
-
-BLANK_JOINTS = ("tanh", "linear")
 
 
 def at_frames(x: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
@@ -172,9 +176,8 @@ class HatJoint(Joint):
         dropout: float,
         blank_joint: str = TransducerDecoderConfig.blank_joint.value,
     ):
-        if blank_joint not in BLANK_JOINTS:
-            raise ValueError(f"blank_joint must be one of {BLANK_JOINTS}, got {blank_joint!r}")
-        self.linear_blank = blank_joint == "linear"
+        # from Python too (an unknown name: a ValueError), as any other would read as tanh
+        self.linear_blank = BlankJoint(blank_joint) == "linear"
         # tanh: blank logit + V - 1 labels; linear: the labels only.
         outputs = vocab_size - 1 if self.linear_blank else vocab_size
         super().__init__(input_dim, hidden, joint_dim, outputs, dropout)
@@ -234,7 +237,7 @@ class TdtJoint(Joint):
         dropout: float,
         durations: tuple[int, ...] = TDT_DURATIONS,
     ):
-        self.durations = check_durations(durations)
+        self.durations = check_durations(durations)  # from Python too: the search reads them
         self.vocab_size = vocab_size
         super().__init__(input_dim, hidden, joint_dim, vocab_size + len(self.durations), dropout)
 
@@ -273,8 +276,9 @@ class TransducerDecoder(nn.Module):
         vocab_size: V, blank included (id 0, also the start symbol ``<S>``).
         joint: ``"rnnt"`` (:class:`RnntJoint`), ``"hat"`` (:class:`HatJoint`) or ``"tdt"``
             (:class:`TdtJoint`).
-        embed_dim, hidden, num_layers, context: the prediction network (``context = -1``: an
-            LSTM over the whole history; 0, 1, 2, 4, ...: that many previous labels).
+        label: the prediction network, a :class:`LabelContext` (None: the schema's defaults;
+            ``context = -1``: an LSTM over the whole history; 0, 1, 2, 4, ...: that many
+            previous labels).
         joint_dim: width of ``f2 + g2`` (and of ``f + g`` for RNN-T).
         dropout: on the label embeddings and inside the joint.
         blank_joint: HAT only: ``"tanh"`` (the blank logit is an output unit of the joint) or
@@ -296,10 +300,7 @@ class TransducerDecoder(nn.Module):
         input_dim: int,
         vocab_size: int,
         joint: str = TransducerDecoderConfig.joint.value,
-        embed_dim: int = TransducerDecoderConfig.embed_dim,
-        hidden: int = TransducerDecoderConfig.hidden,
-        num_layers: int = TransducerDecoderConfig.num_layers,
-        context: int = TransducerDecoderConfig.context,
+        label: LabelContextConfig | None = None,
         joint_dim: int = TransducerDecoderConfig.joint_dim,
         dropout: float = TransducerDecoderConfig.dropout,
         blank_joint: str = TransducerDecoderConfig.blank_joint.value,
@@ -308,19 +309,16 @@ class TransducerDecoder(nn.Module):
         history_repeat: float = TransducerDecoderConfig.history_repeat,
     ):
         super().__init__()
-        for name, share in (("history_noise", history_noise), ("history_repeat", history_repeat)):
-            if not 0.0 <= share < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {share}")
+        check_history_shares(history_noise, history_repeat)  # from Python too: 1 or -1 would run
         self.history_noise = history_noise
         self.history_repeat = history_repeat
-        if joint not in JOINTS:
-            raise ValueError(f"joint must be one of {tuple(JOINTS)}, got {joint!r}")
-        if blank_joint not in BLANK_JOINTS:
-            raise ValueError(f"blank_joint must be one of {BLANK_JOINTS}, got {blank_joint!r}")
-        self.prediction = LabelContext(vocab_size, embed_dim, hidden, num_layers, context, dropout)
+        self.prediction = LabelContext(vocab_size, label or LabelContextConfig(), dropout)
+        hidden = self.prediction.output_dim
         options = {"hat": {"blank_joint": blank_joint}, "tdt": {"durations": durations}}
-        options = options.get(joint, {})
-        self.joint = JOINTS[joint](input_dim, hidden, vocab_size, joint_dim, dropout, **options)
+        joint = JointName(joint).value  # an unknown name: a ValueError
+        self.joint = JOINTS[joint](
+            input_dim, hidden, vocab_size, joint_dim, dropout, **options.get(joint, {})
+        )
         self.register_load_state_dict_pre_hook(_upgrade_joint_keys)
 
     def forward(self, h: torch.Tensor, lens: torch.Tensor, targets: torch.Tensor):

@@ -1,0 +1,46 @@
+"""Plain configs written before a change of the schema, moved to today's keys before they are
+typed: a checkpoint and ``config.json`` keep the config of the version that wrote them, and
+every experiment read back (decoding, alignment, export, the recogniser, a resumed run's
+check) has its model groups typed by :func:`cbasr.builder.model_configs`, whose
+:func:`~cbasr.builder.group_config` calls this.
+
+- ``decoder.label``: the label-history network's ``embed_dim``, ``hidden``, ``num_layers``
+  and ``context`` were keys of the decoder group itself (``decoder.hidden``).
+"""
+
+import dataclasses
+import logging
+
+from cbasr.config.schema import LabelContextConfig
+
+__all__ = ["LABEL_KEYS", "nest_label_keys"]
+
+log = logging.getLogger(__name__)
+
+LABEL_KEYS = tuple(f.name for f in dataclasses.fields(LabelContextConfig))
+
+
+def nest_label_keys(schema: type | None, options):
+    """A plain decoder group of ``schema`` (None: an unknown name) with the label-history keys
+    of an older config (:data:`LABEL_KEYS` at its top level) moved into ``label``, as a new
+    dict, with one log line naming them; a group that has none, or whose schema has no
+    ``label``, as it is. A key given both ways is a ``ValueError`` naming both."""
+    if schema is None or "label" not in {f.name for f in dataclasses.fields(schema)}:
+        return options
+    flat = [key for key in LABEL_KEYS if key in options]
+    if not flat:
+        return options
+    label = dict(options.get("label") or {})
+    both = [key for key in flat if key in label]
+    if both:
+        raise ValueError(
+            f"decoder.{both[0]} and decoder.label.{both[0]} are both given: "
+            f"decoder.label.{both[0]} is today's key"
+        )
+    label.update((key, options[key]) for key in flat)
+    log.info(
+        "decoder: a config written before decoder.label; %s read as %s",
+        ", ".join(f"decoder.{key}" for key in flat),
+        ", ".join(f"decoder.label.{key}" for key in flat),
+    )
+    return {**{k: v for k, v in options.items() if k not in flat}, "label": label}
