@@ -546,6 +546,11 @@ class TrainerConfig:
         at_least("trainer.early_stopping_patience", self.early_stopping_patience, 0)
         at_least("trainer.max_bad_steps", self.max_bad_steps, 1)
         at_least("trainer.log_every", self.log_every, 1)
+        at_least("trainer.num_threads", self.num_threads, 0)
+        if not 0.0 <= self.max_long_gap_share <= 1.0:
+            raise ValueError(
+                f"trainer.max_long_gap_share must be in [0, 1], got {self.max_long_gap_share}"
+            )
 
 
 @dataclass

@@ -198,6 +198,17 @@ GROUP_CHECKS = [
         "trainer",
         [
             ({"max_epochs": -1}, "trainer.max_epochs must be >= 0, got -1", {"max_epochs": 0}),
+            ({"num_threads": -1}, "trainer.num_threads must be >= 0, got -1", {"num_threads": 0}),
+            (
+                {"max_long_gap_share": 1.5},
+                r"trainer.max_long_gap_share must be in \[0, 1\], got 1.5",
+                {"max_long_gap_share": 1.0},
+            ),
+            (
+                {"max_long_gap_share": float("nan")},
+                r"trainer.max_long_gap_share must be in \[0, 1\], got nan",
+                {"max_long_gap_share": 0.0},
+            ),
             (
                 {"checkpoint_minutes": -0.5},
                 "trainer.checkpoint_minutes must be >= 0, got -0.5",
