@@ -23,41 +23,7 @@ ENCODER = {
     "subsampling": "stack",
     "embedding_dim": 8,
 }
-DECODERS = {
-    "pointwise": {"name": "pointwise"},
-    "monotonic_variable": {
-        "name": "monotonic",
-        "window": 4,
-        "variable": True,
-        "attention_dim": 4,
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "attention_emission": {
-        "name": "attention_emission",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "autoregressive": {
-        "name": "autoregressive",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "emission_hidden": 4,
-    },
-    "transducer": {"name": "transducer", "label": {"embed_dim": 4, "hidden": 8}, "joint_dim": 8},
-    "hat": {
-        "name": "transducer",
-        "joint": "hat",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "hat_linear": tiny.DECODERS["hat_linear"],
-    "hat_context1": tiny.DECODERS["hat_context1"],
-    "transducer_context0": {
-        "name": "transducer",
-        "label": {"context": 0, "embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-}
+DECODERS = dict(tiny.DECODERS)
 
 
 def make_experiment(

@@ -170,8 +170,11 @@ def test_on_a_cpu_the_rnnt_model_takes_the_lattice_not_torchaudio(monkeypatch):
 def test_the_model_refuses_what_fastemit_does_not_apply_to():
     with pytest.raises(ValueError, match="fastemit_lambda must be >= 0"):
         tiny.build("hat", loss_options={"fastemit_lambda": -1.0})
-    decoder = {**tiny.DECODERS["transducer"], "joint": "tdt", "durations": [0, 1, 2]}
     with pytest.raises(ValueError, match="fastemit_lambda applies to the rnnt and hat losses"):
         builder.build_model(
-            tiny.ENCODER, decoder, {"name": "tdt", "fastemit_lambda": 0.1}, tiny.FEATS, 5
+            tiny.ENCODER,
+            tiny.DECODERS["tdt"],
+            {"name": "tdt", "fastemit_lambda": 0.1},
+            tiny.FEATS,
+            5,
         )

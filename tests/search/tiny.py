@@ -10,60 +10,38 @@ from cbasr import builder
 from cbasr.modules.decoders import TransducerDecoder
 
 ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
-DECODERS = {
-    "pointwise": {"name": "pointwise"},
-    "autoregressive": {
-        "name": "autoregressive",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "emission_hidden": 4,
-    },
-    "autoregressive_luo": {
-        "name": "autoregressive",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "emission_hidden": 4,
-        "emission": "decoder",
-    },
-    "monotonic": {
-        "name": "monotonic",
-        "window": 3,
-        "attention_dim": 4,
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "monotonic_variable": {
-        "name": "monotonic",
-        "window": 4,
-        "variable": True,
-        "attention_dim": 4,
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "attention_emission": {
-        "name": "attention_emission",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "transducer": {"name": "transducer", "label": {"embed_dim": 4, "hidden": 8}, "joint_dim": 8},
-    "hat": {
-        "name": "transducer",
-        "joint": "hat",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "hat_context1": {
-        "name": "transducer",
-        "joint": "hat",
-        "label": {"context": 1, "embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-    "hat_linear": {
-        "name": "transducer",
-        "joint": "hat",
-        "blank_joint": "linear",
-        "label": {"embed_dim": 4, "hidden": 8},
-        "joint_dim": 8,
-    },
-}
+
+
+def decoder_options(width: int, variable_window: int) -> dict[str, dict]:
+    """Decoder group options of every preset the tests build, by name: label networks and
+    joints ``width`` wide, label embeddings, attention and emission layers half that; the
+    second-order monotonic decoder's window ``variable_window`` (the first-order one's 3)."""
+    half = width // 2
+
+    def label(**context) -> dict:
+        return {**context, "embed_dim": half, "hidden": width}
+
+    autoregressive = {"name": "autoregressive", "label": label(), "emission_hidden": half}
+    monotonic = {"name": "monotonic", "attention_dim": half, "label": label(), "joint_dim": width}
+    transducer = {"name": "transducer", "label": label(), "joint_dim": width}
+    hat = {**transducer, "joint": "hat"}
+    return {
+        "pointwise": {"name": "pointwise"},
+        "autoregressive": autoregressive,
+        "autoregressive_luo": {**autoregressive, "emission": "decoder"},
+        "monotonic": {**monotonic, "window": 3},
+        "monotonic_variable": {**monotonic, "window": variable_window, "variable": True},
+        "attention_emission": {"name": "attention_emission", "label": label(), "joint_dim": width},
+        "transducer": transducer,
+        "transducer_context0": {**transducer, "label": label(context=0)},
+        "hat": hat,
+        "hat_context1": {**hat, "label": label(context=1)},
+        "hat_linear": {**hat, "blank_joint": "linear"},
+        "tdt": {**transducer, "joint": "tdt", "durations": [0, 1, 2]},
+    }
+
+
+DECODERS = decoder_options(8, variable_window=4)
 # decoder preset -> the loss that trains it here
 LOSS = {
     "pointwise": "cb_marginal",
