@@ -56,6 +56,7 @@ from cbasr.data.batching import BucketBatchSampler  # noqa: E402
 from cbasr.data.features import FeatureStore, load_cmvn  # noqa: E402
 from cbasr.data.manifest import read_manifest  # noqa: E402
 from cbasr.data.vocab import Vocabulary  # noqa: E402
+from cbasr.models import CBModel  # noqa: E402
 from cbasr.search import BeamSearchOptions, beam_search, cb_search_kind  # noqa: E402
 
 MODELS = {  # name -> Hydra overrides (on top of the recipe's encoder)
@@ -74,17 +75,13 @@ ENCODER = ["encoder=blstm", "encoder.hidden=160", "encoder.num_layers=2"]
 def _bias(model) -> torch.Tensor | None:
     """The bias whose shift sets how often ``model`` emits (None for CTC), and its sign."""
     d = model.decoder
-    if hasattr(d, "emission"):
-        return d.emission.net[-1].bias, 1.0
-    if hasattr(d, "emission_out"):
-        return d.emission_out.bias, 1.0
+    if isinstance(model, CBModel):
+        return d.emission_bias(), 1.0
     joint = getattr(d, "joint", None)
     if getattr(joint, "linear_blank", False):
         return joint.blank_encoder.bias, -1.0
     if joint is not None:  # unit 0: the blank (RNN-T) or the blank logit (HAT)
         return joint.out[-1].bias[:1], -1.0
-    if type(model).__name__ == "CBModel":
-        return d.net[-1].bias[:1], 1.0
     return None, 0.0
 
 

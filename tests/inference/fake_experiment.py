@@ -52,12 +52,7 @@ def make_experiment(
     model = builder.build_model(encoder_cfg, DECODERS[decoder], loss_cfg, 40, len(vocab))
     with torch.no_grad():
         if loss == "cb_marginal":
-            head = (
-                model.decoder.net[-1].bias[:1]
-                if decoder == "pointwise"
-                else model.decoder.emission.net[-1].bias
-            )
-            head.add_(emission_shift)
+            model.decoder.emission_bias().add_(emission_shift)
     cfg = {
         "encoder": encoder_cfg,
         "decoder": DECODERS[decoder],

@@ -7,6 +7,7 @@ emission (or blank) bias so that searches face real choices between staying and 
 import torch
 
 from cbasr import builder
+from cbasr.models import CBModel
 from cbasr.modules.decoders import TransducerDecoder
 
 ENCODER = {"name": "rnn", "hidden": 8, "num_layers": 1, "stack": 2, "stride": 2, "dropout": 0.0}
@@ -85,10 +86,8 @@ def build(
     model = builder.build_model(ENCODER, decoder_cfg, loss_cfg, FEATS, VOCAB)
     d = model.decoder
     with torch.no_grad():
-        if hasattr(d, "emission"):
-            d.emission.net[-1].bias.add_(shift)
-        elif hasattr(d, "emission_out"):
-            d.emission_out.bias.add_(shift)
+        if isinstance(model, CBModel):  # the emission logit's bias
+            d.emission_bias().add_(shift)
         elif isinstance(d, TransducerDecoder) and d.joint.name == "hat":
             j = d.joint
             if j.linear_blank:  # HAT, linear blank: a sharper blank, less likely
@@ -102,8 +101,6 @@ def build(
         elif isinstance(d, TransducerDecoder):  # RNN-T: sharper outputs, the blank up a little
             d.joint.out[-1].weight.mul_(6.0)
             d.joint.out[-1].bias[0].add_(shift / 2)
-        elif (loss or LOSS[decoder]) != "ctc":  # pointwise CB: unit 0 is the emission logit
-            d.net[-1].bias[0].add_(shift)
     return model.to(dtype).eval()
 
 

@@ -140,9 +140,9 @@ class CBDecoder(nn.Module, metaclass=abc.ABCMeta):
 
     def emission_bias(self) -> torch.Tensor:
         """The bias of the emission logits ``a_t``, ``(1,)``: the parameter or a view of it, so
-        that filling it under ``torch.no_grad()`` sets the initial ``P(B_t = 1)`` (training
-        starts it at the data's label rate). The default is :class:`EmissionHead`'s, as
-        ``self.emission``."""
+        that shifting it under ``torch.no_grad()`` moves every ``P(B_t = 1)`` (the search tests
+        and ``scripts/bench_search.py`` set how often a random model emits this way). The
+        default is :class:`EmissionHead`'s, as ``self.emission``."""
         return self.emission.bias
 
     def cb_terms(
