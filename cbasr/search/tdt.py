@@ -138,22 +138,23 @@ class _Search:
         ended = E.empty(U, 0, utts.device)  # what finished from this frame
         snapshots, offset = [], 0  # the states of C_0, C_1 ...: D's rows
         for s in range(self.max_symbols + 1):
-            K = c["am"].shape[1]
+            K = c.shape[1]
             units = joint.out(enc.repeat_interleave(K, dim=0) + joint.label_proj(state["g"]))
             tokens, durs = (x.double() for x in joint.frame_tokens_durations(units))
             snapshots.append(state)
             done, moves, stays = self._edges(t, s, c, tokens, durs, last)
             self.finished.add(utts, done)
-            moved = E.cat(moved, {**moves, "row": E.States.ids(t, moves["row"] + offset)})
-            ended = E.cat(ended, {**done, "frame": torch.full_like(done["frame"], -1)})
+            moves["row"] = E.States.ids(t, moves["row"] + offset)  # (moves and done: copies)
+            done["frame"] = -1
+            moved, ended = E.cat(moved, moves), E.cat(ended, done)
             offset += U * K
             if stays is None:
                 break
             # joint pruning: a label of duration 0 stays if among the beam best of all that
             # moved on from the frame (or finished there) and the labels staying
-            pool = E.cat(E.cat({k: v.view(U, -1) for k, v in moved.items()}, ended), stays)
+            pool = E.cat(E.cat(moved.view(U, -1), ended), stays)
             chosen = E.best(pool, options.beam, options)
-            chosen["am"] = chosen["am"].masked_fill(chosen["frame"] != t, _NEG_INF)
+            chosen["am"].masked_fill_(chosen["frame"] != t, _NEG_INF)
             if not bool((chosen["am"] > _NEG_INF).any()):
                 break
             c = E.best(chosen, None, options)  # C_{s+1}, their parents' states: rows of state
@@ -162,7 +163,7 @@ class _Search:
         self.states.add(t, E.gather_states(snapshots))
         self.waiting.push(utts, t + self.durations[self.moving], moved)
 
-    def _edges(self, t: int, s: int, c: dict, tokens, durs, last):
+    def _edges(self, t: int, s: int, c: E.Entries, tokens, durs, last):
         """The edges of ``C_s`` (``c (U, K)``) from the joint's ``tokens (U K, V)`` and
         ``durs (U K, |D|)``: ``(done, moves, stays)``. ``done (U, K)``: the blanks landing
         on each utterance's last frame ``last (U,)``, as finished hypotheses; ``moves (U J,
@@ -172,7 +173,7 @@ class _Search:
         None if none may be taken. A label's state is its parent's (``row``: ``u K + k``), to
         be stepped when it is expanded."""
         options, d = self.options, self.durations
-        U, K = c["am"].shape
+        U, K = c.shape
         nd, V = d.shape[0], tokens.shape[1]
         tokens, durs = tokens.view(U, K, V), durs.view(U, K, nd)
         end = last.view(U, 1, 1)
@@ -180,7 +181,7 @@ class _Search:
         blank = (c["am"].unsqueeze(2) + tokens[..., :1] + durs).masked_fill(
             (d == 0) | (land > end), _NEG_INF
         )  # (U, K, |D|)
-        done = {**c, "am": blank.masked_fill(land != end, _NEG_INF).amax(dim=2)}
+        done = c.replace(am=blank.masked_fill(land != end, _NEG_INF).amax(dim=2))
         blank = blank.masked_fill(land == end, _NEG_INF).transpose(1, 2)  # (U, |D|, K)
         # a row's best labels are the same for every duration: its beam best tokens
         if options.beam is None or options.beam >= V - 1:
@@ -202,28 +203,28 @@ class _Search:
         v = which.reshape(U, 1, K * L).expand(U, nd, -1).reshape(U * nd, -1).gather(1, index)
         v = torch.cat([torch.zeros_like(k[:, :K]), v], dim=1)  # 0: the blank
         rows = torch.arange(U, device=d.device).repeat_interleave(nd).unsqueeze(1) * K + k
-        parent = {f: c[f].flatten()[rows] for f in ("hash", "length", "node")}
+        parent = c.x.reshape(U * K, -1)[rows]  # (U |D|, K + W, fields)
+        parent_hash, parent_length = parent[..., 1], parent[..., 2]
         label = v > 0
-        e = {
-            "am": torch.cat([blank.reshape(U * nd, K), labels.gather(1, index)], dim=1),
-            "hash": torch.where(label, extend_hash(parent["hash"], v), parent["hash"]),
-            "length": parent["length"] + label,
-            "frame": land.repeat(U).unsqueeze(1).expand_as(k),
-            "node": parent["node"],
-            "row": rows,
-            "label": v,
-        }
-        e = {f: x.view(U, nd, -1) for f, x in e.items()}
-        moves = {f: x[:, self.moving].flatten(0, 1) for f, x in e.items()}
+        e = E.Entries.of(
+            am=torch.cat([blank.reshape(U * nd, K), labels.gather(1, index)], dim=1),
+            hash=torch.where(label, extend_hash(parent_hash, v), parent_hash),
+            length=parent_length + label,
+            frame=land.repeat(U).unsqueeze(1).expand_as(k),
+            node=parent[..., 4],
+            row=rows,
+            label=v,
+        ).view(U, nd, -1)
+        moves = E.Entries(e.x[:, self.moving].flatten(0, 1))
         if self.stay is None or s == self.max_symbols:
             return done, moves, None
-        return done, moves, {f: x[:, self.stay, K:] for f, x in e.items()}
+        return done, moves, E.Entries(e.x[:, self.stay, K:])
 
-    def _step(self, c: dict, state):
+    def _step(self, c: E.Entries, state):
         """Step the prediction network on the label extensions of ``c`` whose states are
         still their parents' (``state``, row by row of ``c``): ``(c, state)`` with their
         states and nodes of their own."""
-        flat = {k: v.flatten() for k, v in c.items()}
+        flat = c.view(-1)
         pending = ((flat["label"] > 0) & (flat["am"] > _NEG_INF)).nonzero().squeeze(1)
         if not pending.numel():
             return c, state
@@ -232,12 +233,8 @@ class _Search:
         g, context = self.decoder.prediction.step(labels, parents["context"])
         state = E.put_rows(state, pending, {"g": g, "context": context})
         ids = self.nodes.add(flat["node"].index_select(0, pending), labels)
-        shape = c["am"].shape
-        c = {
-            **c,
-            "node": flat["node"].index_copy(0, pending, ids).view(shape),
-            "label": torch.zeros_like(c["label"]),
-        }
+        c = c.replace(label=0)
+        c.view(-1)["node"].index_copy_(0, pending, ids)
         return c, state
 
     def hypotheses(self) -> list[list[Hypothesis]]:

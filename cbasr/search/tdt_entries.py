@@ -1,9 +1,12 @@
 """The TDT beam search's hypotheses as tensors (:mod:`cbasr.search.tdt`).
 
-A set of hypotheses in ``N`` groups (an utterance's, or an utterance's on one frame) is a
-dict of ``(N, K)`` tensors, :data:`FIELDS`, ``K`` slots per group:
+A set of hypotheses in ``N`` groups (an utterance's, or an utterance's on one frame) is an
+:class:`Entries`: ``K`` slots per group, each slot the fields :data:`FIELDS`, stored together
+as one ``(N, K, 7)`` int64 tensor (so selecting, gathering and copying slots is one tensor
+operation, not one per field):
 
-- ``am``: float64, the log of the path mass collected (``-inf``: no hypothesis in the slot);
+- ``am``: float64 (its bits in column 0), the log of the path mass collected (``-inf``: no
+  hypothesis in the slot);
 - ``hash``, ``length``: the label prefix, known by a 64-bit hash of its labels
   (:func:`cbasr.search._prefix_tables.extend_hash`) and its length;
 - ``frame``: the frame the hypothesis waits on (its last edge's landing frame);
@@ -26,7 +29,7 @@ from cbasr.search.rows import cat_rows, reorder_rows
 
 __all__ = [
     "FIELDS",
-    "PAIRWISE",
+    "Entries",
     "empty",
     "cat",
     "take",
@@ -42,65 +45,101 @@ __all__ = [
 ]
 
 FIELDS = ("am", "hash", "length", "frame", "node", "row", "label")
-PAIRWISE = 64  # merge() compares every pair of slots up to this many per group, else sorts
 _NEG_INF = float("-inf")
+_COLUMN = {field: i for i, field in enumerate(FIELDS)}
+_LAST_KEY = torch.iinfo(torch.int64).max  # merge(): empty slots sort after every live one
+_EMPTY_AM = torch.tensor(_NEG_INF, dtype=torch.float64).view(torch.int64).item()
 
 
-def empty(groups: int, width: int, device) -> dict:
+class Entries:
+    """Hypotheses in ``N`` groups of ``K`` slots: ``x (N, K, len(FIELDS))`` int64, one column
+    per field; ``e[field]`` is that field's ``(N, K)`` view (float64 for ``am``)."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    @staticmethod
+    def of(**fields) -> "Entries":
+        """Slots from every field's ``(N, K)`` tensor."""
+        am = fields["am"].to(torch.float64).view(torch.int64)
+        return Entries(torch.stack([am] + [fields[f] for f in FIELDS[1:]], dim=-1))
+
+    def __getitem__(self, field: str) -> torch.Tensor:
+        column = self.x[..., _COLUMN[field]]
+        return column.view(torch.float64) if field == "am" else column
+
+    def __setitem__(self, field: str, value) -> None:
+        column = self.x[..., _COLUMN[field]]
+        if field == "am":
+            column = column.view(torch.float64)
+        column.copy_(torch.as_tensor(value).expand_as(column))
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.x.shape[:2]
+
+    def replace(self, **fields) -> "Entries":
+        """A copy with the fields given replaced (tensors broadcast to ``(N, K)``)."""
+        out = Entries(self.x.clone())
+        for field, value in fields.items():
+            out[field] = value
+        return out
+
+    def view(self, *shape: int) -> "Entries":
+        return Entries(self.x.view(*shape, len(FIELDS)))
+
+
+def empty(groups: int, width: int, device) -> Entries:
     """``width`` empty slots per group."""
-    e = {k: torch.zeros(groups, width, dtype=torch.long, device=device) for k in FIELDS}
-    e["am"] = torch.full((groups, width), _NEG_INF, dtype=torch.float64, device=device)
-    return e
+    x = torch.zeros(groups, width, len(FIELDS), dtype=torch.long, device=device)
+    x[..., 0] = _EMPTY_AM
+    return Entries(x)
 
 
-def cat(a: dict, b: dict) -> dict:
+def cat(a: Entries, b: Entries) -> Entries:
     """The slots of ``a`` then those of ``b``, per group."""
-    return {k: torch.cat([a[k], b[k]], dim=1) for k in FIELDS}
+    return Entries(torch.cat([a.x, b.x], dim=1))
 
 
-def take(e: dict, groups: torch.Tensor) -> dict:
+def take(e: Entries, groups: torch.Tensor) -> Entries:
     """Groups ``groups (N',)`` of ``e``."""
-    return {k: v.index_select(0, groups) for k, v in e.items()}
+    return Entries(e.x.index_select(0, groups))
 
 
-def merge(e: dict) -> dict:
+def merge(e: Entries) -> Entries:
     """Each lattice node once per group: the first slot of equal ``(hash, length, frame)``
-    holds the summed mass of them all, the others are emptied. Up to :data:`PAIRWISE` slots
-    per group every pair is compared; more (an exhaustive search's), the live slots are
-    grouped by sorting their keys (``torch.unique``)."""
-    N, K = e["am"].shape
+    holds the summed mass of them all, the others are emptied. Each group's live keys are
+    sorted (stably, the empty slots last), so equal ones are neighbours and the first of a run
+    is the lowest slot of its node."""
+    N, K = e.shape
     live = e["am"] > _NEG_INF
     key = extend_hash(e["hash"], (e["length"] << 24) | e["frame"])  # frames below 2^24
-    if K <= PAIRWISE:
-        same = live.unsqueeze(2) & (key.unsqueeze(1) == key.unsqueeze(2))  # [n, i, j]
-        lead = (same & live.unsqueeze(1)).to(torch.int8).argmax(dim=2)  # i's first equal j
-    else:
-        group = torch.arange(N, device=key.device).unsqueeze(1).expand(N, K)
-        _, index = torch.unique(extend_hash(key, group), return_inverse=True)
-        index = index.flatten()
-        slots = torch.arange(N * K, device=key.device)
-        first = torch.full_like(slots, N * K).scatter_reduce(  # each key's first live slot
-            0, index, torch.where(live.flatten(), slots, N * K), "amin"
-        )
-        lead = (first[index] % K).view(N, K)  # (in the group's own row: the key holds it)
+    key, order = torch.where(live, key, _LAST_KEY).sort(dim=1, stable=True)
+    live_sorted = live.gather(1, order)
+    starts = torch.ones_like(live_sorted)  # a slot that begins a run of one node
+    starts[:, 1:] = (key[:, 1:] != key[:, :-1]) | ~live_sorted[:, 1:] | ~live_sorted[:, :-1]
+    slots = torch.arange(K, device=key.device)
+    start = torch.where(starts, slots, 0).cummax(dim=1).values  # the run's first position
+    lead = torch.empty_like(order).scatter_(1, order, order.gather(1, start))  # slot -> lead
     am = e["am"].masked_fill(~live, _NEG_INF)
     top = torch.full_like(am, _NEG_INF).scatter_reduce(1, lead, am, "amax")
     mass = torch.where(live, (am - top.gather(1, lead)).exp(), 0.0)
     total = top + torch.zeros_like(am).scatter_add(1, lead, mass).log()
-    slots = torch.arange(K, device=key.device)
-    return {**e, "am": torch.where(live & (lead == slots), total, _NEG_INF)}
+    return e.replace(am=torch.where(live & (lead == slots), total, _NEG_INF))
 
 
-def score(e: dict, options: BeamSearchOptions) -> torch.Tensor:
+def score(e: Entries, options: BeamSearchOptions) -> torch.Tensor:
     """The ranking score ``am_weight * am + label_bonus * |y|`` (``-inf``: empty)."""
     return options.am_weight * e["am"] + options.label_bonus * e["length"]
 
 
-def best(e: dict, beam: int | None, options: BeamSearchOptions) -> dict:
+def best(e: Entries, beam: int | None, options: BeamSearchOptions) -> Entries:
     """The ``beam`` best hypotheses of each group by :func:`score` (``None``: every one),
     best first; a group with fewer fills up with empty slots."""
     _, index, _ = select(score(e, options), beam)
-    return {k: v.gather(1, index) for k, v in e.items()}
+    return Entries(e.x.gather(1, index.unsqueeze(2).expand(-1, -1, len(FIELDS))))
 
 
 def put_rows(state, index: torch.Tensor, rows):
@@ -167,15 +206,14 @@ class Waiting:
     def __init__(self, start: dict, ring: int, capacity: int | None, options: BeamSearchOptions):
         B = start["am"].shape[0]
         self.batch, self.ring, self.capacity, self.options = B, ring, capacity, options
-        self.e = empty(B * ring, 1, start["am"].device)
-        first = torch.arange(B, device=start["am"].device) * ring  # each utterance's frame 0
-        for k in FIELDS:
-            self.e[k].index_copy_(0, first, start[k])
+        self.e = empty(B * ring, 1, start.x.device)
+        first = torch.arange(B, device=start.x.device) * ring  # each utterance's frame 0
+        self.e.x.index_copy_(0, first, start.x)
 
-    def pop(self, t: int) -> tuple[torch.Tensor, dict] | None:
+    def pop(self, t: int) -> tuple[torch.Tensor, Entries] | None:
         """``(utterances (U,), their hypotheses on frame t (U, Q))``, taken out of the table;
         None where no hypothesis waits on ``t``."""
-        buckets = torch.arange(self.batch, device=self.e["am"].device) * self.ring
+        buckets = torch.arange(self.batch, device=self.e.x.device) * self.ring
         buckets = buckets + t % self.ring
         live = self.e["am"].index_select(0, buckets) > _NEG_INF
         utts = live.any(dim=1).nonzero().squeeze(1)
@@ -183,23 +221,22 @@ class Waiting:
             return None
         mine = buckets.index_select(0, utts)
         e = take(self.e, mine)
-        self.e["am"].index_fill_(0, mine, _NEG_INF)
+        self.e.x[..., 0].index_fill_(0, mine, _EMPTY_AM)
         return utts, e
 
-    def push(self, utts: torch.Tensor, frames: torch.Tensor, e: dict) -> None:
+    def push(self, utts: torch.Tensor, frames: torch.Tensor, e: Entries) -> None:
         """Hypotheses ``e (U J, M)`` of utterances ``utts`` into the buckets of frames
         ``frames (J,)``, group ``u J + j`` landing on ``frames[j]``, merged with those there."""
         if not bool((e["am"] > _NEG_INF).any()):
             return
         buckets = (utts.unsqueeze(1) * self.ring + frames % self.ring).flatten()  # (U J,)
         kept = best(merge(cat(take(self.e, buckets), e)), self.capacity, self.options)
-        Q, W = self.e["am"].shape[1], kept["am"].shape[1]
+        Q, W = self.e.shape[1], kept.shape[1]
         if W > Q:
-            self.e = cat(self.e, empty(self.e["am"].shape[0], W - Q, buckets.device))
+            self.e = cat(self.e, empty(self.e.shape[0], W - Q, buckets.device))
         elif W < Q:
             kept = cat(kept, empty(len(buckets), Q - W, buckets.device))
-        for k in FIELDS:
-            self.e[k].index_copy_(0, buckets, kept[k])
+        self.e.x.index_copy_(0, buckets, kept.x)
 
 
 class Finished:
@@ -209,19 +246,18 @@ class Finished:
     def __init__(self, batch: int, options: BeamSearchOptions, device):
         self.e, self.options = empty(batch, 1, device), options
 
-    def add(self, utts: torch.Tensor, e: dict) -> None:
+    def add(self, utts: torch.Tensor, e: Entries) -> None:
         if not bool((e["am"] > _NEG_INF).any()):
             return
-        e = {**e, "frame": torch.zeros_like(e["frame"])}  # one node per prefix
+        e = e.replace(frame=0)  # one node per prefix
         kept = best(merge(cat(take(self.e, utts), e)), self.options.beam, self.options)
-        B, F = self.e["am"].shape
-        W = kept["am"].shape[1]
+        B, F = self.e.shape
+        W = kept.shape[1]
         if W > F:
             self.e = cat(self.e, empty(B, W - F, utts.device))
         elif W < F:
             kept = cat(kept, empty(len(utts), F - W, utts.device))
-        for k in FIELDS:
-            self.e[k].index_copy_(0, utts, kept[k])
+        self.e.x.index_copy_(0, utts, kept.x)
 
 
 class Nodes:

@@ -158,31 +158,37 @@ def test_a_batch_is_searched_as_each_utterance_alone():
     assert any(len(nbest[0].tokens) > 2 for nbest in together if nbest)
 
 
-def test_merging_by_sorting_keys_agrees_with_comparing_every_pair(monkeypatch):
-    """The two ways :func:`tdt_entries.merge` finds the slots of one lattice node (pairs up
-    to ``PAIRWISE`` slots a group, sorted keys past that) give the same sums in the same
-    slots."""
+def test_merging_sums_each_lattice_node_into_its_first_slot():
+    """:func:`tdt_entries.merge` against a loop over the slots: per group, the live slots of
+    equal ``(hash, length, frame)`` summed (log-sum-exp) into the first of them, the rest
+    emptied; empty slots never join a node, whatever their fields."""
     from cbasr.search import tdt_entries
 
     g = torch.Generator().manual_seed(0)
-    N, K = 3, 40
+    N, K = 5, 40
     e = tdt_entries.empty(N, K, "cpu")
     e["am"] = torch.randn(N, K, generator=g, dtype=torch.float64)
     e["am"][torch.rand(N, K, generator=g) < 0.2] = float("-inf")
     e["hash"] = torch.randint(0, 4, (N, K), generator=g)  # few prefixes, frames: many equal
     e["length"] = e["hash"] % 2
     e["frame"] = torch.randint(5, 7, (N, K), generator=g)
-    pairwise = tdt_entries.merge(e)["am"]
-    monkeypatch.setattr(tdt_entries, "PAIRWISE", 8)
-    sorted_ = tdt_entries.merge(e)["am"]
-    assert torch.equal(pairwise.isfinite(), sorted_.isfinite())
-    assert pairwise[pairwise.isfinite()].tolist() == pytest.approx(
-        sorted_[sorted_.isfinite()].tolist()
+    merged = tdt_entries.merge(e)["am"]
+    expected = torch.full((N, K), float("-inf"), dtype=torch.float64)
+    for n in range(N):
+        first = {}
+        for k in range(K):
+            if e["am"][n, k] > float("-inf"):
+                node = tuple(int(e[f][n, k]) for f in ("hash", "length", "frame"))
+                lead = first.setdefault(node, k)
+                expected[n, lead] = torch.logaddexp(expected[n, lead], e["am"][n, k])
+    assert torch.equal(merged.isfinite(), expected.isfinite())
+    assert merged[merged.isfinite()].tolist() == pytest.approx(
+        expected[expected.isfinite()].tolist()
     )
     live = e["am"].isfinite()
-    assert 0 < int(pairwise.isfinite().sum()) < int(live.sum())  # some merged
-    total = e["am"].masked_fill(~live, float("-inf")).logsumexp(1)
-    assert pairwise.logsumexp(1).tolist() == pytest.approx(total.tolist())  # no mass lost
+    assert 0 < int(merged.isfinite().sum()) < int(live.sum())  # some merged
+    # the other fields are kept as they were
+    assert torch.equal(tdt_entries.merge(e)["hash"], e["hash"])
 
 
 def _joint_calls(model, h, lens, options, cap) -> tuple[int, int]:
