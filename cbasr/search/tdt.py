@@ -160,7 +160,7 @@ class _Search:
             c = E.best(chosen, None, options)  # C_{s+1}, their parents' states: rows of state
             parents = torch.where(c["am"] > _NEG_INF, c["row"], 0).flatten()
             c, state = self._step(c, reorder_rows(state, parents))
-        self.states.add(t, E.gather_states(snapshots))
+        self.states.add(t, snapshots)
         self.waiting.push(utts, t + self.durations[self.moving], moved)
 
     def _edges(self, t: int, s: int, c: E.Entries, tokens, durs, last):

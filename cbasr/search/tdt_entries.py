@@ -25,7 +25,7 @@ import torch
 from cbasr.search._prefix_tables import extend_hash
 from cbasr.search.hypotheses import BeamSearchOptions
 from cbasr.search.prefix import select
-from cbasr.search.rows import cat_rows, reorder_rows
+from cbasr.search.rows import reorder_rows
 
 __all__ = [
     "FIELDS",
@@ -37,7 +37,6 @@ __all__ = [
     "score",
     "best",
     "put_rows",
-    "where_rows",
     "States",
     "Waiting",
     "Finished",
@@ -155,45 +154,83 @@ def put_rows(state, index: torch.Tensor, rows):
     return state.index_copy_(0, index, rows)
 
 
-def where_rows(mask: torch.Tensor, a, b):
-    """Row by row, ``a`` where ``mask (N,)`` holds, else ``b`` (row states of one structure)."""
-    if a is None:
+def _leaves(state, fn):
+    """``state`` with ``fn(tensor, row_dim)`` applied to each tensor: tensors have their rows
+    along dim 0, tuples (LSTM ``(h, c)``) along dim 1, dicts recursively."""
+    if state is None:
         return None
-    if isinstance(a, dict):
-        return {key: where_rows(mask, a[key], b[key]) for key in a}
-    if isinstance(a, tuple):
-        return tuple(torch.where(mask.view(1, -1, 1), x, y) for x, y in zip(a, b))
-    return torch.where(mask.view(-1, *[1] * (a.dim() - 1)), a, b)
+    if isinstance(state, dict):
+        return {key: _leaves(value, fn) for key, value in state.items()}
+    if isinstance(state, tuple):
+        return tuple(fn(x, 1) for x in state)
+    return fn(state, 0)
+
+
+def _tensors(state) -> list[tuple[torch.Tensor, int]]:
+    """``state``'s tensors and their row dims, in :func:`_leaves`' order."""
+    found = []
+    _leaves(state, lambda x, dim: found.append((x, dim)))
+    return found
+
+
+def _rows(state) -> int:
+    tensors = _tensors(state)
+    return tensors[0][0].shape[tensors[0][1]] if tensors else 0
 
 
 class States:
     """The prediction-network states hypotheses point at: each visited frame's rows (its
-    ``C_0``, ``C_1``... concatenated), kept for as long as a hypothesis may still wait on
-    one (``horizon`` frames); row ``r`` of frame ``f``'s has the id ``(f + 1) 2^32 + r``
-    (frame -1: the start)."""
+    ``C_0``, ``C_1``... in turn), kept for as long as a hypothesis may still wait on one
+    (``horizon`` frames); row ``r`` of frame ``f``'s has the id ``(f + 1) 2^32 + r`` (frame -1:
+    the start). They live in one buffer per state tensor, a ring of ``horizon + 1`` frames of
+    ``capacity`` rows (grown as a frame needs), so reading any rows is one ``index_select``
+    per tensor."""
 
     def __init__(self, start, horizon: int):
-        self.frames, self.horizon = {-1: start}, horizon
+        self.slots, self.capacity = horizon + 1, _rows(start)
+        self.buffer = _leaves(start, self._allocate(self.capacity))
+        self.add(-1, [start])
+
+    def _allocate(self, capacity: int):
+        def make(x, dim):
+            shape = list(x.shape)
+            shape[dim] = self.slots * capacity
+            return x.new_zeros(shape)
+
+        return make
 
     @staticmethod
     def ids(t: int, rows: torch.Tensor) -> torch.Tensor:
         return rows + ((t + 1) << 32)
 
-    def add(self, t: int, state) -> None:
-        self.frames[t] = state
-        for f in [f for f in self.frames if f < t - self.horizon]:
-            del self.frames[f]
+    def _grow(self, capacity: int) -> None:
+        def grow(old, dim):
+            shape = list(old.shape)
+            shape[dim : dim + 1] = [self.slots, capacity]
+            new = old.new_zeros(shape)
+            new.narrow(dim + 1, 0, self.capacity).copy_(old.unflatten(dim, (self.slots, -1)))
+            return new.flatten(dim, dim + 1)
+
+        self.buffer = _leaves(self.buffer, grow)
+        self.capacity = capacity
+
+    def add(self, t: int, snapshots: list) -> None:
+        """Frame ``t``'s rows: those of ``snapshots`` (row states) in turn."""
+        total = sum(map(_rows, snapshots))
+        if total > self.capacity:
+            self._grow(max(total, 2 * self.capacity))
+        offset = ((t + 1) % self.slots) * self.capacity
+        buffers = _tensors(self.buffer)
+        for state in snapshots:
+            n = _rows(state)
+            for (buffer, dim), (x, _) in zip(buffers, _tensors(state)):
+                buffer.narrow(dim, offset, n).copy_(x)
+            offset += n
 
     def read(self, ids: torch.Tensor, live: torch.Tensor):
         """The states of ids ``ids (N,)`` where ``live``, anything elsewhere."""
-        frame, row = (ids >> 32) - 1, ids & 0xFFFFFFFF
-        frames = frame[live].unique().tolist() or [max(self.frames)]
-        out = None
-        for f in frames:
-            here = live & (frame == f)
-            rows = reorder_rows(self.frames[f], torch.where(here, row, 0))
-            out = rows if out is None else where_rows(here, rows, out)
-        return out
+        slot = ((ids >> 32) % self.slots) * self.capacity + (ids & 0xFFFFFFFF)
+        return reorder_rows(self.buffer, torch.where(live, slot, 0))
 
 
 class Waiting:
@@ -287,8 +324,3 @@ class Nodes:
                 node = parents[node]
             out.append(tuple(reversed(prefix)))
         return out
-
-
-def gather_states(snapshots: list):
-    """The row states ``snapshots`` as one, their rows in turn."""
-    return cat_rows(snapshots) if len(snapshots) > 1 else snapshots[0]

@@ -365,3 +365,36 @@ def test_options_that_do_not_apply_to_tdt_are_refused(loss, message):
     decoder = {"name": "transducer", "joint": "tdt"}
     with pytest.raises(ValueError, match=message):
         builder.build_model(ENCODER, decoder, loss, 5, 3)
+
+
+def test_states_reads_the_rows_of_every_frame_a_hypothesis_may_wait_on():
+    """:class:`tdt_entries.States` (a ring of frames of rows, grown as a frame needs more):
+    the rows read by id are the rows added, for the start and every frame up to ``horizon``
+    back, across growths and the ring's wrap."""
+    from cbasr.search import tdt_entries
+
+    g = torch.Generator().manual_seed(0)
+
+    def state(n):
+        h = torch.randn(1, n, 4, generator=g), torch.randn(1, n, 4, generator=g)
+        return {"g": torch.randn(n, 3, generator=g), "context": h}
+
+    horizon = 2
+    added = {-1: state(2)}
+    states = tdt_entries.States(added[-1], horizon)
+    for t, sizes in enumerate([(3,), (4, 5), (1,), (6, 2, 3), (2,), (9,)]):
+        parts = [state(n) for n in sizes]
+        states.add(t, parts)
+        added[t] = {
+            "g": torch.cat([p["g"] for p in parts]),
+            "context": tuple(torch.cat([p["context"][i] for p in parts], 1) for i in (0, 1)),
+        }
+        frames = [f for f in added if f >= t - horizon or (f == -1 and t < horizon)]
+        ids = torch.cat(
+            [tdt_entries.States.ids(f, torch.arange(added[f]["g"].shape[0])) for f in frames]
+        )
+        read = states.read(ids, torch.ones_like(ids, dtype=torch.bool))
+        assert torch.equal(read["g"], torch.cat([added[f]["g"] for f in frames]))
+        for i in (0, 1):
+            expected = torch.cat([added[f]["context"][i] for f in frames], 1)
+            assert torch.equal(read["context"][i], expected)
