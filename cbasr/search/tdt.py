@@ -143,10 +143,12 @@ class _Search:
             tokens, durs = (x.double() for x in joint.frame_tokens_durations(units))
             snapshots.append(state)
             done, moves, stays = self._edges(t, s, c, tokens, durs, last)
-            self.finished.add(utts, done)
             moves["row"] = E.States.ids(t, moves["row"] + offset)  # (moves and done: copies)
-            done["frame"] = -1
-            moved, ended = E.cat(moved, moves), E.cat(ended, done)
+            moved = E.cat(moved, moves)
+            if done is not None:
+                self.finished.add(utts, done)
+                done["frame"] = -1
+                ended = E.cat(ended, done)
             offset += U * K
             if stays is None:
                 break
@@ -166,7 +168,8 @@ class _Search:
     def _edges(self, t: int, s: int, c: E.Entries, tokens, durs, last):
         """The edges of ``C_s`` (``c (U, K)``) from the joint's ``tokens (U K, V)`` and
         ``durs (U K, |D|)``: ``(done, moves, stays)``. ``done (U, K)``: the blanks landing
-        on each utterance's last frame ``last (U,)``, as finished hypotheses; ``moves (U J,
+        on each utterance's last frame ``last (U,)``, as finished hypotheses (None if no
+        duration reaches one); ``moves (U J,
         K + beam)``: for each duration ``d_j > 0``, every other blank of ``d_j`` and the
         ``beam`` best labels of ``d_j``, each a hypothesis on ``t + d_j`` (the module
         docstring's ``X``); ``stays (U, beam)``: the ``beam`` best labels of duration 0, or
@@ -181,8 +184,11 @@ class _Search:
         blank = (c["am"].unsqueeze(2) + tokens[..., :1] + durs).masked_fill(
             (d == 0) | (land > end), _NEG_INF
         )  # (U, K, |D|)
-        done = c.replace(am=blank.masked_fill(land != end, _NEG_INF).amax(dim=2))
-        blank = blank.masked_fill(land == end, _NEG_INF).transpose(1, 2)  # (U, |D|, K)
+        finishing, done = land == end, None
+        if bool(finishing.any()):
+            done = c.replace(am=blank.masked_fill(~finishing, _NEG_INF).amax(dim=2))
+            blank = blank.masked_fill(finishing, _NEG_INF)
+        blank = blank.transpose(1, 2)  # (U, |D|, K)
         # a row's best labels are the same for every duration: its beam best tokens
         if options.beam is None or options.beam >= V - 1:
             best, which = tokens[..., 1:], torch.arange(1, V, device=d.device).expand(U, K, -1)
@@ -194,7 +200,7 @@ class _Search:
         dead = (land >= end.view(U, 1)) | ((d == 0) & (s == self.max_symbols))  # (U, |D|)
         labels = c["am"][:, None, :, None] + best.unsqueeze(1) + durs.transpose(1, 2)[..., None]
         labels = labels.masked_fill(dead[..., None, None], _NEG_INF).view(U * nd, K * L)
-        score = options.am_weight * labels
+        score = labels if options.am_weight == 1 else options.am_weight * labels
         if options.label_bonus:
             length = (c["length"] + 1).unsqueeze(2).expand(U, K, L).reshape(U, 1, K * L)
             score = score + options.label_bonus * length.expand(U, nd, -1).reshape(U * nd, -1)

@@ -22,7 +22,7 @@ the three collided, at odds of about 2^-64 a pair.
 
 import torch
 
-from cbasr.search._prefix_tables import extend_hash
+from cbasr.search._prefix_tables import _GOLDEN
 from cbasr.search.hypotheses import BeamSearchOptions
 from cbasr.search.prefix import select
 from cbasr.search.rows import reorder_rows
@@ -54,10 +54,10 @@ class Entries:
     """Hypotheses in ``N`` groups of ``K`` slots: ``x (N, K, len(FIELDS))`` int64, one column
     per field; ``e[field]`` is that field's ``(N, K)`` view (float64 for ``am``)."""
 
-    __slots__ = ("x",)
+    __slots__ = ("x", "_columns")
 
     def __init__(self, x: torch.Tensor):
-        self.x = x
+        self.x, self._columns = x, {}
 
     @staticmethod
     def of(**fields) -> "Entries":
@@ -66,14 +66,20 @@ class Entries:
         return Entries(torch.stack([am] + [fields[f] for f in FIELDS[1:]], dim=-1))
 
     def __getitem__(self, field: str) -> torch.Tensor:
-        column = self.x[..., _COLUMN[field]]
-        return column.view(torch.float64) if field == "am" else column
+        column = self._columns.get(field)  # each field's view made once
+        if column is None:
+            column = self.x[..., _COLUMN[field]]
+            if field == "am":
+                column = column.view(torch.float64)
+            self._columns[field] = column
+        return column
 
     def __setitem__(self, field: str, value) -> None:
-        column = self.x[..., _COLUMN[field]]
-        if field == "am":
-            column = column.view(torch.float64)
-        column.copy_(torch.as_tensor(value).expand_as(column))
+        column = self[field]
+        if isinstance(value, torch.Tensor):
+            column.copy_(value)
+        else:
+            column.fill_(value)
 
     @property
     def shape(self) -> torch.Size:
@@ -114,7 +120,9 @@ def merge(e: Entries) -> Entries:
     is the lowest slot of its node."""
     N, K = e.shape
     live = e["am"] > _NEG_INF
-    key = extend_hash(e["hash"], (e["length"] << 24) | e["frame"])  # frames below 2^24
+    # (hash, length, frame) as one key: frames below 2^24; the mixed prefix hash makes a
+    # collision of two different triples as unlikely as one of two hashes
+    key = e["hash"] ^ (((e["length"] << 24) | e["frame"]) * _GOLDEN)
     key, order = torch.where(live, key, _LAST_KEY).sort(dim=1, stable=True)
     live_sorted = live.gather(1, order)
     starts = torch.ones_like(live_sorted)  # a slot that begins a run of one node
@@ -131,6 +139,8 @@ def merge(e: Entries) -> Entries:
 
 def score(e: Entries, options: BeamSearchOptions) -> torch.Tensor:
     """The ranking score ``am_weight * am + label_bonus * |y|`` (``-inf``: empty)."""
+    if options.label_bonus == 0 and options.am_weight == 1:
+        return e["am"]
     return options.am_weight * e["am"] + options.label_bonus * e["length"]
 
 
