@@ -32,6 +32,9 @@ appends one JSON line per (model, search) to ``FILE`` (``scripts/perf_table.py``
         --exp-dir recipes/digits/exp/rnnt recipes/digits/exp/tdt --beams 8 --utts 300 \
         --json benchmarks/cpu/bench_search.jsonl
 
+``--rounds N`` times everything N times, the models in turn and their order reversed each round,
+and reports the medians: on a machine that other jobs share, the models then meet the same load.
+
 Without a prepared corpus, ``--random N`` decodes ``N`` utterances of random features (200-800
 frames, 49 phones + blank, about one reference label per 8 frames, the corpus's phone rate):
 
@@ -41,8 +44,10 @@ frames, 49 phones + blank, about one reference label per 8 frames, the corpus's 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -149,6 +154,18 @@ def _models(args, vocab, padded: list, ref_labels: int, frames: int):
         yield name, model
 
 
+def _settings(model, args) -> list[tuple[str, int, BeamSearchOptions]]:
+    """``(search, beam, options)`` of each search timed (beam 0: greedy); a transducer's greedy
+    search twice, label-looping and frame-looping (TDT has one greedy search, its own)."""
+    transducer = type(model).__name__ == "TransducerModel" and model.criterion != "tdt"
+    greedy = ["greedy (label-looping)", "greedy (frame-looping)"] if transducer else ["greedy"]
+    cb_search = args.cb_search if type(model).__name__ == "CBModel" else "auto"
+    return [(search, 0, BeamSearchOptions(beam=1)) for search in greedy] + [
+        (f"beam {beam}", beam, BeamSearchOptions(beam=beam, cb_search=cb_search))
+        for beam in args.beams
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -174,6 +191,13 @@ def main() -> None:
         help="CB models: which beam search (auto: frame-synchronous)",
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every model and search this many times, the models in turn (their order "
+        "reversed each round), and report the medians: fairer on a shared machine",
+    )
     parser.add_argument("--max-frames", type=int, default=20000, help="input frames per batch")
     parser.add_argument(
         "--exp-dir",
@@ -186,6 +210,8 @@ def main() -> None:
         "--json", type=Path, default=None, help="append a JSON line per model and search here"
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     torch.set_num_threads(args.threads)
     if args.random:
         if args.exp_dir:
@@ -220,57 +246,55 @@ def main() -> None:
         "\n| model | parameters | search | decode s | search s | RTF | labels / ref |\n"
         "|---|---:|---|---:|---:|---:|---:|"
     )
-    for name, model in _models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)):
-        params = sum(p.numel() for p in model.parameters())
-        start = time.perf_counter()
-        with torch.no_grad():
-            for x, lens in padded:
-                model.encoder(x, lens)
-        encoder_s = time.perf_counter() - start
-        transducer = type(model).__name__ == "TransducerModel" and model.criterion != "tdt"
-        greedy = [("greedy (label-looping)", 0), ("greedy (frame-looping)", 0)]
-        settings = (greedy if transducer else [("greedy", 0)]) + [
-            (f"beam {beam}", beam) for beam in args.beams
-        ]
-        hypotheses = {}
-        for search, beam in settings:
-            if transducer and beam == 0:
-                model.greedy_loop = search.split("(")[1].split("-")[0]
-            start, emitted, hyps = time.perf_counter(), 0, []
-            options = BeamSearchOptions(
-                beam=max(beam, 1),
-                cb_search=args.cb_search if type(model).__name__ == "CBModel" else "auto",
-            )
+    models = list(_models(args, vocab, padded, ref_labels, sum(f.shape[0] for f in feats)))
+    seconds, encoder, emitted, hypotheses = defaultdict(list), defaultdict(list), {}, {}
+    for round_ in range(args.rounds):  # the models in turn, the order reversed each round
+        for name, model in models if round_ % 2 == 0 else models[::-1]:
+            start = time.perf_counter()
             with torch.no_grad():
                 for x, lens in padded:
-                    if beam == 0:
-                        hyps += model.greedy_decode(x, lens)
-                    else:
-                        hyps += [n[0].tokens for n in beam_search(model, x, lens, options)]
-            seconds = time.perf_counter() - start
-            emitted = sum(map(len, hyps))
-            if beam == 0:
-                hypotheses[search] = hyps
+                    model.encoder(x, lens)
+            encoder[name].append(time.perf_counter() - start)
+            for search, beam, options in _settings(model, args):
+                if beam == 0 and "looping" in search:
+                    model.greedy_loop = search.split("(")[1].split("-")[0]
+                start, hyps = time.perf_counter(), []
+                with torch.no_grad():
+                    for x, lens in padded:
+                        if beam == 0:
+                            hyps += model.greedy_decode(x, lens)
+                        else:
+                            hyps += [n[0].tokens for n in beam_search(model, x, lens, options)]
+                seconds[name, search].append(time.perf_counter() - start)
+                emitted[name, search] = sum(map(len, hyps))
+                if beam == 0:
+                    hypotheses.setdefault(name, {})[search] = hyps
+    for name, model in models:
+        params = sum(p.numel() for p in model.parameters())
+        encoder_s = statistics.median(encoder[name])
+        for search, beam, options in _settings(model, args):
+            decode_s = statistics.median(seconds[name, search])
+            rate = emitted[name, search] / ref_labels
             if beam and type(model).__name__ == "CBModel":
                 search += f" ({cb_search_kind(model, options)})"
             if args.json is not None:
                 row = dict(
                     search_bench=name, criterion=getattr(model, "criterion", None),
-                    search=search, beam=beam, decode_s=round(seconds, 4),
-                    search_s=round(seconds - encoder_s, 4), encoder_s=round(encoder_s, 4),
-                    rtf=round(seconds / audio, 6), labels_per_ref=round(emitted / ref_labels, 4),
+                    search=search, beam=beam, decode_s=round(decode_s, 4),
+                    search_s=round(decode_s - encoder_s, 4), encoder_s=round(encoder_s, 4),
+                    rtf=round(decode_s / audio, 6), labels_per_ref=round(rate, 4),
                     utts=len(feats), audio_s=round(audio, 2), manifest=str(manifest),
-                    threads=args.threads, load_before=round(load_before, 2),
+                    threads=args.threads, rounds=args.rounds, load_before=round(load_before, 2),
                 )  # fmt: skip
                 with args.json.open("a") as out:
                     out.write(json.dumps(row) + "\n")
             print(
-                f"| {name} | {params / 1e6:.2f} M | {search} | {seconds:.2f} | "
-                f"{seconds - encoder_s:.2f} | {seconds / audio:.4f} | "
-                f"{emitted / ref_labels:.2f} |",
+                f"| {name} | {params / 1e6:.2f} M | {search} | {decode_s:.2f} | "
+                f"{decode_s - encoder_s:.2f} | {decode_s / audio:.4f} | {rate:.2f} |",
                 flush=True,
             )
-        if len(hypotheses) == 2 and len(set(map(str, hypotheses.values()))) != 1:
+        greedy = hypotheses.get(name, {})
+        if len(greedy) == 2 and len(set(map(str, greedy.values()))) != 1:
             raise SystemExit(f"{name}: label-looping and frame-looping greedy searches differ")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 

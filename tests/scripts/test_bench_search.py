@@ -60,3 +60,19 @@ def test_perf_table_reads_the_lines(rows, tmp_path):
     assert found["tdt / rnnt RTF, beam 2"] == pytest.approx(
         rtf["tdt", "beam 2"] / rtf["rnnt", "beam 2"]
     )
+
+
+def test_rounds_report_one_line_per_model_and_search(tmp_path, monkeypatch):
+    """``--rounds 3``: each (model, search) timed three times, one line with the medians."""
+    bench = load_script("bench_search")
+    out = tmp_path / "bench_search.jsonl"
+    calls = []
+    real = bench.beam_search
+    monkeypatch.setattr(bench, "beam_search", lambda *a, **k: calls.append(1) or real(*a, **k))
+    argv = ["bench_search.py", "--random", "2", "--models", "tdt", "--beams", "2"]
+    monkeypatch.setattr(sys, "argv", argv + ["--rounds", "3", "--json", str(out)])
+    bench.main()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["search"], r["rounds"]) for r in rows] == [("greedy", 3), ("beam 2", 3)]
+    batches = len(calls) // 3
+    assert batches >= 1 and len(calls) == 3 * batches  # the beam search ran in each round
