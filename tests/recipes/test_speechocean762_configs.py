@@ -21,13 +21,18 @@ SYSTEMS = {  # name: the recipe whose system of that name it is (its decoder and
 # Where a system's loss departs from its seed's: the transducers add the CTC auxiliary loss,
 # without which they stay all blank on this corpus.
 LOSS_CHANGES = {"rnnt": {"ctc_weight": 0.3}, "hat": {"ctc_weight": 0.3}}
-# The transducers start from the trained CTC system's encoder and train 10 epochs more.
-FROM_CTC = {
-    "init_from": "exp/blstm_ctc/checkpoints/best.pt",
-    "init_skip": ["decoder.*", "ctc_head.*"],
-    "max_epochs": 10,
+# The transducers, the first-order monotonic CB and CB REINFORCE start from the trained CTC
+# system's encoder and train 10 epochs more.
+FROM_CTC = {"init_from": "exp/blstm_ctc/checkpoints/best.pt", "init_skip": ["decoder.*"]}
+FROM_CTC["max_epochs"] = 10
+TRANSDUCER_FROM_CTC = {**FROM_CTC, "init_skip": ["decoder.*", "ctc_head.*"]}
+TRAINER_CHANGES = {
+    "rnnt": TRANSDUCER_FROM_CTC,
+    "hat": TRANSDUCER_FROM_CTC,
+    "tdt": TRANSDUCER_FROM_CTC,
+    "cb_monotonic": FROM_CTC,
+    "cb_reinforce_mbb": FROM_CTC,
 }
-TRAINER_CHANGES = {"rnnt": FROM_CTC, "hat": FROM_CTC, "tdt": FROM_CTC}
 
 
 def test_the_systems():
