@@ -21,7 +21,7 @@ SYSTEMS = {  # name: the recipe whose system of that name it is (its decoder and
 # Where a system's loss departs from its seed's: the transducers add the CTC auxiliary loss,
 # without which they stay all blank on this corpus.
 LOSS_CHANGES = {"rnnt": {"ctc_weight": 0.3}, "hat": {"ctc_weight": 0.3}}
-# The transducers, the first-order monotonic CB and the sampled CB criteria start from the CTC
+# The transducers, the monotonic CB systems and the sampled CB criteria start from the CTC
 # system's encoder and train 10 epochs more.
 FROM_CTC = {"init_from": "exp/blstm_ctc/checkpoints/best.pt", "init_skip": ["decoder.*"]}
 FROM_CTC["max_epochs"] = 10
@@ -31,6 +31,7 @@ TRAINER_CHANGES = {
     "hat": TRANSDUCER_FROM_CTC,
     "tdt": TRANSDUCER_FROM_CTC,
     "cb_monotonic": FROM_CTC,
+    "cb_monotonic_variable": FROM_CTC,
     "cb_mc_pointwise": FROM_CTC,
     "cb_reinforce_mbb": FROM_CTC,
 }
