@@ -398,3 +398,18 @@ def test_states_reads_the_rows_of_every_frame_a_hypothesis_may_wait_on():
         for i in (0, 1):
             expected = torch.cat([added[f]["context"][i] for f in frames], 1)
             assert torch.equal(read["context"][i], expected)
+
+
+@pytest.mark.parametrize("am_weight,label_bonus", [(1.0, 0.0), (1.0, 1.0), (0.5, 2.0)])
+def test_the_ranking_score_weighs_am_and_length(am_weight, label_bonus):
+    """:func:`tdt_entries.score` is ``am_weight * am + label_bonus * |y|`` at every setting,
+    its shortcut (``am`` itself) included."""
+    from cbasr.search import tdt_entries
+    from cbasr.search.hypotheses import BeamSearchOptions
+
+    e = tdt_entries.empty(2, 3, "cpu")
+    e["am"] = torch.tensor([[-1.0, -2.5, -0.5], [-3.0, -0.25, -4.0]], dtype=torch.float64)
+    e["length"] = torch.tensor([[0, 2, 5], [1, 3, 4]])
+    options = BeamSearchOptions(beam=2, am_weight=am_weight, label_bonus=label_bonus)
+    expected = am_weight * e["am"] + label_bonus * e["length"]
+    assert torch.equal(tdt_entries.score(e, options), expected)
