@@ -155,22 +155,19 @@ def put_rows(state, index: torch.Tensor, rows):
     """``state`` with its rows ``index (N,)`` replaced by those of ``rows`` (in place): tensors
     along dim 0, tuples (LSTM ``(h, c)``) along dim 1, dicts recursively, as
     :func:`~cbasr.search.rows.reorder_rows` reads them."""
-    if state is None:
-        return None
-    if isinstance(state, dict):
-        return {key: put_rows(value, index, rows[key]) for key, value in state.items()}
-    if isinstance(state, tuple):
-        return tuple(s.index_copy_(1, index, r) for s, r in zip(state, rows))
-    return state.index_copy_(0, index, rows)
+    for (x, dim), (r, _) in zip(_tensors(state), _tensors(rows)):
+        x.index_copy_(dim, index, r)
+    return state
 
 
 def _leaves(state, fn):
     """``state`` with ``fn(tensor, row_dim)`` applied to each tensor: tensors have their rows
-    along dim 0, tuples (LSTM ``(h, c)``) along dim 1, dicts recursively."""
+    along dim 0, tuples (LSTM ``(h, c)``) along dim 1, dicts recursively, by sorted key (so two
+    states of one structure list their tensors alike)."""
     if state is None:
         return None
     if isinstance(state, dict):
-        return {key: _leaves(value, fn) for key, value in state.items()}
+        return {key: _leaves(state[key], fn) for key in sorted(state)}
     if isinstance(state, tuple):
         return tuple(fn(x, 1) for x in state)
     return fn(state, 0)
