@@ -161,7 +161,7 @@ class _HostPrefixes:
 
 
 # splitmix64's constants (Steele et al. 2014), as signed 64-bit integers
-_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 
@@ -175,7 +175,7 @@ def extend_hash(prefix_hash: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     """The 64-bit hash of each prefix extended by ``label`` (int64, wrapping arithmetic):
     splitmix64's finaliser, a bijection of 64-bit words, of the prefix's hash plus the label
     times the golden ratio; the empty prefix hashes to 0."""
-    z = prefix_hash + (label.long() + 1) * _GOLDEN
+    z = prefix_hash + (label.long() + 1) * GOLDEN
     z = (z ^ _shift_right(z, 30)) * _MIX1
     z = (z ^ _shift_right(z, 27)) * _MIX2
     return z ^ _shift_right(z, 31)

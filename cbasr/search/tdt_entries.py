@@ -22,7 +22,7 @@ the three collided, at odds of about 2^-64 a pair.
 
 import torch
 
-from cbasr.search._prefix_tables import _GOLDEN
+from cbasr.search._prefix_tables import GOLDEN
 from cbasr.search.hypotheses import BeamSearchOptions
 from cbasr.search.prefix import select
 from cbasr.search.rows import reorder_rows
@@ -122,7 +122,7 @@ def merge(e: Entries) -> Entries:
     live = e["am"] > _NEG_INF
     # (hash, length, frame) as one key: frames below 2^24; the mixed prefix hash makes a
     # collision of two different triples as unlikely as one of two hashes
-    key = e["hash"] ^ (((e["length"] << 24) | e["frame"]) * _GOLDEN)
+    key = e["hash"] ^ (((e["length"] << 24) | e["frame"]) * GOLDEN)
     key, order = torch.where(live, key, _LAST_KEY).sort(dim=1, stable=True)
     live_sorted = live.gather(1, order)
     starts = torch.ones_like(live_sorted)  # a slot that begins a run of one node
@@ -130,7 +130,7 @@ def merge(e: Entries) -> Entries:
     slots = torch.arange(K, device=key.device)
     start = torch.where(starts, slots, 0).cummax(dim=1).values  # the run's first position
     lead = torch.empty_like(order).scatter_(1, order, order.gather(1, start))  # slot -> lead
-    am = e["am"].masked_fill(~live, _NEG_INF)
+    am = e["am"]  # -inf in every empty slot
     top = torch.full_like(am, _NEG_INF).scatter_reduce(1, lead, am, "amax")
     mass = torch.where(live, (am - top.gather(1, lead)).exp(), 0.0)
     total = top + torch.zeros_like(am).scatter_add(1, lead, mass).log()
