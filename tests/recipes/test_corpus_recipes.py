@@ -252,7 +252,8 @@ def _speechocean762_archive(tmp_path: Path) -> bytes:
 
 def test_speechocean762_recipe_end_to_end(tmp_path):
     """From the download (a local mirror serving a fake archive) to PER per age group, phones
-    and then sentencepiece words; a second run downloads and recomputes nothing."""
+    and then sentencepiece words; a second run downloads and recomputes nothing; the phone LM
+    (stage 7) and the beam search with it (stage 8)."""
     mirror = Mirror()
     try:
         mirror.files["/101/speechocean762.tar.gz"] = _speechocean762_archive(tmp_path)
@@ -276,6 +277,17 @@ def test_speechocean762_recipe_end_to_end(tmp_path):
         requests = len(mirror.requests)
         again = _run(recipe, *args)
         assert len(mirror.requests) == requests and "already extracted" in again.stdout
+        lm = _run(recipe, *args, "--stage", "7", "--stop-stage", "8", "--lm-epochs", "1")
+        assert "stage 7:" in lm.stdout and "stage 8:" in lm.stdout
+        assert (recipe / "exp" / "lm_phones" / "checkpoints" / "best.pt").is_file()
+        fused = exp / "decode" / "test_beam2_lm0.3-lm_phones_bonus1"
+        settings = json.loads((fused / "decode.json").read_text())["settings"]
+        assert (settings["lm"], settings["lm_weight"], settings["label_bonus"]) == (
+            "exp/lm_phones",
+            0.3,
+            1.0,
+        )
+        assert json.loads((fused / "score.json").read_text())["ref_tokens"] > 0
         words = _run(recipe, *args, "--stage", "3", "--units", "sp", "--sp-size", "20")
         score = json.loads(
             (recipe / "exp" / "blstm_ctc_sp20" / "decode" / "test" / "score.json").read_text()
