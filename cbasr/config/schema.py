@@ -194,6 +194,17 @@ class LabelContextConfig:
             )
 
 
+def check_full_history(label: LabelContextConfig, decoder: str) -> None:
+    """A CB decoder's label history is an LSTM over every earlier label (the CB paper's
+    decoders; the autoregressive one's reads the emissions too): ``label.context`` -1. The
+    last-``c``-labels network is the transducers' (HAT Table 2)."""
+    if label.context != -1:
+        raise ValueError(
+            f"decoder.label.context must be -1 for the {decoder} decoder (its LSTM reads "
+            f"every earlier label), got {label.context}"
+        )
+
+
 @dataclass
 class AttentionEmissionDecoderConfig:
     """:class:`cbasr.modules.decoders.AttentionEmissionDecoder` (Wu et al.)."""
@@ -203,6 +214,9 @@ class AttentionEmissionDecoderConfig:
     joint_dim: int = 128
     emission_hidden: int = 0
     dropout: float = 0.1  # on the label embeddings and in the joint
+
+    def __post_init__(self):
+        check_full_history(self.label, self.name)
 
 
 def check_window(window: int) -> None:
@@ -226,15 +240,7 @@ class MonotonicDecoderConfig:
 
     def __post_init__(self):
         check_window(self.window)
-
-
-def check_full_history(label: LabelContextConfig) -> None:
-    """The autoregressive decoder's LSTM reads the whole label history: ``label.context`` -1."""
-    if label.context != -1:
-        raise ValueError(
-            "decoder.label.context must be -1 for the autoregressive decoder (its LSTM reads "
-            f"every earlier label and emission), got {label.context}"
-        )
+        check_full_history(self.label, self.name)
 
 
 @dataclass
@@ -249,7 +255,7 @@ class AutoregressiveDecoderConfig:
     dropout: float = 0.1  # on the label embeddings and before the output layer
 
     def __post_init__(self):
-        check_full_history(self.label)
+        check_full_history(self.label, self.name)
 
 
 TDT_DURATIONS = (0, 1, 2, 3, 4)  # as NeMo's Parakeet-TDT models
@@ -493,7 +499,6 @@ class OptimConfig:
     plateau_patience: int = 1  # ... after this many epochs without a better trainer.best_metric
     min_lr_scale: float = 0.0  # reduce-on-plateau never goes below lr * min_lr_scale
     weight_noise: float = 0.0  # std of Gaussian noise added to the weight matrices each step
-    weight_noise_start: int = 0  # first optimizer step with weight noise
 
     def __post_init__(self):
         at_least("optim.warmup_steps", self.warmup_steps, 0)
@@ -521,9 +526,6 @@ class TrainerConfig:
     keep_checkpoints: int = 5  # epoch checkpoints kept: the last N and the best N (0: all)
     best_metric: Metric = Metric.valid_error_rate  # picks best.pt, the plateau, the early stop
     valid_beam: int = 0  # the validation error rate's search: 0 the greedy search, N a beam of N
-    # second-order CB (monotonic_variable): refuse to train when more than this share of the
-    # training utterances has more encoder frames per label than the window (1.0: never)
-    max_long_gap_share: float = 0.5
     early_stopping_patience: int = 0  # stop after this many epochs without a better metric (0: off)
     max_bad_steps: int = 20  # non-finite steps in a row that stop the run
     find_unused_parameters: bool = False  # DistributedDataParallel: models with unused parameters
@@ -547,10 +549,6 @@ class TrainerConfig:
         at_least("trainer.max_bad_steps", self.max_bad_steps, 1)
         at_least("trainer.log_every", self.log_every, 1)
         at_least("trainer.num_threads", self.num_threads, 0)
-        if not 0.0 <= self.max_long_gap_share <= 1.0:
-            raise ValueError(
-                f"trainer.max_long_gap_share must be in [0, 1], got {self.max_long_gap_share}"
-            )
 
 
 @dataclass

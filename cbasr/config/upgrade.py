@@ -6,6 +6,8 @@ check) has its model groups typed by :func:`cbasr.builder.model_configs`, whose
 
 - ``decoder.label``: the label-history network's ``embed_dim``, ``hidden``, ``num_layers``
   and ``context`` were keys of the decoder group itself (``decoder.hidden``).
+- :data:`REMOVED_KEYS`: options since removed, read away where their value cannot change what
+  the run computes from here (:func:`drop_removed_keys`).
 """
 
 import dataclasses
@@ -13,11 +15,43 @@ import logging
 
 from cbasr.config.schema import LabelContextConfig
 
-__all__ = ["LABEL_KEYS", "nest_label_keys"]
+__all__ = ["LABEL_KEYS", "REMOVED_KEYS", "drop_removed_keys", "nest_label_keys"]
 
 log = logging.getLogger(__name__)
 
 LABEL_KEYS = tuple(f.name for f in dataclasses.fields(LabelContextConfig))
+
+_ANY = object()
+# "group.key" -> the one value that may be dropped (_ANY: every value): emit_bias_init set only
+# a new run's initial bias, max_long_gap_share only refused to start; weight_noise_start other
+# than 0 would start the noise at another step, so such a config is refused, not changed.
+REMOVED_KEYS = {
+    "trainer.emit_bias_init": _ANY,
+    "trainer.max_long_gap_share": _ANY,
+    "optim.weight_noise_start": 0,
+}
+
+
+def drop_removed_keys(cfg: dict) -> dict:
+    """``cfg`` (a plain whole config, changed in place) without the :data:`REMOVED_KEYS` it
+    holds, with one log line naming them; a ``ValueError`` naming a key whose value the
+    schema's behaviour today cannot reproduce."""
+    dropped = []
+    for dotted, droppable in REMOVED_KEYS.items():
+        group, key = dotted.split(".")
+        options = cfg.get(group)
+        if not isinstance(options, dict) or key not in options:
+            continue
+        if droppable is not _ANY and options[key] != droppable:
+            raise ValueError(
+                f"{dotted} = {options[key]!r}: the option was removed and only "
+                f"{droppable!r} reads as today's behaviour; use a new exp_dir"
+            )
+        del options[key]
+        dropped.append(dotted)
+    if dropped:
+        log.info("a config written before %s was removed: read without it", ", ".join(dropped))
+    return cfg
 
 
 def nest_label_keys(schema: type | None, options):

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from cbasr.builder import build_model, model_configs
 from cbasr.config import plain, typed
 from cbasr.config.schema import DataConfig, TrainConfig, TrainerConfig
+from cbasr.config.upgrade import drop_removed_keys
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
@@ -33,7 +35,7 @@ from cbasr.training.options import augmentation_of, fbank_options_of
 from cbasr.training.task import TaskOutput
 from cbasr.training.trainer import Trainer, run
 
-__all__ = ["AsrTask", "asr_trainer", "train", "MODEL_KEYS", "BATCH_KEYS", "REMOVED_TRAINER_KEYS"]
+__all__ = ["AsrTask", "asr_trainer", "train", "MODEL_KEYS", "BATCH_KEYS"]
 
 log = logging.getLogger("cbasr.training.trainer")
 
@@ -41,9 +43,6 @@ log = logging.getLogger("cbasr.training.trainer")
 MODEL_KEYS = ("encoder", "decoder", "loss", "data.units")
 # Config entries that define the batches: changing them moves the position within the epoch.
 BATCH_KEYS = ("data.max_frames", "data.max_utts", "data.train_split", "trainer.seed")
-# Trainer options that earlier runs' checkpoints hold and the schema no longer has: none of
-# them changes what a resumed run does (emit_bias_init set a new run's initial emission bias).
-REMOVED_TRAINER_KEYS = ("emit_bias_init",)
 
 
 def _settings(cfg: dict) -> dict:
@@ -153,12 +152,7 @@ class AsrTask:
             raise RuntimeError(
                 f"no usable training utterances in {data.manifest_dir} (data.manifest_dir)"
             )
-        check_long_gaps(
-            self.model,
-            self.train_set.num_frames,
-            self.train_set.target_lens,
-            self.options.max_long_gap_share,
-        )
+        check_long_gaps(self.model, self.train_set.num_frames, self.train_set.target_lens)
         if len(self.valid_set) == 0:
             log.warning(
                 "no usable %s utterances (data.valid_split): validation metrics are meaningless and "
@@ -268,11 +262,10 @@ class AsrTask:
         return {"config": plain(self.cfg)}
 
     def upgrade(self, ckpt: dict) -> dict:
-        """A checkpoint whose config holds a trainer option since removed
-        (:data:`REMOVED_TRAINER_KEYS`) without it, so that the run resumes."""
-        trainer = ckpt.get("config", {}).get("trainer", {})
-        for key in REMOVED_TRAINER_KEYS:
-            trainer.pop(key, None)
+        """A checkpoint whose config holds an option since removed
+        (:data:`cbasr.config.upgrade.REMOVED_KEYS`) without it, so that the run resumes."""
+        if "config" in ckpt:
+            drop_removed_keys(ckpt["config"])
         return ckpt
 
     def check_resumed(self, ckpt: dict) -> None:
@@ -313,7 +306,9 @@ def asr_trainer(
     ``cfg`` as ``cbasr-train`` composes it, typed; a plain one (from Python, or an old
     ``config.json``) is typed here, a bad entry a ``ValueError`` naming it."""
     if not isinstance(cfg, TrainConfig):
-        cfg = typed(TrainConfig, cfg, "")
+        cfg = typed(
+            TrainConfig, drop_removed_keys(OmegaConf.to_container(OmegaConf.create(cfg))), ""
+        )
     exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
     return Trainer(AsrTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir, dist_ctx)
 

@@ -7,7 +7,8 @@ or more reads the last ``W`` frames. An utterance with more encoder frames per l
 from windows that may not hold their whole words; earlier, such gaps had probability zero and
 the lattice explained the utterance only by emitting labels away from their words, which
 nothing reported. :func:`check_long_gaps` reports it at training start, with the worst case,
-and refuses to train when the share of such utterances is above ``trainer.max_long_gap_share``.
+as a warning: such utterances train (the digits recipe's pinned second-order model is trained
+on data where most are), so nothing is refused.
 """
 
 import logging
@@ -20,22 +21,18 @@ __all__ = ["check_long_gaps"]
 log = logging.getLogger(__name__)
 
 
-def check_long_gaps(model, num_frames: list[int], target_lens: list[int], max_share: float):
+def check_long_gaps(model, num_frames: list[int], target_lens: list[int]):
     """Log, for a second-order CB model, how many training utterances have more encoder frames
-    per label than its window (``T' > W L``) and the worst ratio; raise above ``max_share``.
+    per label than its window (``T' > W L``) and the worst ratio (a warning if any has).
 
     Args:
         model: the model; nothing happens unless it is a :class:`CBModel` with a second-order
             decoder.
         num_frames: input frames per utterance (before subsampling).
         target_lens: labels per utterance.
-        max_share: the largest share of such utterances that trains (1.0: never refuse).
 
     Returns:
         ``(count, worst frames per label)``, or None for other models.
-
-    Raises:
-        ValueError: above ``max_share``, naming the option and the figures.
     """
     if not isinstance(model, CBModel) or model.decoder.order is not LabelOrder.SECOND_ORDER:
         return None
@@ -49,10 +46,5 @@ def check_long_gaps(model, num_frames: list[int], target_lens: list[int], max_sh
         f"frames per label than the second-order window W = {W} (worst {worst:.1f} frames per "
         "label): their gaps of W frames or more read only the last W frames"
     )
-    if share > max_share:
-        raise ValueError(
-            f"{message}; that is more than trainer.max_long_gap_share = {max_share}: widen "
-            "decoder.window or raise trainer.max_long_gap_share"
-        )
     (log.warning if long else log.info)(message)
     return long, worst

@@ -300,9 +300,9 @@ class Trainer:
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _noise(self):
-        """Weight noise for this step (from ``optim.weight_noise_start``), the same in every process."""
+        """Weight noise for this step (``optim.weight_noise``), the same in every process."""
         optim = self.optim
-        if optim.weight_noise <= 0 or self.state.step < optim.weight_noise_start:
+        if optim.weight_noise <= 0:
             return nullcontext()
         self.noise_generator.manual_seed(_step_seed(self.options.seed, self.state.step))
         return weight_noise(noisy_parameters(self.model), optim.weight_noise, self.noise_generator)

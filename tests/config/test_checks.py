@@ -200,16 +200,6 @@ GROUP_CHECKS = [
             ({"max_epochs": -1}, "trainer.max_epochs must be >= 0, got -1", {"max_epochs": 0}),
             ({"num_threads": -1}, "trainer.num_threads must be >= 0, got -1", {"num_threads": 0}),
             (
-                {"max_long_gap_share": 1.5},
-                r"trainer.max_long_gap_share must be in \[0, 1\], got 1.5",
-                {"max_long_gap_share": 1.0},
-            ),
-            (
-                {"max_long_gap_share": float("nan")},
-                r"trainer.max_long_gap_share must be in \[0, 1\], got nan",
-                {"max_long_gap_share": 0.0},
-            ),
-            (
                 {"checkpoint_minutes": -0.5},
                 "trainer.checkpoint_minutes must be >= 0, got -0.5",
                 {"checkpoint_minutes": 0.0},
@@ -448,7 +438,17 @@ DECODERS = [  # (decoder group options, what the error says, allowed options bes
     (
         {"name": "attention_emission", "label": {"context": -3}},
         "decoder.label.context must be -1",
-        {"name": "attention_emission", "label": {"context": 0}},
+        {"name": "attention_emission", "label": {"context": -1, "hidden": 8}},
+    ),
+    (
+        {"name": "attention_emission", "label": {"context": 2}},
+        "decoder.label.context must be -1 for the attention_emission decoder .* got 2",
+        {"name": "transducer", "label": {"context": 2}},
+    ),
+    (
+        {"name": "monotonic", "label": {"context": 0}},
+        "decoder.label.context must be -1 for the monotonic decoder .* got 0",
+        {"name": "monotonic", "label": {"context": -1}},
     ),
     (
         {"name": "autoregressive", "label": {"context": 0}},

@@ -6,13 +6,16 @@ import logging
 import pytest
 
 from cbasr import builder
+from cbasr.config import plain
 from cbasr.config.schema import (
     AutoregressiveDecoderConfig,
     LabelContextConfig,
     PointwiseDecoderConfig,
     TransducerDecoderConfig,
 )
-from cbasr.config.upgrade import LABEL_KEYS, nest_label_keys
+from cbasr.config.upgrade import LABEL_KEYS, REMOVED_KEYS, drop_removed_keys, nest_label_keys
+from cbasr.training.asr_task import asr_trainer
+from tests.training.test_trainer import make_cfg
 
 OLD_HAT = {
     "name": "transducer",
@@ -85,3 +88,38 @@ def test_a_half_moved_group_keeps_its_label_entries_and_refuses_a_key_given_twic
 def test_an_old_value_is_checked_where_it_lands():
     with pytest.raises(ValueError, match="decoder.label.context must be -1"):
         builder.group_config("decoder", {**OLD_HAT, "context": -2})
+
+
+def test_removed_options_are_read_away_only_where_they_change_nothing(caplog):
+    """A config holding options since removed (``REMOVED_KEYS``): dropped with one line where
+    every value read as today's behaviour; a value that would not, refused by name."""
+    cfg = {
+        "trainer": {"max_epochs": 3, "emit_bias_init": "label_rate", "max_long_gap_share": 0.2},
+        "optim": {"lr": 0.1, "weight_noise_start": 0},
+    }
+    with caplog.at_level(logging.INFO, logger="cbasr.config.upgrade"):
+        assert drop_removed_keys(cfg) is cfg
+    assert cfg == {"trainer": {"max_epochs": 3}, "optim": {"lr": 0.1}}
+    assert moved_lines(caplog) == [
+        "a config written before trainer.emit_bias_init, trainer.max_long_gap_share, "
+        "optim.weight_noise_start was removed: read without it"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cbasr.config.upgrade"):
+        assert drop_removed_keys({"trainer": {"max_epochs": 3}}) == {"trainer": {"max_epochs": 3}}
+    assert moved_lines(caplog) == []
+    late = {"optim": {"weight_noise_start": 500}}
+    with pytest.raises(ValueError, match=r"optim.weight_noise_start = 500: the option was removed"):
+        drop_removed_keys(late)
+    assert set(REMOVED_KEYS) == {
+        "trainer.emit_bias_init",
+        "trainer.max_long_gap_share",
+        "optim.weight_noise_start",
+    }
+
+
+def test_a_plain_config_with_removed_options_still_builds_its_trainer(tone_data, tmp_path):
+    cfg = plain(make_cfg(tone_data, tmp_path / "exp", "trainer.max_epochs=1"))
+    cfg["trainer"]["max_long_gap_share"], cfg["optim"]["weight_noise_start"] = 1.0, 0
+    trainer = asr_trainer(cfg, tmp_path / "exp")
+    assert trainer.options.max_epochs == 1

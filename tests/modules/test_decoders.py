@@ -24,9 +24,6 @@ LABEL = LabelContextConfig(embed_dim=4, hidden=5)  # the small decoders' label n
 CB_DECODERS = {
     "pointwise": lambda: PointwiseDecoder(D, V, hidden=5),
     "attention_emission": lambda: AttentionEmissionDecoder(D, V, label=LABEL, joint_dim=6),
-    "attention_emission_context2": lambda: AttentionEmissionDecoder(
-        D, V, label=LabelContextConfig(embed_dim=4, hidden=5, context=2)
-    ),
     "monotonic": lambda: MonotonicAttentionDecoder(D, V, window=3, attention_dim=4, label=LABEL),
     "monotonic_variable": lambda: MonotonicAttentionDecoder(
         D, V, window=4, variable=True, attention_dim=4, label=LABEL
@@ -303,6 +300,9 @@ def test_bad_options_are_named():
         AutoregressiveDecoder(D, V, emission="both")
     with pytest.raises(ValueError, match="decoder.label.context must be -1 for the autoregressive"):
         AutoregressiveDecoder(D, V, label=LabelContextConfig(context=2))
+    for cb_decoder in (AttentionEmissionDecoder, MonotonicAttentionDecoder):
+        with pytest.raises(ValueError, match="decoder.label.context must be -1 for the"):
+            cb_decoder(D, V, label=LabelContextConfig(context=2))
     with pytest.raises(ValueError, match="'ctc' is not a valid Joint"):
         TransducerDecoder(D, V, joint="ctc")
     with pytest.raises(ValueError, match="'sigmoid' is not a valid BlankJoint"):

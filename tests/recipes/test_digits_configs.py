@@ -49,7 +49,6 @@ CHANGES = {
         ("loss", "ctc_weight"): 0.3,
         ("decoder", "history_repeat"): 0.1,
     },
-    "cb_monotonic_variable": {("trainer", "max_long_gap_share"): 1.0},
 }
 SYNTH_NAME = {
     "hat_standard": "hat",

@@ -14,7 +14,11 @@ the transducer's shape ``(B, T, L, V - 1)``.
 import torch
 from torch import nn
 
-from cbasr.config.schema import AttentionEmissionDecoderConfig, LabelContextConfig
+from cbasr.config.schema import (
+    AttentionEmissionDecoderConfig,
+    LabelContextConfig,
+    check_full_history,
+)
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
@@ -46,7 +50,9 @@ class AttentionEmissionDecoder(CBDecoder):
         dropout: float = AttentionEmissionDecoderConfig.dropout,
     ):
         super().__init__()
-        self.label_context = LabelContext(vocab_size, label or LabelContextConfig(), dropout)
+        label = label or LabelContextConfig()
+        check_full_history(label, "attention_emission")  # from Python too
+        self.label_context = LabelContext(vocab_size, label, dropout)
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.encoder_proj = nn.Linear(input_dim, joint_dim)
         self.label_proj = nn.Linear(self.label_context.output_dim, joint_dim, bias=False)

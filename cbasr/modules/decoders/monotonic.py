@@ -42,7 +42,12 @@ import torch
 from torch import nn
 
 from cbasr.checks import in_graph_step
-from cbasr.config.schema import LabelContextConfig, MonotonicDecoderConfig, check_window
+from cbasr.config.schema import (
+    LabelContextConfig,
+    MonotonicDecoderConfig,
+    check_full_history,
+    check_window,
+)
 from cbasr.modules.decoders.base import CBDecoder, EmissionHead, LabelOrder, gather_targets
 from cbasr.modules.dropout import Dropout
 from cbasr.modules.label_context import START, LabelContext
@@ -99,7 +104,9 @@ class MonotonicAttentionDecoder(CBDecoder):
         check_window(window)  # from Python too: 0 frames would run, training and search apart
         self.window, self.variable = window, variable
         self.order = LabelOrder.SECOND_ORDER if variable else LabelOrder.MEMORYLESS
-        self.label_context = LabelContext(vocab_size, label or LabelContextConfig(), dropout)
+        label = label or LabelContextConfig()
+        check_full_history(label, "monotonic")  # from Python too
+        self.label_context = LabelContext(vocab_size, label, dropout)
         hidden = self.label_context.output_dim
         self.emission = EmissionHead(input_dim, emission_hidden)
         self.key = nn.Linear(input_dim, attention_dim, bias=False)
