@@ -105,6 +105,7 @@ class _Search:
         durations = decoder.joint.durations
         self.durations = torch.tensor(durations, device=device)
         self.moving = self.durations > 0
+        self.moving_index = self.moving.nonzero().squeeze(1)
         self.stay = durations.index(0) if 0 in durations else None
         prediction = decoder.prediction
         g, context = prediction.step(
@@ -205,26 +206,28 @@ class _Search:
             length = (c["length"] + 1).unsqueeze(2).expand(U, K, L).reshape(U, 1, K * L)
             score = score + options.label_bonus * length.expand(U, nd, -1).reshape(U * nd, -1)
         _, index, _ = select(score, options.beam)  # (U |D|, W): each duration's best labels
-        k = torch.cat([torch.arange(K, device=d.device).expand(U * nd, K), index // L], dim=1)
+        W, device = index.shape[1], d.device
+        slots = torch.arange(K, device=device).expand(U * nd, K)
+        rows = torch.cat([slots, index // L], dim=1)  # each candidate's parent slot ...
+        rows += (torch.arange(U * nd, device=device) // nd * K).unsqueeze(1)  # ... row: u K + k
         v = which.reshape(U, 1, K * L).expand(U, nd, -1).reshape(U * nd, -1).gather(1, index)
-        v = torch.cat([torch.zeros_like(k[:, :K]), v], dim=1)  # 0: the blank
-        rows = torch.arange(U, device=d.device).repeat_interleave(nd).unsqueeze(1) * K + k
-        parent = c.x.reshape(U * K, -1)[rows]  # (U |D|, K + W, fields)
-        parent_hash, parent_length = parent[..., 1], parent[..., 2]
-        label = v > 0
-        e = E.Entries.of(
-            am=torch.cat([blank.reshape(U * nd, K), labels.gather(1, index)], dim=1),
-            hash=torch.where(label, extend_hash(parent_hash, v), parent_hash),
-            length=parent_length + label,
-            frame=land.repeat(U).unsqueeze(1).expand_as(k),
-            node=parent[..., 4],
-            row=rows,
-            label=v,
-        ).view(U, nd, -1)
-        moves = E.Entries(e.x[:, self.moving].flatten(0, 1))
+        # the candidates start as copies of their parents (so node is the parent's), then
+        # every field that an edge changes is written: K blanks, then W labels per duration
+        x = c.x.reshape(U * K, -1)[rows]  # (U |D|, K + W, fields)
+        e = E.Entries(x)
+        e["am"][:, :K] = blank.reshape(U * nd, K)
+        e["am"][:, K:] = labels.gather(1, index)
+        e["hash"][:, K:] = extend_hash(e["hash"][:, K:], v)
+        e["length"][:, K:] += 1
+        e["frame"] = land.repeat(U).unsqueeze(1)
+        e["row"] = rows
+        e["label"][:, :K] = 0  # the blank
+        e["label"][:, K:] = v
+        x = x.view(U, nd, K + W, -1)
+        moves = E.Entries(x.index_select(1, self.moving_index).flatten(0, 1))
         if self.stay is None or s == self.max_symbols:
             return done, moves, None
-        return done, moves, E.Entries(e.x[:, self.stay, K:])
+        return done, moves, E.Entries(x[:, self.stay, K:])
 
     def _step(self, c: E.Entries, state):
         """Step the prediction network on the label extensions of ``c`` whose states are
