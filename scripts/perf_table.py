@@ -38,7 +38,8 @@ TDT's, which are the 2-core CPU's, one thread):
 - TDT decoding over RNN-T's on the same utterances (``bench_search.jsonl``:
   ``scripts/bench_search.py --exp-dir RNNT TDT --json``, trained models): the real-time factor
   of greedy search (target: at most 0.67, TDT 1.5 times as fast) and of each beam (at most 1),
-  and of the search alone, the encoder's time taken out (same targets; the encoder is the same).
+  and of the search alone, the encoder's time taken out (same targets; the encoder is the same),
+  from the newest run (one command's lines) on each set of utterances.
 """
 
 import argparse
@@ -173,6 +174,9 @@ def ratios(folder: Path) -> list[dict]:
             mine, theirs = r["frames_per_s"], r["floor_frames_per_s"]
             add(quantity, "", mine, theirs, FLOOR_RATIO, True)
     searches = read_lines(folder / "bench_search.jsonl")
+    # a run's lines share its command; of the runs on the same utterances the newest counts
+    newest = {(r["manifest"], r["utts"]): r.get("command") for r in searches}
+    searches = [r for r in searches if r.get("command") == newest[r["manifest"], r["utts"]]]
     for r in searches:  # TDT over RNN-T, the same utterances and beam (greedy: label-looping)
         if r.get("criterion") != "tdt":
             continue

@@ -235,3 +235,22 @@ def test_tdt_over_rnnt_at_each_search(perf_table, tmp_path):
     beam = found["tdt / rnnt RTF, beam 8"]
     assert beam["ratio"] == pytest.approx(1.2) and beam["met"] is False and beam["target"] == "≤ 1"
     assert found["tdt / rnnt search time, beam 8"]["ratio"] == pytest.approx(0.9)
+
+
+def test_tdt_over_rnnt_reads_the_newest_run_only(perf_table, tmp_path):
+    """Two runs on the same utterances (their lines' commands): the later one's TDT against
+    its own RNN-T, never against the other run's."""
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    old = [_search("rnnt", "beam 8", 8, 0.010, 1.0), _search("tdt", "beam 8", 8, 0.012, 1.2)]
+    new = [_search("rnnt", "beam 8", 8, 0.020, 2.0), _search("tdt", "beam 8", 8, 0.010, 1.0)]
+    for line in old:
+        line["command"] = "bench_search.py (first)"
+    for line in new:
+        line["command"] = "bench_search.py (second)"
+    _write(folder / "bench_search.jsonl", old + new)
+    found = perf_table.ratios(folder)
+    assert [(r["quantity"], r["ratio"]) for r in found] == [
+        ("tdt / rnnt RTF, beam 8", pytest.approx(0.5)),
+        ("tdt / rnnt search time, beam 8", pytest.approx(0.5)),
+    ]
