@@ -13,9 +13,11 @@ check) has its model groups typed by :func:`cbasr.builder.model_configs`, whose
 import dataclasses
 import logging
 
+from omegaconf import OmegaConf
+
 from cbasr.config.schema import LabelContextConfig
 
-__all__ = ["LABEL_KEYS", "REMOVED_KEYS", "drop_removed_keys", "nest_label_keys"]
+__all__ = ["LABEL_KEYS", "REMOVED_KEYS", "drop_removed_keys", "nest_label_keys", "today_s_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,12 @@ def drop_removed_keys(cfg: dict) -> dict:
     if dropped:
         log.info("a config written before %s was removed: read without it", ", ".join(dropped))
     return cfg
+
+
+def today_s_keys(cfg) -> dict:
+    """A plain whole config (a dict or a ``DictConfig``: from Python, or an old
+    ``config.json``) as a new dict, ready to be typed: :func:`drop_removed_keys` applied."""
+    return drop_removed_keys(OmegaConf.to_container(OmegaConf.create(cfg)))
 
 
 def nest_label_keys(schema: type | None, options):

@@ -12,12 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from cbasr.builder import build_model, model_configs
 from cbasr.config import plain, typed
 from cbasr.config.schema import DataConfig, TrainConfig, TrainerConfig
-from cbasr.config.upgrade import drop_removed_keys
+from cbasr.config.upgrade import drop_removed_keys, today_s_keys
 from cbasr.data.batching import BucketBatchSampler, shard
 from cbasr.data.dataset import AsrDataset, Batch, collate
 from cbasr.data.features import FEATURE_SETTINGS, load_cmvn, write_feature_settings
@@ -306,9 +305,7 @@ def asr_trainer(
     ``cfg`` as ``cbasr-train`` composes it, typed; a plain one (from Python, or an old
     ``config.json``) is typed here, a bad entry a ``ValueError`` naming it."""
     if not isinstance(cfg, TrainConfig):
-        cfg = typed(
-            TrainConfig, drop_removed_keys(OmegaConf.to_container(OmegaConf.create(cfg))), ""
-        )
+        cfg = typed(TrainConfig, today_s_keys(cfg), "")
     exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
     return Trainer(AsrTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir, dist_ctx)
 

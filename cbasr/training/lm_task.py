@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from cbasr.config import plain, typed
 from cbasr.config.lm_schema import LMDataConfig, LSTMLMConfig, TrainLMConfig
-from cbasr.config.upgrade import drop_removed_keys
+from cbasr.config.upgrade import today_s_keys
 from cbasr.data.vocab import Vocabulary
 from cbasr.lm.corpus import read_sentences
 from cbasr.lm.neural import build_lm, lm_config, pad_sentences, perplexity
@@ -174,9 +173,7 @@ def lm_trainer(cfg: TrainLMConfig | dict, exp_dir: str | Path | None = None) -> 
     """The loop on the language model of ``cfg`` in ``exp_dir`` (default ``cfg.exp_dir``);
     a plain ``cfg`` (from Python, or an old ``config.json``) is typed here."""
     if not isinstance(cfg, TrainLMConfig):
-        cfg = typed(
-            TrainLMConfig, drop_removed_keys(OmegaConf.to_container(OmegaConf.create(cfg))), ""
-        )
+        cfg = typed(TrainLMConfig, today_s_keys(cfg), "")
     exp_dir = Path(exp_dir if exp_dir is not None else cfg.exp_dir)
     return Trainer(LmTask(cfg, exp_dir), cfg.trainer, cfg.optim, exp_dir)
 

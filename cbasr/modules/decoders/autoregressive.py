@@ -65,9 +65,8 @@ class AutoregressiveDecoder(CBDecoder):
     ):
         super().__init__()
         label = label or LabelContextConfig()
-        check_full_history(
-            label, "autoregressive"
-        )  # from Python too: another context would be ignored
+        # from Python too: another context would be ignored
+        check_full_history(label, "autoregressive")
         self.emission_source = Emission(emission).value  # an unknown name: a ValueError
         embed_dim, hidden, num_layers = label.embed_dim, label.hidden, label.num_layers
         self.embedding = nn.Embedding(vocab_size, embed_dim)
