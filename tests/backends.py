@@ -38,10 +38,53 @@ def on_triton_keep(keep: Callable[[dict], bool]):
     return mark
 
 
-def sweep_marks(item) -> list:
-    """The marks :func:`on_triton_keep` gives a collected test case (``[]`` or ``[slow]``)."""
-    keep = getattr(getattr(item, "function", None), "on_triton_keep", None)
+def _on_triton(item) -> bool:
+    """Whether a collected case runs a Triton kernel: a ``triton`` backend parameter, or the
+    ``triton`` marker on a test that takes no backend (the kernel modules' own tests)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    on_triton = any(isinstance(v, str) and v == "triton" for v in params.values())
-    swept = keep is not None and on_triton and triton_interpreted()
-    return [pytest.mark.slow] if swept and not keep(params) else []
+    if any(isinstance(v, str) and v in ("numba", "torch", "triton") for v in params.values()):
+        return any(isinstance(v, str) and v == "triton" for v in params.values())
+    return item.get_closest_marker("triton") is not None
+
+
+def _case_values(params: dict) -> set:
+    """A case's ``(name, value)`` pairs, the backend's left out (values compared by identity
+    where they cannot be hashed, e.g. lists)."""
+    pairs = set()
+    for name, value in params.items():
+        if isinstance(value, str) and value in ("numba", "torch", "triton"):
+            continue
+        try:
+            hash(value)
+        except TypeError:
+            value = ("id", id(value))
+        pairs.add((name, value))
+    return pairs
+
+
+def sweep_marks(items) -> dict:
+    """The ``slow`` marks of the Triton interpreter's sweeps: ``{item: [slow]}`` for the cases
+    ``make test`` leaves to ``make test-slow`` (none on a GPU, where the kernels are fast).
+
+    A test decorated with :func:`on_triton_keep` keeps the cases its predicate accepts. Every
+    other test parametrised beyond the backend keeps, in collection order, each ``triton`` case
+    that sets a parameter to a value no kept case has yet (a cover of the values: each value
+    of each parameter runs in a kernel once; the other backends run every case)."""
+    if not triton_interpreted():
+        return {}
+    marks, seen = {}, {}
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if not params or not _on_triton(item) or item.get_closest_marker("slow"):
+            continue
+        keep = getattr(getattr(item, "function", None), "on_triton_keep", None)
+        if keep is not None:
+            kept = keep(params)
+        else:
+            covered = seen.setdefault((item.path, item.originalname), set())
+            values = _case_values(params)
+            kept = not values <= covered
+            covered |= values
+        if not kept:
+            marks[item] = [pytest.mark.slow]
+    return marks

@@ -33,8 +33,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     from tests.backends import sweep_marks
 
-    for item in items:
-        for mark in sweep_marks(item):
+    for item, marks in sweep_marks(items).items():
+        for mark in marks:
             item.add_marker(mark)
     if torch.cuda.is_available() and config.getoption("--device").startswith("cuda"):
         return

@@ -14,9 +14,11 @@ of the batch (see :mod:`cbasr._triton`: each new batch shape would compile it ag
 one line per compilation, ``FAIL`` for a failure.
 
 ``--every-variant`` compiles every combination of the above. Without it, a representative of
-each (``make test``'s): every kernel in float32 at each launch and with its integers equal to
-1, and at the first launch with run-time integers in float16 and, for the kernels that take a
-``FLOOR``, float64 (bfloat16 and the rest of the combinations: ``make test-slow``)."""
+each (``make test``'s): every kernel in float32 at each launch with its switches all off and all
+on (each setting of each switch once), with its integers equal to 1 at the first launch, and
+at the first launch with run-time integers and the switches off in float16 and, for the
+kernels that take a ``FLOOR``, float64 (bfloat16 and the rest of the combinations: ``make
+test-slow``)."""
 
 import importlib
 import inspect
@@ -129,7 +131,8 @@ def launches(name: str, fn) -> list[tuple[dict, int]]:
 
 
 def variants(name: str, fn, dtype: str):
-    """``(label, signature, constants)`` of the compilations of one kernel."""
+    """``(label, signature, constants, switches)`` of the compilations of one kernel (the
+    boolean switches' values, in the signature's order)."""
     signature, constants, specialised = {}, {}, []
     for param in inspect.signature(fn.fn).parameters.values():
         if "constexpr" in str(param.annotation):
@@ -159,10 +162,11 @@ def variants(name: str, fn, dtype: str):
     for values in itertools.product((False, True), repeat=len(flags)):
         switched = {**constants, **dict(zip(flags, values))}
         label = "".join(f", {n}={v}" for n, v in zip(flags, values))
-        yield f"run-time integers{label}", signature, switched
+        yield f"run-time integers{label}", signature, switched, values
         if specialised:  # (the sizes never are: see specialised_sizes)
             ones = {**signature, **{n: "constexpr" for n in specialised}}
-            yield f"integers equal to 1{label}", ones, {**switched, **{n: 1 for n in specialised}}
+            one = {**switched, **{n: 1 for n in specialised}}
+            yield f"integers equal to 1{label}", ones, one, values
 
 
 def rounded_floor(ttir: str, floor: float | None, dtype: str) -> str:
@@ -190,11 +194,15 @@ def specialised_sizes(fn) -> list[str]:
     ]
 
 
-def representative(dtype: str, launch: int, label: str, floor: bool) -> bool:
+def representative(dtype: str, launch: int, label: str, floor: bool, switches: tuple) -> bool:
     """Whether ``make test``'s run compiles this variant (see the module's docstring): float64
     where the kernel takes a ``FLOOR`` (whose rounding the run checks)."""
-    first = launch == 0 and "run-time" in label
-    return dtype == "fp32" or (first and (dtype == "fp16" or (dtype == "fp64" and floor)))
+    if len(set(switches)) > 1:  # a mixed setting of two switches or more
+        return False
+    if dtype == "fp32":
+        return launch == 0 or "run-time" in label
+    first = launch == 0 and "run-time" in label and not any(switches)
+    return first and (dtype == "fp16" or (dtype == "fp64" and floor))
 
 
 def main(every_variant: bool) -> int:
@@ -211,11 +219,13 @@ def main(every_variant: bool) -> int:
             for dtype in ("fp32", "fp64", "fp16", "bf16"):
                 if dtype in ("fp16", "bf16") and name not in HALVES:
                     continue
-                for (launch, (sizes, warps)), (label, signature, constants) in itertools.product(
+                for (launch, (sizes, warps)), variant in itertools.product(
                     enumerate(launches(name, fn)), variants(name, fn, dtype)
                 ):
+                    label, signature, constants, switches = variant
                     floor = "FLOOR" in constants
-                    if not (every_variant or representative(dtype, launch, label, floor)):
+                    chosen = representative(dtype, launch, label, floor, switches)
+                    if not (every_variant or chosen):
                         continue
                     if sizes:
                         constants = {**constants, **sizes}
