@@ -9,6 +9,7 @@ import pytest
 from cbasr._backends import triton_interpreted
 
 BACKENDS = ["numba", "torch", pytest.param("triton", marks=pytest.mark.triton)]
+NAMES = ("numba", "torch", "triton")
 
 
 def interpreted(backend: str) -> bool:
@@ -42,8 +43,9 @@ def _on_triton(item) -> bool:
     """Whether a collected case runs a Triton kernel: a ``triton`` backend parameter, or the
     ``triton`` marker on a test that takes no backend (the kernel modules' own tests)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if any(isinstance(v, str) and v in ("numba", "torch", "triton") for v in params.values()):
-        return any(isinstance(v, str) and v == "triton" for v in params.values())
+    names = [v for v in params.values() if isinstance(v, str) and v in NAMES]
+    if names:
+        return "triton" in names
     return item.get_closest_marker("triton") is not None
 
 
@@ -52,7 +54,7 @@ def _case_values(params: dict) -> set:
     where they cannot be hashed, e.g. lists)."""
     pairs = set()
     for name, value in params.items():
-        if isinstance(value, str) and value in ("numba", "torch", "triton"):
+        if isinstance(value, str) and value in NAMES:
             continue
         try:
             hash(value)
@@ -62,17 +64,17 @@ def _case_values(params: dict) -> set:
     return pairs
 
 
-def sweep_marks(items) -> dict:
-    """The ``slow`` marks of the Triton interpreter's sweeps: ``{item: [slow]}`` for the cases
-    ``make test`` leaves to ``make test-slow`` (none on a GPU, where the kernels are fast).
+def swept(items) -> list:
+    """The cases of the Triton interpreter's sweeps that ``make test`` leaves to ``make
+    test-slow`` (tests/conftest.py marks them ``slow``; none on a GPU, where the kernels are fast).
 
     A test decorated with :func:`on_triton_keep` keeps the cases its predicate accepts. Every
     other test parametrised beyond the backend keeps, in collection order, each ``triton`` case
     that sets a parameter to a value no kept case has yet (a cover of the values: each value
     of each parameter runs in a kernel once; the other backends run every case)."""
     if not triton_interpreted():
-        return {}
-    marks, seen = {}, {}
+        return []
+    slow, seen = [], {}
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if not params or not _on_triton(item) or item.get_closest_marker("slow"):
@@ -86,5 +88,5 @@ def sweep_marks(items) -> dict:
             kept = not values <= covered
             covered |= values
         if not kept:
-            marks[item] = [pytest.mark.slow]
-    return marks
+            slow.append(item)
+    return slow

@@ -31,11 +31,10 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config, items):
-    from tests.backends import sweep_marks
+    from tests.backends import swept
 
-    for item, marks in sweep_marks(items).items():
-        for mark in marks:
-            item.add_marker(mark)
+    for item in swept(items):
+        item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available() and config.getoption("--device").startswith("cuda"):
         return
     skip_gpu = pytest.mark.skip(reason="needs --device cuda and a visible GPU")

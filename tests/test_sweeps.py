@@ -11,7 +11,7 @@ from tests.sweeps import diagonal
 
 
 class _Item:
-    """A collected case as :func:`tests.backends.sweep_marks` reads it."""
+    """A collected case as :func:`tests.backends.swept` reads it."""
 
     def __init__(self, name, params, marks=(), function=None):
         self.path, self.originalname = Path("tests/test_x.py"), name
@@ -29,8 +29,8 @@ def interpreted(monkeypatch):
 
 
 def _slow(items) -> list[int]:
-    marks = backends.sweep_marks(items)
-    return [i for i, item in enumerate(items) if marks.get(item)]
+    slow = backends.swept(items)
+    return [i for i, item in enumerate(items) if item in slow]
 
 
 def test_the_triton_cases_keep_each_value_of_each_parameter_once(interpreted):
@@ -75,7 +75,7 @@ def test_each_test_is_covered_on_its_own_and_marked_tests_keep_their_rule(interp
 def test_on_a_gpu_every_triton_case_runs_in_make_test(monkeypatch):
     monkeypatch.setattr(backends, "triton_interpreted", lambda: False)
     items = [_Item("test_a", {"backend": "triton", "n": 1}) for _ in range(3)]
-    assert backends.sweep_marks(items) == {}
+    assert backends.swept(items) == []
 
 
 def test_the_diagonal_keeps_each_row_and_each_column():
