@@ -2,19 +2,19 @@
 
 import errno
 import os
-import subprocess
 import sys
 
 import pytest
 
 from cbasr.storage.files import atomic_write
+from tests import commands
 from tests.cli.permissions import unprivileged
 from tests.sweeps import diagonal
 
 
 def _train(tmp_path, debug: bool):
     env = {**os.environ, "CBASR_DEBUG": "1" if debug else "0"}
-    return subprocess.run(
+    return commands.run(
         [
             sys.executable,
             "-m",
@@ -22,8 +22,6 @@ def _train(tmp_path, debug: bool):
             f"exp_dir={tmp_path / 'exp'}",
             f"data.vocab={tmp_path / 'missing.txt'}",
         ],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=120,
     )
@@ -65,9 +63,7 @@ def test_a_failed_write_names_the_file(tmp_path):
     ],
 )
 def test_a_bare_training_command_names_the_required_options(tmp_path, module, required):
-    out = subprocess.run(
-        [sys.executable, "-m", module], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    out = commands.run([sys.executable, "-m", module], cwd=tmp_path, timeout=120)
     assert out.returncode == 2
     assert (
         out.stderr.strip()
@@ -151,10 +147,8 @@ def test_every_command_on_a_missing_path_ends_in_one_line(tmp_path, command, kin
         (tmp_path / "nowhere").mkdir(mode=0o000)
         prefix = unprivileged()
     args = [a.format(missing=tmp_path / "nowhere", out=out) for a in command]
-    out = subprocess.run(
+    out = commands.run(
         [*prefix, sys.executable, "-m", *args],
-        capture_output=True,
-        text=True,
         timeout=120,
         env={**os.environ, "CBASR_DEBUG": "0"},
     )

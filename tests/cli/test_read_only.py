@@ -7,10 +7,10 @@ development machines run as root), the commands run under ``setpriv`` with that 
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
+from tests import commands
 from tests.cli.permissions import read_only, unprivileged, writable
 from tests.cli.training import BIN, decode_args
 
@@ -22,9 +22,7 @@ def decoded(trained, tone_data, tmp_path_factory):
     # without what other tests decoded into copies of the experiment (an up-to-date decoding
     # would be skipped, writing nothing)
     shutil.copytree(trained, exp, ignore=shutil.ignore_patterns("decode", "align"))
-    decode = subprocess.run(
-        [str(BIN / "cbasr-decode"), *decode_args(tone_data, exp)], capture_output=True, text=True
-    )
+    decode = commands.run([str(BIN / "cbasr-decode"), *decode_args(tone_data, exp)])
     assert decode.returncode == 0, decode.stderr[-2000:]
     return exp
 
@@ -78,10 +76,8 @@ def test_a_read_only_output_ends_in_one_line_naming_it(scene, trained, tone_data
     command = _commands(tone_data, exp, ro)[name]
     before = sorted(p.relative_to(scene) for p in scene.rglob("*"))
     read_only(scene)
-    out = subprocess.run(
+    out = commands.run(
         [*unprivileged(), str(BIN / command[0]), *command[1:]],
-        capture_output=True,
-        text=True,
         timeout=300,
         env={**os.environ, "CBASR_DEBUG": "0", "HYDRA_FULL_ERROR": "0"},
     )

@@ -3,12 +3,12 @@ model or a misspelt key is refused at start, and the result decodes with cbasr-d
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import commands
 from tests.cli.training import decode_args
 
 BIN = Path(sys.executable).parent
@@ -30,9 +30,7 @@ def _train_lm(tone_data, exp, *overrides):
         "trainer.num_threads=1",
         *overrides,
     ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
-    )
+    return commands.run(cmd, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
 
 
 @pytest.fixture(scope="module")

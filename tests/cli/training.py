@@ -5,17 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import commands
+
 BIN = Path(sys.executable).parent
 
 
 def train_cli(tone_data, exp, *overrides) -> subprocess.CompletedProcess:
     """A small BLSTM (one layer of 24) trained on ``tone_data``; ``overrides`` are Hydra's
     (``-m`` among them makes it a sweep)."""
-    return subprocess.run(
-        train_command(tone_data, exp, *overrides),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    return commands.run(
+        train_command(tone_data, exp, *overrides), env={**os.environ, "HYDRA_FULL_ERROR": "0"}
     )
 
 

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from cbasr.corpora.prepare import CorpusError, DurationFilter
 from cbasr.data.audio import AudioError
 from cbasr.data.features import FeatureStore
 from cbasr.training.asr_task import train
+from tests import commands
 from tests.corpora.fake_speechocean762 import make_fake_speechocean762
 from tests.training.test_trainer import make_cfg
 
@@ -314,10 +314,10 @@ def test_published_directories_import_from_the_corpus_root(published, tmp_path, 
 
 def test_an_empty_split_fails_in_one_line_naming_the_commonest_reason(published, tmp_path):
     """As a user runs it, from a directory the relative paths do not resolve against."""
-    out = subprocess.run(
+    out = commands.run(
         [sys.executable, "-m", "cbasr.cli.prepare", "kaldi", "--data-dir", str(published / "test"),
          "--out", str(tmp_path / "o")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        cwd=tmp_path, timeout=120,
         env={**os.environ, "CBASR_DEBUG": "0"},
     )  # fmt: skip
     assert out.returncode == 1

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from cbasr.storage.lock import ExperimentLocked, lock_experiment
+from tests import commands
 
 HOLD = (
     "import sys, time; from cbasr.storage.lock import lock_experiment; "
@@ -42,12 +43,7 @@ def test_a_second_holder_is_refused_naming_the_directory_and_pid(holder):
 
 def test_cbasr_train_on_a_directory_in_use_exits_at_once_and_writes_nothing(holder):
     exp, proc = holder
-    out = subprocess.run(
-        [sys.executable, "-m", "cbasr.cli.train", f"exp_dir={exp}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = commands.run([sys.executable, "-m", "cbasr.cli.train", f"exp_dir={exp}"], timeout=120)
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{exp} is in use by another run (pid {proc.pid} on " in lines[0]
